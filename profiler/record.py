@@ -1,0 +1,168 @@
+"""ProfileRecord: the one format every profile source (VM, cost model, CUDA timing tensor) hands the
+profiler, plus its raw.npz serialisation.
+
+Times are raw int64 nanoseconds (on the GPU: `%globaltimer`, which is shared by all SMs); the host
+normalises them to the first start only when rendering, so launch skew between SMs stays visible.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+MetaValue = Union[str, int, float]
+
+NPZ_FORMAT = "megakernel-profile"
+NPZ_VERSION = 1
+_ARRAYS = ("words", "sm", "start_ns", "end_ns", "wait_ns", "bytes_moved")
+
+
+class ProfileFormatError(ValueError):
+    """A ProfileRecord field or a raw.npz file is malformed."""
+
+
+def _as_int_array(name: str, value: object, dtype: type, ndim: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != ndim:
+        raise ProfileFormatError(f"ProfileRecord.{name}: expected {ndim}-D array, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ProfileFormatError(f"ProfileRecord.{name}: expected an integer array, got dtype {arr.dtype}")
+    info = np.iinfo(dtype)
+    if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        raise ProfileFormatError(f"ProfileRecord.{name}: values do not fit in {np.dtype(dtype).name}")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """Per-instruction timing of one profiled run; row i of every array describes instruction i.
+
+    words:        int32 [N, W] instruction words, word 0 = opcode.
+    sm:           int32 [N] SM (or VM worker) that executed the instruction.
+    start_ns:     int64 [N] raw start time; end_ns: int64 [N] raw end time (end >= start).
+    wait_ns:      int64 [N] time spent waiting on dependencies before start (0 if unknown).
+    opcode_names: opcode -> name; every opcode in words[:, 0] must be named.
+    simulated:    True for VM / cost-model timelines; every rendering labels them "simulated".
+    bytes_moved:  int64 [N] HBM bytes read + written (0 if unknown); None means all unknown.
+    meta:         free-form run description (model, backend, batch, steps, policy, num_sms, gpu...).
+    operand_names: opcode -> names of words 1..k, used to decode args for tooltips and traces.
+    """
+
+    words: np.ndarray
+    sm: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    wait_ns: np.ndarray
+    opcode_names: dict[int, str]
+    simulated: bool
+    bytes_moved: np.ndarray | None = None
+    meta: dict[str, MetaValue] = field(default_factory=dict)
+    operand_names: dict[int, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Frozen dataclass: normalise dtypes through object.__setattr__ once, here.
+        words = _as_int_array("words", self.words, np.int32, 2)
+        n, width = words.shape
+        if width < 1:
+            raise ProfileFormatError("ProfileRecord.words: needs at least one word (the opcode) per row")
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        set_("words", words)
+        for name, dtype in (("sm", np.int32), ("start_ns", np.int64), ("end_ns", np.int64), ("wait_ns", np.int64)):
+            set_(name, _as_int_array(name, getattr(self, name), dtype, 1))
+        bytes_moved = np.zeros(n, np.int64) if self.bytes_moved is None else self.bytes_moved
+        set_("bytes_moved", _as_int_array("bytes_moved", bytes_moved, np.int64, 1))
+        for name in ("sm", "start_ns", "end_ns", "wait_ns", "bytes_moved"):
+            if getattr(self, name).shape[0] != n:
+                raise ProfileFormatError(
+                    f"ProfileRecord.{name}: length {getattr(self, name).shape[0]} != words rows {n}"
+                )
+        if n and (self.end_ns < self.start_ns).any():
+            i = int(np.argmax(self.end_ns < self.start_ns))
+            raise ProfileFormatError(
+                f"ProfileRecord.end_ns: instruction {i} ends ({self.end_ns[i]}) before it starts ({self.start_ns[i]})"
+            )
+        for name in ("sm", "wait_ns", "bytes_moved"):
+            arr = getattr(self, name)
+            if n and arr.min() < 0:
+                raise ProfileFormatError(f"ProfileRecord.{name}: negative value at instruction {int(np.argmin(arr))}")
+        set_("opcode_names", {int(k): str(v) for k, v in self.opcode_names.items()})
+        missing = sorted(set(np.unique(words[:, 0]).tolist()) - set(self.opcode_names)) if n else []
+        if missing:
+            raise ProfileFormatError(f"ProfileRecord.opcode_names: no name for opcode(s) {missing}")
+        operands = {int(k): [str(s) for s in v] for k, v in self.operand_names.items()}
+        for op, names in operands.items():
+            if len(names) > width - 1:
+                raise ProfileFormatError(
+                    f"ProfileRecord.operand_names[{op}]: {len(names)} names but only {width - 1} operand words"
+                )
+        set_("operand_names", operands)
+        for k, v in self.meta.items():
+            if not isinstance(k, str) or not isinstance(v, (str, int, float)):
+                raise ProfileFormatError(f"ProfileRecord.meta[{k!r}]: keys must be str, values str/int/float")
+        set_("meta", dict(self.meta))
+        set_("simulated", bool(self.simulated))
+
+    @property
+    def num_instructions(self) -> int:
+        return int(self.words.shape[0])
+
+    @property
+    def opcodes(self) -> np.ndarray:
+        return self.words[:, 0]
+
+
+def save_npz(record: ProfileRecord, path: str | Path) -> Path:
+    """Write `record` to `path` (raw.npz): the int arrays as-is plus one JSON header string."""
+    path = Path(path)
+    header = {
+        "format": NPZ_FORMAT,
+        "version": NPZ_VERSION,
+        "simulated": record.simulated,
+        "opcode_names": {str(k): v for k, v in record.opcode_names.items()},
+        "operand_names": {str(k): v for k, v in record.operand_names.items()},
+        "meta": record.meta,
+    }
+    arrays = {name: getattr(record, name) for name in _ARRAYS}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:  # a file object stops numpy from appending ".npz" to odd names
+        np.savez_compressed(f, header=np.array(json.dumps(header)), **arrays)
+    return path
+
+
+def load_npz(path: str | Path) -> ProfileRecord:
+    """Read a raw.npz written by save_npz; errors name the file and the missing/bad field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileFormatError(f"{path}: no such profile file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            contents = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise ProfileFormatError(f"{path}: not a readable .npz file ({e})") from e
+    for key in ("header", *_ARRAYS):
+        if key not in contents:
+            raise ProfileFormatError(f"{path}: missing field {key!r}")
+    try:
+        header = json.loads(str(contents["header"]))
+    except json.JSONDecodeError as e:
+        raise ProfileFormatError(f"{path}: field 'header' is not valid JSON ({e})") from e
+    if header.get("format") != NPZ_FORMAT or header.get("version") != NPZ_VERSION:
+        raise ProfileFormatError(
+            f"{path}: header format/version {header.get('format')}/{header.get('version')} "
+            f"is not {NPZ_FORMAT}/{NPZ_VERSION}"
+        )
+    try:
+        return ProfileRecord(
+            **{name: contents[name] for name in _ARRAYS},
+            opcode_names={int(k): v for k, v in header["opcode_names"].items()},
+            simulated=header["simulated"],
+            meta=header.get("meta", {}),
+            operand_names={int(k): v for k, v in header.get("operand_names", {}).items()},
+        )
+    except KeyError as e:
+        raise ProfileFormatError(f"{path}: header is missing {e}") from e
+    except ProfileFormatError as e:
+        raise ProfileFormatError(f"{path}: {e}") from e
