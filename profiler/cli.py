@@ -1,0 +1,87 @@
+"""`megakernel profile`: collect a profile (live, via engine.profiling) or re-render a saved raw.npz."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Callable
+
+from profiler.record import ProfileFormatError, ProfileRecord, load_npz
+from profiler.render import ARTIFACTS, render_all
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--from", dest="from_npz", type=Path, metavar="RAW_NPZ",
+                     help="re-render a saved DIR/raw.npz (no GPU or model needed)")
+    src.add_argument("--model", type=Path, metavar="DIR", help="HF checkpoint directory to profile")
+    src.add_argument("--preset", metavar="NAME", help="named model preset (random weights) to profile")
+    p.add_argument("--backend", choices=("auto", "cuda", "vm"), default="auto",
+                   help="cuda: kernel timing records; vm: simulated timeline (default: cuda if available)")
+    p.add_argument("--batch", type=_positive_int, default=1, help="decode batch size (sequences)")
+    p.add_argument("--prompt-len", type=_positive_int, default=128, help="tokens of context per sequence")
+    p.add_argument("--steps", type=_positive_int, default=1, help="decode steps to record")
+    p.add_argument("--policy", default=None, help="scheduling policy passed to the instruction builder")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the `profile` subcommand; its handler is `args.func(args) -> int` (exit status)."""
+    p = subparsers.add_parser("profile", help="per-SM Gantt / Perfetto trace / summary of decode steps",
+                              description=__doc__)
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def _load_collector() -> Callable[[argparse.Namespace], ProfileRecord]:
+    try:
+        module = importlib.import_module("engine.profiling")
+    except ModuleNotFoundError as e:
+        if e.name in ("engine", "engine.profiling"):
+            raise RuntimeError("live profiling is not available in this build (engine.profiling is missing); "
+                               "re-render an existing profile with --from DIR/raw.npz") from None
+        raise RuntimeError(f"engine.profiling could not be imported: {e}") from None
+    collect = getattr(module, "collect_profile", None)
+    if collect is None:
+        raise RuntimeError("engine.profiling has no collect_profile(args) function")
+    return collect
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.from_npz is not None:
+            record = load_npz(args.from_npz)
+            # Re-rendering into the source directory must not rewrite the raw data it came from.
+            same = args.out.resolve() / "raw.npz" == args.from_npz.resolve()
+            summary = render_all(record, args.out, save_raw=not same)
+        else:
+            if args.model is None and args.preset is None:
+                print("megakernel profile: give --model DIR, --preset NAME or --from DIR/raw.npz",
+                      file=sys.stderr)
+                return 2
+            record = _load_collector()(args)
+            summary = render_all(record, args.out)
+    except (ProfileFormatError, RuntimeError, ValueError, OSError) as e:
+        print(f"megakernel profile: {e}", file=sys.stderr)
+        return 1
+    print(summary.text(), end="")
+    print(f"wrote {', '.join(ARTIFACTS)} to {args.out}/")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m profiler", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,122 @@
+"""Spans -> Chrome Trace Event / Perfetto JSON (trace.json), and a validator for the fields we rely on.
+
+pid = the GPU (one process), tid = one display row (SM × sub-lane), name = opcode exactly (Perfetto
+colours by a hash of the name and ignores `cname`), per-instance details in `args`. Times are µs.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from profiler.spans import Spans, decode_operands
+
+PID = 1
+_EPS_US = 1e-4  # ts + dur is float arithmetic: touching slices may differ in the last bit
+_PHASES_WITH_TRACK = {"X", "B", "E", "i", "I", "C"}
+_METADATA_NAMES = {"process_name", "process_sort_index", "thread_name", "thread_sort_index",
+                   "process_labels"}
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000.0, 3)
+
+
+def process_title(spans: Spans) -> str:
+    rec = spans.record
+    gpu = rec.meta.get("gpu") or rec.meta.get("backend") or "megakernel"
+    title = f"{gpu} megakernel"
+    return title + " (simulated)" if rec.simulated else title
+
+
+def to_trace(spans: Spans) -> dict[str, Any]:
+    """Trace Event Format object: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": meta}."""
+    rec = spans.record
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": process_title(spans)}},
+        {"name": "process_sort_index", "ph": "M", "pid": PID, "args": {"sort_index": 0}},
+    ]
+    for r in range(spans.num_rows):
+        tid = r + 1  # tid 0 is avoided: some viewers treat it as "no thread"
+        events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
+                       "args": {"name": spans.row_label(r)}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
+                       "args": {"sort_index": r}})
+    cat = "simulated" if rec.simulated else "gpu"
+    names = rec.opcode_names
+    for j in range(spans.index.shape[0]):
+        i = int(spans.index[j])
+        start, end = int(spans.start_ns[j]), int(spans.end_ns[j])
+        args: dict[str, Any] = {"instr": i, "sm": int(rec.sm[i]), **decode_operands(rec, i),
+                                "wait_ns": int(rec.wait_ns[i])}
+        if rec.bytes_moved[i]:
+            args["bytes"] = int(rec.bytes_moved[i])
+        events.append({"name": names[int(rec.words[i, 0])], "cat": cat, "ph": "X", "pid": PID,
+                       "tid": int(spans.row[j]) + 1, "ts": _us(start), "dur": _us(end - start),
+                       "args": args})
+    other = {str(k): v for k, v in rec.meta.items()}
+    other.update(simulated=rec.simulated, t0_ns=spans.t0_ns)
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
+
+
+def write_trace(spans: Spans, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(to_trace(spans), separators=(",", ":")))
+    return path
+
+
+def validate_trace(trace: Any) -> list[str]:
+    """Problems with `trace` against the Trace Event Format's required fields (empty list = valid).
+
+    Also flags partially overlapping X events on one (pid, tid) track: out of spec, and Perfetto
+    moves them to an overflow track.
+    """
+    errors: list[str] = []
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list):
+        return ["top level must be a list of events or an object with a 'traceEvents' list"]
+    tracks: dict[tuple[Any, Any], list[tuple[float, float]]] = {}
+    for k, ev in enumerate(events):
+        where = f"traceEvents[{k}]"
+        if not isinstance(ev, dict):
+            errors.append(f"{where}: not an object")
+            continue
+        ph = ev.get("ph")
+        if not isinstance(ev.get("name"), str) or not isinstance(ph, str):
+            errors.append(f"{where}: 'name' and 'ph' must be strings")
+            continue
+        if not isinstance(ev.get("pid"), int):
+            errors.append(f"{where}: 'pid' must be an int")
+        if ph in _PHASES_WITH_TRACK:
+            if not isinstance(ev.get("tid"), int):
+                errors.append(f"{where}: 'tid' must be an int")
+            if not isinstance(ev.get("ts"), (int, float)):
+                errors.append(f"{where}: 'ts' (µs) must be a number")
+        if ph == "X":
+            dur = ev.get("dur")
+            if not isinstance(dur, (int, float)) or dur < 0:
+                errors.append(f"{where}: 'dur' (µs) must be a non-negative number")
+            elif isinstance(ev.get("ts"), (int, float)):
+                tracks.setdefault((ev["pid"], ev.get("tid")), []).append((ev["ts"], ev["ts"] + dur))
+        elif ph == "M":
+            if ev["name"] not in _METADATA_NAMES:
+                errors.append(f"{where}: unknown metadata event {ev['name']!r}")
+            elif not isinstance(ev.get("args"), dict):
+                errors.append(f"{where}: metadata needs an 'args' object")
+            elif ev["name"].endswith("_name") and not isinstance(ev["args"].get("name"), str):
+                errors.append(f"{where}: {ev['name']} needs args.name (str)")
+            elif ev["name"].endswith("_sort_index") and not isinstance(ev["args"].get("sort_index"), int):
+                errors.append(f"{where}: {ev['name']} needs args.sort_index (int)")
+        if "args" in ev and not isinstance(ev["args"], dict):
+            errors.append(f"{where}: 'args' must be an object")
+    for (pid, tid), boxes in tracks.items():
+        boxes.sort()
+        open_ends: list[float] = []  # stack of enclosing slices; nesting is fine, partial overlap is not
+        for s, e in boxes:
+            while open_ends and open_ends[-1] <= s + _EPS_US:
+                open_ends.pop()
+            if open_ends and e > open_ends[-1] + _EPS_US:
+                errors.append(f"track pid={pid} tid={tid}: slice at ts={s} partially overlaps another")
+                break
+            open_ends.append(e)
+    return errors
