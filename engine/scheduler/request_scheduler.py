@@ -158,9 +158,10 @@ class Scheduler:
 
         if not preempted:
             self._admit(budget, prefills)
-        return SchedulerOutput(
-            chunks=tuple(decodes) + tuple(prefills), preempted=tuple(preempted), finished=tuple(finished)
-        )
+        # Any 1-token chunk is computed like a decode (one query against the cache), including the last
+        # token of a prefill or a 1-token admission chunk, so all of them go in the decode group.
+        chunks = decodes + [c for c in prefills if c.is_decode] + [c for c in prefills if not c.is_decode]
+        return SchedulerOutput(chunks=tuple(chunks), preempted=tuple(preempted), finished=tuple(finished))
 
     def on_step_done(self, output: SchedulerOutput, sampled: dict[str, int]) -> None:
         """Record that `output`'s chunks were computed: advance `num_computed_tokens` and append the sampled
