@@ -53,6 +53,8 @@ def gantt_data(spans: Spans) -> dict[str, Any]:
         "simulated": rec.simulated,
         "makespan": makespan,
         "rows": [spans.row_label(r) for r in range(spans.num_rows)],
+        "row_sm": spans.row_sm.tolist(),
+        "row_lane": spans.row_lane.tolist(),
         "ops": ops,
         "num_operands": k,
         "start": _b64(spans.start_ns, "f8"),

@@ -36,7 +36,9 @@ def render_png(spans: Spans, path: str | Path) -> Path:
     rec = spans.record
     colors = opcode_colors(rec.opcode_names)
     rows = spans.num_rows
-    height_in = min(40.0, 1.6 + 0.18 * max(rows, 1))
+    # One band per SM (like the HTML page); an SM's sub-lanes split its band.
+    sms, band, lanes = np.unique(spans.row_sm, return_inverse=True, return_counts=True)
+    height_in = min(24.0, 1.6 + 0.28 * max(sms.size, 1))
     fig = Figure(figsize=(WIDTH_PX / DPI, height_in), dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
@@ -48,11 +50,12 @@ def render_png(spans: Spans, path: str | Path) -> Path:
         a, b = bounds[r], bounds[r + 1]
         s, e, op = merge_subpixel(spans.start_ns[a:b] / 1e3, spans.end_ns[a:b] / 1e3, opcodes[a:b], eps_us)
         widths = np.maximum(e - s, eps_us * 0.5)  # keep zero-length instructions visible
-        ax.broken_barh(list(zip(s, widths)), (r - 0.4, 0.8), facecolors=[colors[int(o)] for o in op],
-                       linewidth=0)
-    ax.set_ylim(rows - 0.5, -0.5)  # SM 0 on top, like the HTML page and Perfetto
-    step = max(1, rows // 40)
-    ax.set_yticks(range(0, rows, step), [spans.row_label(r) for r in range(0, rows, step)], fontsize=7)
+        lane_h = 0.8 / lanes[band[r]]
+        ax.broken_barh(list(zip(s, widths)), (band[r] - 0.4 + spans.row_lane[r] * lane_h, lane_h * 0.9),
+                       facecolors=[colors[int(o)] for o in op], linewidth=0)
+    ax.set_ylim(sms.size - 0.5, -0.5)  # SM 0 on top, like the HTML page and Perfetto
+    step = max(1, sms.size // 40)
+    ax.set_yticks(range(0, sms.size, step), [f"SM {int(sm):03d}" for sm in sms[::step]], fontsize=7)
     ax.set_xlim(0, makespan_us)
     ax.set_xlabel("time since first instruction start (µs)" + (" — SIMULATED" if rec.simulated else ""))
     title = f"{rec.meta.get('model', 'megakernel')} per-SM Gantt, makespan {makespan_us:.3f} µs"
