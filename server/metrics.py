@@ -1,0 +1,57 @@
+"""Prometheus metrics for one server instance.
+
+Each `ServerMetrics` owns its own `CollectorRegistry` (never the process-global one), so several
+apps (tests start many) can live in one process without "duplicated timeseries" errors. Names
+follow vLLM's (`megakernel:` prefix instead of `vllm:`) so existing dashboards map over easily.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Seconds; covers a 1 ms GPU token up to multi-minute CPU requests.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
+_ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05,
+                0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0)
+
+
+class ServerMetrics:
+    def __init__(self, model_name: str, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry()
+        labels = ["model_name"]
+        r = self.registry
+        self.ttft = Histogram("megakernel:time_to_first_token_seconds", "Time to first token.",
+                              labels, buckets=_LATENCY_BUCKETS, registry=r).labels(model_name)
+        self.itl = Histogram("megakernel:inter_token_latency_seconds",
+                             "Time between consecutive output tokens.", labels,
+                             buckets=_ITL_BUCKETS, registry=r).labels(model_name)
+        self.e2e = Histogram("megakernel:e2e_request_latency_seconds",
+                             "End-to-end request latency (arrival to finish).", labels,
+                             buckets=_LATENCY_BUCKETS, registry=r).labels(model_name)
+        self.prompt_tokens = Counter("megakernel:prompt_tokens", "Prefill tokens processed.",
+                                     labels, registry=r).labels(model_name)
+        self.generation_tokens = Counter("megakernel:generation_tokens", "Generated tokens.",
+                                         labels, registry=r).labels(model_name)
+        self._finished = Counter("megakernel:request_success", "Finished requests by reason.",
+                                 ["model_name", "finished_reason"], registry=r)
+        self.running = Gauge("megakernel:num_requests_running", "Requests in the running batch.",
+                             labels, registry=r).labels(model_name)
+        self.waiting = Gauge("megakernel:num_requests_waiting", "Requests waiting to be scheduled.",
+                             labels, registry=r).labels(model_name)
+        self.kv_usage = Gauge("megakernel:kv_cache_usage_perc", "Fraction of KV-cache pages in use (0..1).",
+                              labels, registry=r).labels(model_name)
+        self._model_name = model_name
+
+    def request_finished(self, reason: str) -> None:
+        self._finished.labels(self._model_name, reason).inc()
+
+    def set_engine_stats(self, running: int, waiting: int, kv_usage: float) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.kv_usage.set(kv_usage)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,88 @@
+"""POST /v1/chat/completions: the model's chat template, streaming (SSE) or not."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from server.async_engine import AsyncEngine
+from server.errors import bad_request
+from server.logprobs import TokenText, chat_logprobs
+from server.params import chat_logprobs as requested_logprobs
+from server.params import chat_messages, check_model, sampling_params
+from server.protocol import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
+                             ChatResponseMessage)
+from server.serving_common import SSE_DONE, SSE_HEADERS, Generation, sse, stream_error
+
+
+async def create_chat_completion(req: ChatCompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
+    check_model(req.model, aeng.served_model_name)
+    messages = chat_messages(req)
+    k = requested_logprobs(req)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    params = sampling_params(req, max_tokens if max_tokens is not None else _default_max(aeng), k,
+                             aeng.engine.config.vocab_size)
+    try:
+        prompt_ids = await aeng.call(lambda e: e.apply_chat_template(messages))
+    except ValueError as exc:
+        raise bad_request(f"messages: {exc}", "messages") from None
+    gen = Generation(aeng, f"chatcmpl-{uuid.uuid4().hex}", req.n, 1)
+    await gen.submit([prompt_ids], params)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        body = _stream(gen, k, include_usage, aeng)
+        return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+    await gen.collect(http)
+    text = TokenText(aeng.tokenizer)
+    choices = []
+    for c in sorted(gen.choices.values(), key=lambda c: c.index):
+        lp = ChatLogprobs(content=chat_logprobs(c.token_ids, c.logprobs, k, text)) if k is not None else None
+        choices.append(ChatChoice(index=c.index, message=ChatResponseMessage(content=c.text), logprobs=lp,
+                                  finish_reason=c.finish_reason, stop_reason=c.stop_reason))
+    resp = ChatCompletionResponse(id=gen.base_id, model=aeng.served_model_name, choices=choices,
+                                  usage=gen.usage())
+    return JSONResponse(resp.model_dump())
+
+
+def _default_max(aeng: AsyncEngine) -> int:
+    # OpenAI chat has no small default: generate until EOS or the context is full (the engine
+    # stops at max_model_len with finish_reason "length").
+    return int(aeng.engine.max_model_len)
+
+
+def _chunk(gen: Generation, created: int, model: str, index: int, delta: dict[str, Any],
+           logprobs: Any, finish: str | None, stop_reason: Any = None) -> dict[str, Any]:
+    return {"id": gen.base_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+                         "stop_reason": stop_reason}]}
+
+
+async def _stream(gen: Generation, k: int | None, include_usage: bool,
+                  aeng: AsyncEngine) -> AsyncIterator[str]:
+    created = int(time.time())
+    model = aeng.served_model_name
+    text = TokenText(aeng.tokenizer)
+    try:
+        for c in sorted(gen.choices.values(), key=lambda c: c.index):
+            yield sse(_chunk(gen, created, model, c.index, {"role": "assistant", "content": ""}, None, None))
+        while (events := await gen.next_events(None)) is not None:
+            for ev in events:
+                c = gen.choices[ev.request_id]
+                delta, new_ids, new_lp = c.apply(ev)
+                lp = None
+                if k is not None and new_ids:
+                    lp = {"content": [t.model_dump() for t in chat_logprobs(new_ids, new_lp, k, text)]}
+                if delta or c.finish_reason is not None or lp is not None:
+                    body = {"content": delta} if delta or c.finish_reason is None else {}
+                    yield sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason, c.stop_reason))
+        if include_usage:
+            yield sse({"id": gen.base_id, "object": "chat.completion.chunk", "created": created,
+                       "model": model, "choices": [], "usage": gen.usage().model_dump()})
+    except Exception as exc:  # the status line is already sent: report in-band, then end the stream
+        yield stream_error(exc)
+    finally:
+        gen.abort()
+    yield SSE_DONE

@@ -1,0 +1,126 @@
+"""Shared machinery of the generation endpoints: submitting a fan-out of engine requests, reading
+their events with disconnect detection, and per-choice bookkeeping for deltas and usage."""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from fastapi import Request
+
+from server.async_engine import AsyncEngine, ChoiceEvent, EngineDeadError, QueueFullError, RequestStream
+from server.errors import APIError, bad_request, not_ready, overloaded
+from server.protocol import Usage
+
+_DISCONNECT_POLL_S = 0.5  # non-streaming requests: how often to check whether the client left
+
+
+@dataclass
+class ChoiceState:
+    """Everything the server accumulates for one choice (one engine request)."""
+
+    index: int
+    prompt_index: int
+    text: str = ""
+    sent_chars: int = 0  # how much of `text` has been streamed
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    num_prompt_tokens: int = 0
+    prompt_token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+    def apply(self, ev: ChoiceEvent) -> tuple[str, list[int], list[dict[int, float]]]:
+        """Fold an event in; return (new text, new token ids, new logprobs) since the last call."""
+        self.text = ev.text
+        delta = self.text[self.sent_chars:]
+        self.sent_chars = len(self.text)
+        self.token_ids.extend(ev.new_token_ids)
+        new_lp = ev.new_logprobs or []
+        self.logprobs.extend(new_lp)
+        self.num_prompt_tokens = ev.num_prompt_tokens
+        if ev.prompt_token_ids is not None:
+            self.prompt_token_ids = ev.prompt_token_ids
+        self.finish_reason = ev.finish_reason
+        self.stop_reason = ev.stop_reason
+        return delta, ev.new_token_ids, new_lp
+
+
+class Generation:
+    """One HTTP request's engine requests: request id -> ChoiceState, and an event reader that
+    aborts whatever is unfinished when the reader stops early (disconnect, error, cancellation)."""
+
+    def __init__(self, aeng: AsyncEngine, base_id: str, n: int, num_prompts: int):
+        self.aeng = aeng
+        self.base_id = base_id
+        self.choices: dict[str, ChoiceState] = {}
+        for p in range(num_prompts):
+            for i in range(n):
+                idx = p * n + i
+                self.choices[f"{base_id}-{idx}"] = ChoiceState(index=idx, prompt_index=p)
+        self.stream: RequestStream | None = None
+
+    async def submit(self, prompts: Sequence[Any], params: Sequence[Any]) -> None:
+        n = len(params)
+        reqs = [(rid, prompts[c.prompt_index], params[c.index % n]) for rid, c in self.choices.items()]
+        try:
+            self.stream = await self.aeng.submit(reqs)
+        except QueueFullError as exc:
+            raise overloaded(str(exc)) from None
+        except EngineDeadError as exc:
+            raise (not_ready() if not self.aeng.is_ready and self.aeng.error is None
+                   else APIError(str(exc), 503, "service_unavailable")) from None
+        except ValueError as exc:
+            raise bad_request(str(exc), "prompt" if "prompt" in str(exc) else None) from None
+
+    async def next_events(self, http: Request | None) -> list[ChoiceEvent] | None:
+        """The next events, or None when every choice has finished. With `http`, polls for a client
+        disconnect while waiting (streaming responses get cancelled by Starlette instead)."""
+        assert self.stream is not None
+        while not self.stream.finished:
+            try:
+                return await self.stream.get(_DISCONNECT_POLL_S if http is not None else None)
+            except (TimeoutError, asyncio.TimeoutError):
+                if http is not None and await http.is_disconnected():
+                    self.abort()
+                    return None
+            except EngineDeadError as exc:
+                raise APIError(str(exc), 500, "internal_server_error") from None
+        return None
+
+    def abort(self) -> None:
+        if self.stream is not None and not self.stream.finished:
+            self.aeng.abort(self.stream.request_ids)
+
+    def usage(self) -> Usage:
+        per_prompt: dict[int, int] = {}
+        for c in self.choices.values():
+            per_prompt[c.prompt_index] = c.num_prompt_tokens  # n choices share one prompt: count once
+        prompt = sum(per_prompt.values())
+        completion = sum(len(c.token_ids) for c in self.choices.values())
+        return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+    async def collect(self, http: Request | None) -> None:
+        """Run every choice to completion (non-streaming)."""
+        try:
+            while (events := await self.next_events(http)) is not None:
+                for ev in events:
+                    self.choices[ev.request_id].apply(ev)
+        finally:
+            self.abort()
+
+
+def sse(obj: Any) -> str:
+    payload = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return f"data: {payload}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def stream_error(exc: BaseException) -> str:
+    err = exc if isinstance(exc, APIError) else APIError(f"{type(exc).__name__}: {exc}", 500,
+                                                         "internal_server_error")
+    return sse(err.body())
