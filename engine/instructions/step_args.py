@@ -1,0 +1,92 @@
+"""The step-args int32 buffer: the only data the host rewrites between steps of a cached stream.
+
+Layout (word offsets are also stored in the header, so the interpreter needs no other parameters):
+    header[16]: version, T, S, max_pages, page_size, off_token_ids, off_positions, off_slot_mapping,
+                off_query_start, off_context_lens, off_block_tables, total_words, 0, 0, 0, 0
+    token_ids[T], positions[T], slot_mapping[T] (= page * page_size + row of each new token),
+    query_start[S+1], context_lens[S], block_tables[S * max_pages] (row-major, -1 padded)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.instructions.format import FORMAT_VERSION
+from engine.instructions.layout import (
+    SA_MAX_PAGES, SA_NUM_SEQS, SA_NUM_TOKENS, SA_PAGE_SIZE, SA_TOTAL_WORDS, SA_VERSION, StepShape,
+    step_args_offsets,
+)
+from models.llama.step_batch import StepBatch
+
+_SECTIONS = ("token_ids", "positions", "slot_mapping", "query_start", "context_lens", "block_tables")
+
+
+class StepArgsError(ValueError):
+    """A StepBatch does not fit the stream's StepShape, or a step-args buffer is malformed."""
+
+
+def step_shape_of(batch: StepBatch) -> StepShape:
+    return StepShape(batch.num_tokens, batch.num_seqs, int(batch.block_tables.shape[1]))
+
+
+def encode_step_args(batch: StepBatch, shape: StepShape, page_size: int,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """Write `batch` into an int32 step-args buffer (a fresh one, or `out` patched in place)."""
+    if batch.num_tokens != shape.num_tokens or batch.num_seqs != shape.num_seqs:
+        raise StepArgsError(f"StepBatch has T={batch.num_tokens}, S={batch.num_seqs}; stream expects {shape}")
+    if batch.block_tables.shape[1] > shape.max_pages:
+        raise StepArgsError(f"StepBatch.block_tables has {batch.block_tables.shape[1]} columns; stream "
+                            f"expects at most max_pages={shape.max_pages}")
+    off = step_args_offsets(shape)
+    if out is None:
+        out = torch.zeros(off["total"], dtype=torch.int32)
+    elif out.dtype != torch.int32 or out.numel() != off["total"]:
+        raise StepArgsError(f"step-args buffer: expected int32 [{off['total']}], got {out.dtype} {tuple(out.shape)}")
+    header = [FORMAT_VERSION, shape.num_tokens, shape.num_seqs, shape.max_pages, page_size,
+              *(off[s] for s in _SECTIONS), off["total"]]
+    out[: len(header)] = torch.tensor(header, dtype=torch.int32)
+    tables = torch.full((shape.num_seqs, shape.max_pages), -1, dtype=torch.int32)
+    tables[:, : batch.block_tables.shape[1]] = batch.block_tables.to(torch.int32)
+    seq_of_token = torch.repeat_interleave(torch.arange(shape.num_seqs),
+                                           (batch.query_start[1:] - batch.query_start[:-1]).cpu())
+    pos = batch.positions.cpu().to(torch.int64)
+    pages = tables[seq_of_token, pos // page_size].to(torch.int64)
+    if bool((pages < 0).any()):
+        t = int(torch.nonzero(pages < 0)[0, 0])
+        raise StepArgsError(f"StepBatch: token {t} at position {int(pos[t])} has no page in its block table")
+    values = {"token_ids": batch.token_ids, "positions": pos, "slot_mapping": pages * page_size + pos % page_size,
+              "query_start": batch.query_start, "context_lens": batch.context_lens, "block_tables": tables}
+    for s in _SECTIONS:
+        v = values[s].reshape(-1).to(torch.int32)
+        out[off[s]: off[s] + v.numel()] = v
+    return out
+
+
+@dataclass(frozen=True)
+class StepArgsView:
+    """Decoded step args (int64 tensors), exactly as an interpreter reads them from the buffer."""
+
+    num_tokens: int
+    num_seqs: int
+    page_size: int
+    token_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    query_start: list[int]
+    context_lens: list[int]
+    block_tables: torch.Tensor  # [S, max_pages]
+
+    @staticmethod
+    def decode(buf: torch.Tensor) -> StepArgsView:
+        w = buf.to(torch.int64)
+        if int(w[SA_VERSION]) != FORMAT_VERSION:
+            raise StepArgsError(f"step-args header word {SA_VERSION}: version {int(w[SA_VERSION])} != {FORMAT_VERSION}")
+        T, S, P = int(w[SA_NUM_TOKENS]), int(w[SA_NUM_SEQS]), int(w[SA_MAX_PAGES])
+        if int(w[SA_TOTAL_WORDS]) != buf.numel():
+            raise StepArgsError(f"step-args header: total_words {int(w[SA_TOTAL_WORDS])} != buffer size {buf.numel()}")
+        off = step_args_offsets(StepShape(T, S, P))
+        sec = lambda s, n: w[off[s]: off[s] + n]  # noqa: E731
+        return StepArgsView(T, S, int(w[SA_PAGE_SIZE]), sec("token_ids", T), sec("positions", T),
+                            sec("slot_mapping", T), sec("query_start", S + 1).tolist(),
+                            sec("context_lens", S).tolist(), sec("block_tables", S * P).reshape(S, P))
