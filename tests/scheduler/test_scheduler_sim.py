@@ -57,7 +57,7 @@ def _check_step(sched: Scheduler, out: SchedulerOutput, kv: dict) -> None:
             assert kv.get(row) == (c.seq_id, life, pos, toks[pos]), f"{c.seq_id}: K/V of position {pos} corrupted"
 
 
-def _simulate(seed: int, chunked: bool) -> None:
+def _simulate(seed: int, chunked: bool) -> int:
     rng = random.Random(seed)
     page_size = rng.choice([1, 2, 4, 16])
     max_model_len = rng.randrange(16, 96)
@@ -117,12 +117,12 @@ def _simulate(seed: int, chunked: bool) -> None:
     return preemptions
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(40))
 def test_engine_loop_chunked(seed: int) -> None:
     _simulate(1000 + seed, chunked=True)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(15))
 def test_engine_loop_no_chunking(seed: int) -> None:
     _simulate(2000 + seed, chunked=False)
 
