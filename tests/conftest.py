@@ -22,3 +22,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random checkpoint of the `tiny` preset, written once per test session (fp32 weights)."""
+    from models.llama.init_random import init_random_checkpoint
+
+    out = tmp_path_factory.mktemp("tiny_ckpt")
+    init_random_checkpoint("tiny", out, seed=1234, dtype="float32", progress=False)
+    return str(out)

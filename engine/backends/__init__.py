@@ -1,1 +1,57 @@
-"""engine/backends package."""
+"""Backend selection. `auto` → cuda (the megakernel) on an sm_90 GPU, else the torch reference."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.backends.base import Backend
+from models.llama.weights import LlamaWeights
+
+BACKEND_NAMES = ("auto", "torch", "vm", "cuda")
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str  # the concrete backend: torch | vm | cuda
+    device: torch.device
+    reason: str  # why `auto` chose it (shown to users)
+
+
+def has_sm90_gpu() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def resolve_backend(requested: str, device: str | None = None) -> BackendChoice:
+    if requested not in BACKEND_NAMES:
+        raise ValueError(f"backend must be one of {BACKEND_NAMES}, got {requested!r}")
+    gpu = torch.cuda.is_available()
+    if requested == "auto":
+        if has_sm90_gpu():
+            return BackendChoice("cuda", torch.device("cuda"), "sm_90 GPU found: megakernel")
+        if gpu:
+            return BackendChoice("torch", torch.device("cuda"), "GPU is not sm_90: torch reference on GPU")
+        return BackendChoice("torch", torch.device("cpu"), "no GPU: torch reference on the CPU")
+    if requested == "cuda":
+        if not has_sm90_gpu():
+            raise RuntimeError("backend 'cuda' needs an sm_90 (H100/H200) GPU; none is visible")
+        return BackendChoice("cuda", torch.device("cuda"), "requested")
+    if requested == "vm":
+        return BackendChoice("vm", torch.device("cpu"), "requested")
+    dev = torch.device(device) if device else torch.device("cuda" if gpu else "cpu")
+    return BackendChoice("torch", dev, "requested")
+
+
+def create_backend(choice: BackendChoice, weights: LlamaWeights, num_pages: int, page_size: int,
+                   **options: object) -> Backend:
+    """Instantiate the chosen backend; imports are lazy so CPU machines never load CUDA code."""
+    if choice.name == "torch":
+        from engine.backends.torch_backend import TorchBackend
+        return TorchBackend(weights, num_pages=num_pages, page_size=page_size, device=choice.device)
+    if choice.name == "vm":
+        from engine.backends.vm_backend import VMBackend
+        return VMBackend(weights, num_pages=num_pages, page_size=page_size, **options)  # type: ignore[arg-type]
+    if choice.name == "cuda":
+        from engine.backends.cuda_backend import CudaBackend
+        return CudaBackend(weights, num_pages=num_pages, page_size=page_size, **options)  # type: ignore[arg-type]
+    raise ValueError(f"unknown backend {choice.name!r}")
