@@ -1,0 +1,23 @@
+"""Incremental detokenization across multi-byte characters and stop-string helpers."""
+from __future__ import annotations
+
+from engine.detokenizer import IncrementalDetokenizer, find_stop, visible_text
+from models.llama.tokenizer import load_tokenizer
+
+
+def test_incremental_equals_full_decode_with_multibyte(tiny_checkpoint: str) -> None:
+    tok = load_tokenizer(tiny_checkpoint)
+    text = "naïve café — 東京 🙂 done"
+    ids = tok.encode(text, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, tok.encode("prompt"), skip_special_tokens=True)
+    deltas = [detok.add(t) for t in ids]
+    assert "".join(deltas) == tok.decode(ids) == text
+    assert all("\ufffd" not in d for d in deltas)
+
+
+def test_find_stop_and_hold_back() -> None:
+    assert find_stop("hello world", 3, ("wor",)) == (6, "wor")
+    assert find_stop("hello world", 1, ("hello",)) is None  # ended before this delta
+    assert find_stop("abcSTOPxSTOP", 5, ("STOP", "x")) == (7, "x")
+    assert visible_text("abcdef", ("xyz",), finished=False) == "abcd"
+    assert visible_text("abcdef", ("xyz",), finished=True) == "abcdef"
