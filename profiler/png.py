@@ -1,4 +1,4 @@
-"""Spans -> gantt.png: a static matplotlib overview (one broken_barh row per SM sub-lane).
+"""Spans -> gantt.png: a static matplotlib overview (a band per SM, split into sub-lanes).
 
 Uses the object-oriented Figure + Agg canvas, not pyplot, so no global backend or figure state.
 Adjacent same-opcode spans closer than one pixel are merged first: the picture is identical and
@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch
 
 from profiler.colors import opcode_colors
@@ -46,13 +48,23 @@ def render_png(spans: Spans, path: str | Path) -> Path:
     eps_us = makespan_us / WIDTH_PX
     bounds = np.searchsorted(spans.row, np.arange(rows + 1))
     opcodes = rec.words[spans.index, 0]
+    boxes: list[np.ndarray] = []  # [x0, x1, y0, y1] per (merged) span
+    box_ops: list[np.ndarray] = []
     for r in range(rows):
         a, b = bounds[r], bounds[r + 1]
         s, e, op = merge_subpixel(spans.start_ns[a:b] / 1e3, spans.end_ns[a:b] / 1e3, opcodes[a:b], eps_us)
-        widths = np.maximum(e - s, eps_us * 0.5)  # keep zero-length instructions visible
         lane_h = 0.8 / lanes[band[r]]
-        ax.broken_barh(list(zip(s, widths)), (band[r] - 0.4 + spans.row_lane[r] * lane_h, lane_h * 0.9),
-                       facecolors=[colors[int(o)] for o in op], linewidth=0)
+        y0 = band[r] - 0.4 + spans.row_lane[r] * lane_h
+        e = np.maximum(e, s + eps_us * 0.5)  # keep zero-length instructions visible
+        boxes.append(np.stack([s, e, np.full_like(s, y0), np.full_like(s, y0 + 0.9 * lane_h)], axis=1))
+        box_ops.append(op)
+    # One PolyCollection for everything (what broken_barh builds per call, minus 10^3 calls' overhead).
+    x0, x1, y0, y1 = np.concatenate(boxes).T if boxes else np.zeros((4, 0))
+    verts = np.stack([np.stack([x0, y0], 1), np.stack([x0, y1], 1), np.stack([x1, y1], 1),
+                      np.stack([x1, y0], 1)], axis=1)
+    palette = {op: to_rgba(c) for op, c in colors.items()}
+    face = [palette[int(o)] for o in np.concatenate(box_ops)] if box_ops else []
+    ax.add_collection(PolyCollection(verts, facecolors=face, linewidths=0, antialiased=False), autolim=False)
     ax.set_ylim(sms.size - 0.5, -0.5)  # SM 0 on top, like the HTML page and Perfetto
     step = max(1, sms.size // 40)
     ax.set_yticks(range(0, sms.size, step), [f"SM {int(sm):03d}" for sm in sms[::step]], fontsize=7)
@@ -64,6 +76,9 @@ def render_png(spans: Spans, path: str | Path) -> Path:
     present = sorted(set(np.unique(opcodes).tolist()))
     handles = [Patch(facecolor=colors[o], label=rec.opcode_names[o]) for o in present]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
+    # Fixed margins instead of tight_layout: one draw instead of two (matters at 10^5 boxes).
+    left_in, right_in = 0.8, 1.9
+    fig.subplots_adjust(left=left_in / fig.get_figwidth(), right=1 - right_in / fig.get_figwidth(),
+                        top=1 - 0.35 / height_in, bottom=0.55 / height_in)
     fig.savefig(path, dpi=DPI)
     return path

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from profiler.spans import Spans, decode_operands
+from profiler.record import ProfileRecord
+from profiler.spans import Spans
 
 PID = 1
 _EPS_US = 1e-4  # ts + dur is float arithmetic: touching slices may differ in the last bit
@@ -20,6 +21,19 @@ _METADATA_NAMES = {"process_name", "process_sort_index", "thread_name", "thread_
 
 def _us(ns: int) -> float:
     return round(ns / 1000.0, 3)
+
+
+def _operand_decoder(rec: ProfileRecord, op: int) -> Callable[[list[int]], dict[str, int]]:
+    """Same result as spans.decode_operands, specialised per opcode for the hot loop."""
+    names = rec.operand_names.get(op)
+    if names:
+        return lambda w: dict(zip(names, w[1 : 1 + len(names)]))
+
+    def raw(w: list[int]) -> dict[str, int]:
+        last = max((k for k in range(1, len(w)) if w[k]), default=0)
+        return {f"w{k}": w[k] for k in range(1, last + 1)}
+
+    return raw
 
 
 def process_title(spans: Spans) -> str:
@@ -43,17 +57,20 @@ def to_trace(spans: Spans) -> dict[str, Any]:
         events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                        "args": {"sort_index": r}})
     cat = "simulated" if rec.simulated else "gpu"
-    names = rec.opcode_names
-    for j in range(spans.index.shape[0]):
-        i = int(spans.index[j])
-        start, end = int(spans.start_ns[j]), int(spans.end_ns[j])
-        args: dict[str, Any] = {"instr": i, "sm": int(rec.sm[i]), **decode_operands(rec, i),
-                                "wait_ns": int(rec.wait_ns[i])}
-        if rec.bytes_moved[i]:
-            args["bytes"] = int(rec.bytes_moved[i])
-        events.append({"name": names[int(rec.words[i, 0])], "cat": cat, "ph": "X", "pid": PID,
-                       "tid": int(spans.row[j]) + 1, "ts": _us(start), "dur": _us(end - start),
-                       "args": args})
+    # Plain-Python columns: per-element numpy scalars would dominate the cost at 10^5 events.
+    idx = spans.index.tolist()
+    starts, ends, rows = spans.start_ns.tolist(), spans.end_ns.tolist(), spans.row.tolist()
+    words = rec.words[spans.index].tolist()
+    sms, waits, moved = (rec.sm[spans.index].tolist(), rec.wait_ns[spans.index].tolist(),
+                         rec.bytes_moved[spans.index].tolist())
+    decoders = {op: _operand_decoder(rec, op) for op in rec.opcode_names}
+    for j, i in enumerate(idx):
+        w = words[j]
+        args: dict[str, Any] = {"instr": i, "sm": sms[j], **decoders[w[0]](w), "wait_ns": waits[j]}
+        if moved[j]:
+            args["bytes"] = moved[j]
+        events.append({"name": rec.opcode_names[w[0]], "cat": cat, "ph": "X", "pid": PID, "tid": rows[j] + 1,
+                       "ts": _us(starts[j]), "dur": _us(ends[j] - starts[j]), "args": args})
     other = {str(k): v for k, v in rec.meta.items()}
     other.update(simulated=rec.simulated, t0_ns=spans.t0_ns)
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
