@@ -1,0 +1,6 @@
+"""`megakernel bench`: batch-1 decode benchmark of the engine against PyTorch baselines.
+
+Modules: timing (device timer), bandwidth (copy bandwidth), floor (bytes-per-token floor),
+static_llama (graph-capturable PyTorch decode model), baselines (eager / CUDA graph / compile+graph),
+harness (`run_bench`), report (table + JSON), cli (`register(subparsers)`).
+"""

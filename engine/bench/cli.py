@@ -1,0 +1,79 @@
+"""`megakernel bench`: the single-batch decode benchmark (see harness.py for what is measured)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_GPU_PRESET = "llama-3.2-1b"
+CPU_PRESET = "tiny"  # without a GPU the 1B model would take minutes per token row
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="batch-1 decode benchmark: engine vs PyTorch baselines vs the copy floor")
+    p.add_argument("--model", default=None, metavar="DIR", help="checkpoint directory (default: random weights)")
+    p.add_argument("--preset", default=None,
+                   help=f"random-weight shape (default {DEFAULT_GPU_PRESET} on a GPU, {CPU_PRESET} on the CPU)")
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--skip", default="", help="comma list of baselines to skip: eager,graph,compile")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON")
+    p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (cuda when available)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
+                   help="torch.compile mode of the compile+graph baseline ('default' is tried if it fails)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per runner (median reported)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engine-module", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first so it can register_engine_runner(); repeatable")
+    p.set_defaults(func=run_cli)
+
+
+def resolve_device_and_preset(device: str, preset: str | None, has_cuda: bool) -> tuple[str, str, str | None]:
+    """(device, preset, note): auto picks CUDA when present; on the CPU the default preset is tiny."""
+    note = None
+    if device == "auto":
+        device = "cuda" if has_cuda else "cpu"
+        if not has_cuda:
+            note = "no CUDA GPU found: running on the CPU"
+    if preset is None:
+        preset = DEFAULT_GPU_PRESET if device.startswith("cuda") else CPU_PRESET
+        if not device.startswith("cuda"):
+            note = (note or "CPU run") + f" with the {CPU_PRESET} preset (pass --preset to override)"
+    return device, preset, note
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    import torch
+
+    from engine.bench.engines import DEFAULT_ENGINE_PLUGINS, import_plugins
+    from engine.bench.harness import BenchConfig, run_bench
+    from engine.bench.report import format_table, write_json
+
+    device, preset, note = resolve_device_and_preset(args.device, args.preset, torch.cuda.is_available())
+    messages = [note] if note else []
+    if note:
+        print(note, file=sys.stderr)
+    messages += import_plugins([*DEFAULT_ENGINE_PLUGINS, *args.engine_module])
+    skip = frozenset(s.strip() for s in args.skip.split(",") if s.strip())
+    config = BenchConfig(
+        model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+        batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
+        compile_modes=(args.compile_mode, "default"), repeats=args.repeats, seed=args.seed)
+    result = run_bench(config, messages=tuple(messages))
+    print(format_table(result))
+    if args.json:
+        print(f"wrote {write_json(result, args.json)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry point: `python -m engine.bench.cli [options]`."""
+    parser = argparse.ArgumentParser(prog="megakernel")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

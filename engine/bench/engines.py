@@ -1,0 +1,58 @@
+"""The plug-in point for engines under test (the megakernel): runners registered by name.
+
+An engine runner is `fn(weights, config, prompt_ids, new_tokens) -> (token_ids, seconds_per_token)`
+and must follow the protocol in baselines.py: greedy, batch 1, `token_ids` = the first `new_tokens`
+greedy tokens after `prompt_ids`, `seconds_per_token` = device-synchronised time of the decode steps
+(one token in, one token out) divided by their number, prefill excluded, after its own warm-up.
+
+The registry is a small object; `DEFAULT_REGISTRY` is the one process-wide instance the CLI reads, so
+that an engine module can register itself at import time (the usual plug-in pattern). `run_bench`
+also takes an explicit mapping, which tests use to stay independent of that shared state.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+
+from models.llama.config import LlamaConfig
+from models.llama.weights import LlamaWeights
+
+EngineRunner = Callable[[LlamaWeights, LlamaConfig, list[int], int], tuple[Sequence[int], float]]
+
+# Modules imported by the CLI before a run so their import-time registrations take effect; a module
+# that cannot be imported is reported in the result, not fatal. The lead adds the megakernel's here.
+DEFAULT_ENGINE_PLUGINS: tuple[str, ...] = ()
+
+
+class EngineRegistry:
+    def __init__(self) -> None:
+        self._runners: dict[str, EngineRunner] = {}
+
+    def register(self, name: str, fn: EngineRunner) -> None:
+        if not name or not isinstance(name, str):
+            raise ValueError(f"engine runner name must be a non-empty string, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"engine runner {name!r}: expected a callable, got {type(fn).__name__}")
+        self._runners[name] = fn
+
+    def runners(self) -> Mapping[str, EngineRunner]:
+        return dict(self._runners)
+
+
+DEFAULT_REGISTRY = EngineRegistry()
+
+
+def register_engine_runner(name: str, fn: EngineRunner) -> None:
+    """Register `fn` under `name` in the default registry (later registrations replace earlier ones)."""
+    DEFAULT_REGISTRY.register(name, fn)
+
+
+def import_plugins(modules: Sequence[str]) -> list[str]:
+    """Import each plug-in module; returns one message per module that failed to import."""
+    problems: list[str] = []
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except Exception as e:  # noqa: BLE001 - a broken plug-in must not stop the baselines
+            problems.append(f"engine plug-in {mod!r} not loaded: {type(e).__name__}: {e}")
+    return problems

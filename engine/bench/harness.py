@@ -1,0 +1,211 @@
+"""`run_bench`: copy bandwidth → floor → PyTorch baselines → engine runners → one table of rows.
+
+Everything is measured in the same process on the same device, because absolute numbers drift
+between machines and runs; only the ratios within one run are meaningful.
+"""
+from __future__ import annotations
+
+import datetime
+import gc
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.bench.bandwidth import BandwidthResult, measure_copy_bandwidth
+from engine.bench.baselines import BASELINES, COMPILE_GRAPH, CUDA_GRAPH, EAGER, RunResult, run_baseline
+from engine.bench.engines import DEFAULT_REGISTRY, EngineRunner
+from engine.bench.floor import Floor, decode_floor
+from engine.bench.model_source import load_bench_weights, parse_dtype
+from engine.bench.static_llama import StaticLlama
+from engine.bench.timing import synchronize
+
+# CLI spellings accepted in `skip_baselines`, mapped to the runner names.
+SKIP_ALIASES = {"eager": EAGER, "graph": CUDA_GRAPH, "cuda_graph": CUDA_GRAPH,
+                "compile": COMPILE_GRAPH, "compile_graph": COMPILE_GRAPH}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model_dir: str | None = None  # a checkpoint; overrides `preset`
+    preset: str = "llama-3.2-1b"  # random weights of this shape when model_dir is None
+    prompt_len: int = 32
+    new_tokens: int = 128
+    batch: int = 1
+    skip_baselines: frozenset[str] = frozenset()  # names or SKIP_ALIASES keys
+    dtype: str = "bfloat16"
+    device: str = "cuda"
+    compile_modes: tuple[str, ...] = ("max-autotune-no-cudagraphs", "default")  # tried in order
+    repeats: int = 3  # timed runs per runner (median reported), after one warm-up run
+    seed: int = 0  # weights and prompt
+    bandwidth_bytes: int | None = None  # copy buffer size; None = 2 GiB on GPU (capped), 64 MiB on CPU
+
+    def validate(self) -> None:
+        if self.batch != 1:
+            raise ValueError(f"batch: only batch 1 is benchmarked for now, got {self.batch}")
+        if self.prompt_len < 1 or self.new_tokens < 1:
+            raise ValueError(f"prompt_len ({self.prompt_len}) and new_tokens ({self.new_tokens}) must be >= 1")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        unknown = sorted(set(self.skip_baselines) - set(SKIP_ALIASES))
+        if unknown:
+            raise ValueError(f"skip_baselines: unknown {', '.join(unknown)}; valid: {', '.join(sorted(SKIP_ALIASES))}")
+        parse_dtype(self.dtype)
+
+    def skipped(self) -> set[str]:
+        return {SKIP_ALIASES[s] for s in self.skip_baselines}
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    name: str
+    status: str  # ok | skipped | failed
+    ms_per_token: float | None = None
+    tok_per_s: float | None = None
+    pct_of_floor: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile_graph: float | None = None
+    tokens_match: bool | None = None  # against the reference run (None: nothing to compare)
+    first_mismatch: int | None = None
+    reason: str = ""
+    notes: dict[str, float | str] = field(default_factory=dict)
+    tokens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    config: BenchConfig
+    model: str
+    device_name: str
+    torch_version: str
+    date: str
+    bandwidth: BandwidthResult
+    floor: Floor
+    reference: str | None  # the baseline whose tokens every other row is compared with
+    rows: tuple[BenchRow, ...]
+    messages: tuple[str, ...] = ()
+
+    def row(self, name: str) -> BenchRow:
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(f"no row named {name!r}; rows: {', '.join(r.name for r in self.rows)}")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} (no GPU)"
+
+
+def _free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _run_engine(name: str, fn: EngineRunner, weights, prompt: list[int], new_tokens: int) -> RunResult:
+    try:
+        tokens, spt = fn(weights, weights.config, list(prompt), new_tokens)
+        tokens = tuple(int(t) for t in tokens)
+        spt = float(spt)
+        if not spt > 0:
+            return RunResult(name, "failed", tokens, reason=f"non-positive seconds_per_token {spt}")
+        return RunResult(name, "ok", tokens, spt)
+    except Exception as e:  # noqa: BLE001 - the engine under test failing is a result, not a crash
+        last = traceback.format_exception_only(type(e), e)[-1].strip()
+        return RunResult(name, "failed", reason=f"engine raised {last[:400]}")
+
+
+def compare_tokens(tokens: tuple[int, ...], reference: tuple[int, ...]) -> tuple[bool, int | None]:
+    """(equal, first differing index); a length difference counts as a mismatch at the shorter end."""
+    for i, (a, b) in enumerate(zip(tokens, reference)):
+        if a != b:
+            return False, i
+    if len(tokens) != len(reference):
+        return False, min(len(tokens), len(reference))
+    return True, None
+
+
+def make_rows(runs: list[RunResult], floor: Floor) -> tuple[tuple[BenchRow, ...], str | None]:
+    by_name = {r.name: r for r in runs if r.status == "ok"}
+    reference = next((b for b in BASELINES if b in by_name), None)
+    eager_s = by_name[EAGER].seconds_per_token if EAGER in by_name else None
+    compile_s = by_name[COMPILE_GRAPH].seconds_per_token if COMPILE_GRAPH in by_name else None
+    rows = []
+    for r in runs:
+        if r.status != "ok" or r.seconds_per_token is None:
+            rows.append(BenchRow(r.name, r.status, reason=r.reason, notes=r.notes, tokens=r.tokens))
+            continue
+        s = r.seconds_per_token
+        match, first = (None, None)
+        if reference is not None and r.name != reference:
+            match, first = compare_tokens(r.tokens, by_name[reference].tokens)
+        rows.append(BenchRow(
+            name=r.name, status="ok", ms_per_token=s * 1e3, tok_per_s=1.0 / s,
+            pct_of_floor=100.0 * floor.seconds_per_token / s,
+            speedup_vs_eager=None if eager_s is None else eager_s / s,
+            speedup_vs_compile_graph=None if compile_s is None else compile_s / s,
+            tokens_match=match, first_mismatch=first, reason=r.reason, notes=r.notes, tokens=r.tokens))
+    return tuple(rows), reference
+
+
+def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = None,
+              messages: tuple[str, ...] = ()) -> BenchResult:
+    """Run the whole benchmark. `engines` defaults to the runners in engines.DEFAULT_REGISTRY."""
+    config.validate()
+    engines = DEFAULT_REGISTRY.runners() if engines is None else engines
+    clash = sorted(set(engines) & set(BASELINES))
+    if clash:
+        raise ValueError(f"engine runner names {clash} clash with the baselines' names")
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
+    dtype = parse_dtype(config.dtype)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+    # Bandwidth first, while the device memory is still empty.
+    bandwidth = measure_copy_bandwidth(device, config.bandwidth_bytes)
+    weights, model_desc = load_bench_weights(config.model_dir, config.preset, dtype, device, config.seed)
+    cfg = weights.config
+    if config.prompt_len + config.new_tokens > cfg.max_position_embeddings:
+        raise ValueError(f"prompt_len + new_tokens = {config.prompt_len + config.new_tokens} exceeds "
+                         f"max_position_embeddings={cfg.max_position_embeddings}")
+    floor = decode_floor(cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
+                         bandwidth.gbps)
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()
+    prompt = torch.tensor(prompt_ids, dtype=torch.int64, device=device)
+
+    runs: list[RunResult] = []
+    skipped = config.skipped()
+    model = StaticLlama(weights, config.prompt_len + config.new_tokens)
+    for name in BASELINES:
+        if name in skipped:
+            runs.append(RunResult(name, "skipped", reason="skipped by request"))
+            continue
+        t0 = time.perf_counter()
+        res = run_baseline(name, model, prompt, config.new_tokens, config.repeats, config.compile_modes)
+        if res.status == "ok":
+            res.notes.setdefault("wall_seconds", round(time.perf_counter() - t0, 1))
+        runs.append(res)
+        torch._dynamo.reset()  # drop compiled code (and its graphs' memory) before the next runner
+        _free_memory(device)
+    del model  # the fused weight copies and the KV cache: give the engines the memory
+    _free_memory(device)
+
+    for name, fn in engines.items():
+        runs.append(_run_engine(name, fn, weights, prompt_ids, config.new_tokens))
+        try:
+            synchronize(device)
+            _free_memory(device)
+        except Exception as e:  # noqa: BLE001 - a sticky device error: keep the rows measured so far
+            runs[-1] = RunResult(name, "failed", runs[-1].tokens, reason=f"device error after run: {e}")
+            break
+
+    rows, reference = make_rows(runs, floor)
+    return BenchResult(config=config, model=model_desc, device_name=device_name(device),
+                       torch_version=torch.__version__, date=date, bandwidth=bandwidth, floor=floor,
+                       reference=reference, rows=rows, messages=tuple(messages))

@@ -1,0 +1,109 @@
+"""A compact PyTorch Llama decoder for the baselines: static shapes, so it is CUDA-graph capturable.
+
+Everything one decode step touches lives in fixed buffers: the contiguous KV cache
+[layers, 2, max_len, n_kv_heads, head_dim], the input token, its position and a history of greedy
+outputs. `forward()` takes no arguments and only mutates those buffers in place (KV append, argmax
+into history, token <- argmax, position += 1), so the very same step can run eagerly, be replayed
+from one captured CUDA graph, or be compiled by torch.compile and then captured. The position is a
+device tensor, so a replayed graph attends over a growing context through a length mask.
+
+Numerics follow models.llama.model (HF): matmuls in the weight dtype, RMSNorm and softmax in
+float32, RoPE cos/sin in float32 cast to the activation dtype. Q/K/V and gate/up are fused into one
+matrix each (as vLLM and gpt-fast do) so the baselines are not handicapped by extra launches.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.llama.config import LlamaConfig
+from models.llama.model import rms_norm
+from models.llama.rope import apply_rope, inv_freq
+from models.llama.weights import LayerWeights, LlamaWeights
+
+
+class _Layer(nn.Module):
+    def __init__(self, layer: LayerWeights) -> None:
+        super().__init__()
+        # Buffers, not parameters: no autograd, and torch.compile treats them as graph inputs.
+        self.register_buffer("ln1", layer.input_layernorm, persistent=False)
+        self.register_buffer("qkv", torch.cat([layer.q_proj, layer.k_proj, layer.v_proj]), persistent=False)
+        self.register_buffer("o", layer.o_proj, persistent=False)
+        self.register_buffer("ln2", layer.post_attention_layernorm, persistent=False)
+        self.register_buffer("gate_up", torch.cat([layer.gate_proj, layer.up_proj]), persistent=False)
+        self.register_buffer("down", layer.down_proj, persistent=False)
+
+
+class StaticLlama(nn.Module):
+    """Batch-1 greedy decoder over a static KV cache of `max_len` positions."""
+
+    def __init__(self, weights: LlamaWeights, max_len: int) -> None:
+        super().__init__()
+        cfg = weights.config
+        if max_len <= 0 or max_len > cfg.max_position_embeddings:
+            raise ValueError(f"StaticLlama: max_len={max_len} must be in [1, max_position_embeddings="
+                             f"{cfg.max_position_embeddings}]")
+        self.config: LlamaConfig = cfg
+        self.max_len = max_len
+        dev, dt = weights.device, weights.dtype
+        self.layers = nn.ModuleList(_Layer(layer) for layer in weights.layers)
+        self.register_buffer("embed", weights.embed_tokens, persistent=False)
+        self.register_buffer("norm", weights.norm, persistent=False)
+        self.register_buffer("lm_head", weights.lm_head, persistent=False)
+        self.register_buffer("inv_freq", inv_freq(cfg, dev), persistent=False)
+        self.register_buffer("key_pos", torch.arange(max_len, device=dev), persistent=False)
+        # Zeros, not empty: unwritten rows are masked, but 0 * NaN garbage would still poison P @ V.
+        kv_shape = (cfg.num_hidden_layers, 2, max_len, cfg.num_key_value_heads, cfg.head_dim)
+        self.register_buffer("kv", torch.zeros(kv_shape, dtype=dt, device=dev), persistent=False)
+        self.register_buffer("token", torch.zeros(1, dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("pos", torch.zeros(1, dtype=torch.int64, device=dev), persistent=False)
+        # history[p] = greedy token predicted after the token at position p.
+        self.register_buffer("history", torch.zeros(max_len, dtype=torch.int64, device=dev), persistent=False)
+
+    def reset(self) -> None:
+        """Start a new sequence. In place, so captured graphs keep pointing at the same buffers."""
+        self.pos.zero_()
+        self.token.zero_()
+        self.history.zero_()
+
+    def _attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                valid: torch.Tensor) -> torch.Tensor:
+        """q [1, n_heads, hd] over the cache [max_len, n_kv, hd]; positions where valid is False are masked."""
+        cfg = self.config
+        qg = q.view(cfg.num_key_value_heads, cfg.gqa_ratio, cfg.head_dim)  # head h reads kv head h // ratio
+        scores = torch.matmul(qg, k_cache.permute(1, 2, 0)) * cfg.head_dim ** -0.5  # [n_kv, ratio, max_len]
+        scores = scores.masked_fill(~valid, float("-inf"))
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, v_cache.transpose(0, 1))  # [n_kv, ratio, hd]
+        return out.reshape(1, cfg.q_size)
+
+    def logits(self) -> torch.Tensor:
+        """Run the model on (token, pos), appending its K/V to the cache; float32 logits [1, vocab]."""
+        cfg = self.config
+        pos = self.pos
+        h = F.embedding(self.token, self.embed)  # [1, H]
+        freqs = pos.to(torch.float32)[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        valid = self.key_pos <= pos  # [max_len]
+        for i, layer in enumerate(self.layers):
+            x = rms_norm(h, layer.ln1, cfg.rms_norm_eps)
+            q, k, v = (x @ layer.qkv.T).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+            q = apply_rope(q.view(1, cfg.num_attention_heads, cfg.head_dim), cos, sin)
+            k = apply_rope(k.view(1, cfg.num_key_value_heads, cfg.head_dim), cos, sin)
+            self.kv[i, 0].index_copy_(0, pos, k)
+            self.kv[i, 1].index_copy_(0, pos, v.view(1, cfg.num_key_value_heads, cfg.head_dim))
+            h = h + self._attend(q, self.kv[i, 0], self.kv[i, 1], valid) @ layer.o.T
+            x = rms_norm(h, layer.ln2, cfg.rms_norm_eps)
+            gate, up = (x @ layer.gate_up.T).chunk(2, dim=-1)
+            h = h + (F.silu(gate) * up) @ layer.down.T
+        x = rms_norm(h, self.norm, cfg.rms_norm_eps)
+        return (x @ self.lm_head.T).to(torch.float32)
+
+    def forward(self) -> None:
+        """One greedy decode step, entirely on the device (no host sync, graph capturable)."""
+        nxt = self.logits().argmax(dim=-1)  # [1]
+        self.history.index_copy_(0, self.pos, nxt)
+        self.token.copy_(nxt)
+        self.pos.add_(1)
