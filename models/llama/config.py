@@ -12,85 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUPPORTED_ROPE_TYPES = ("llama3", "linear")
+from models.llama.config_fields import (
+    ConfigError,
+    RopeScaling,
+    as_bool,
+    as_eos,
+    as_float,
+    as_int,
+    check_positive_float,
+    check_positive_int,
+    check_token_id,
+)
 
-
-class ConfigError(ValueError):
-    """A config.json field is missing, malformed or unsupported; the message names the field."""
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """RoPE frequency scaling. `rope_type` is "llama3" or "linear" (the latter only uses `factor`)."""
-
-    rope_type: str
-    factor: float
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
-
-    def __post_init__(self) -> None:
-        if self.rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ConfigError(
-                f"rope_scaling.rope_type: unsupported {self.rope_type!r} "
-                f"(supported: default, {', '.join(SUPPORTED_ROPE_TYPES)})"
-            )
-        _check_positive_float("rope_scaling.factor", self.factor)
-        if self.rope_type == "llama3":
-            _check_positive_float("rope_scaling.low_freq_factor", self.low_freq_factor)
-            _check_positive_float("rope_scaling.high_freq_factor", self.high_freq_factor)
-            # The llama3 smoothing divides by (high - low); equal factors would divide by zero.
-            if not self.high_freq_factor > self.low_freq_factor:
-                raise ConfigError(
-                    "rope_scaling.high_freq_factor must be greater than low_freq_factor, got "
-                    f"{self.high_freq_factor} <= {self.low_freq_factor}"
-                )
-            _check_positive_int(
-                "rope_scaling.original_max_position_embeddings", self.original_max_position_embeddings
-            )
-
-    @staticmethod
-    def from_dict(d: dict[str, Any] | None) -> RopeScaling | None:
-        """Parse an HF `rope_scaling` / `rope_parameters` dict; "default" (or None) means no scaling."""
-        if d is None:
-            return None
-        if not isinstance(d, dict):
-            raise ConfigError(f"rope_scaling: expected a dict or null, got {type(d).__name__}")
-        rope_type = d.get("rope_type", d.get("type", "default"))
-        if rope_type == "default":
-            return None
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ConfigError(
-                f"rope_scaling.rope_type: unsupported {rope_type!r} "
-                f"(supported: default, {', '.join(SUPPORTED_ROPE_TYPES)})"
-            )
-        if "factor" not in d:
-            raise ConfigError(f"rope_scaling.factor: required for rope_type {rope_type!r}")
-        if rope_type == "linear":
-            return RopeScaling("linear", _as_float("rope_scaling.factor", d["factor"]))
-        for key in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-            if key not in d:
-                raise ConfigError(f"rope_scaling.{key}: required for rope_type 'llama3'")
-        return RopeScaling(
-            rope_type="llama3",
-            factor=_as_float("rope_scaling.factor", d["factor"]),
-            low_freq_factor=_as_float("rope_scaling.low_freq_factor", d["low_freq_factor"]),
-            high_freq_factor=_as_float("rope_scaling.high_freq_factor", d["high_freq_factor"]),
-            original_max_position_embeddings=_as_int(
-                "rope_scaling.original_max_position_embeddings", d["original_max_position_embeddings"]
-            ),
-        )
-
-    def to_hf_dict(self) -> dict[str, Any]:
-        if self.rope_type == "linear":
-            return {"rope_type": "linear", "factor": self.factor}
-        return {
-            "rope_type": "llama3",
-            "factor": self.factor,
-            "low_freq_factor": self.low_freq_factor,
-            "high_freq_factor": self.high_freq_factor,
-            "original_max_position_embeddings": self.original_max_position_embeddings,
-        }
+__all__ = ["ConfigError", "LlamaConfig", "RopeScaling"]
 
 
 @dataclass(frozen=True)
@@ -115,9 +49,9 @@ class LlamaConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
-            _check_positive_int(name, getattr(self, name))
-        _check_positive_float("rope_theta", self.rope_theta)
-        _check_positive_float("rms_norm_eps", self.rms_norm_eps)
+            check_positive_int(name, getattr(self, name))
+        check_positive_float("rope_theta", self.rope_theta)
+        check_positive_float("rms_norm_eps", self.rms_norm_eps)
         if not isinstance(self.tie_word_embeddings, bool):
             raise ConfigError(f"tie_word_embeddings: expected a bool, got {self.tie_word_embeddings!r}")
         if self.num_attention_heads % self.num_key_value_heads != 0:
@@ -131,11 +65,11 @@ class LlamaConfig:
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
             raise ConfigError(f"rope_scaling: expected RopeScaling or None, got {self.rope_scaling!r}")
         if self.bos_token_id is not None:
-            _check_token_id("bos_token_id", self.bos_token_id, self.vocab_size)
+            check_token_id("bos_token_id", self.bos_token_id, self.vocab_size)
         if not isinstance(self.eos_token_ids, tuple):
             raise ConfigError(f"eos_token_id: expected a tuple of ints, got {self.eos_token_ids!r}")
         for tok in self.eos_token_ids:
-            _check_token_id("eos_token_id", tok, self.vocab_size)
+            check_token_id("eos_token_id", tok, self.vocab_size)
 
     # ---- derived sizes -------------------------------------------------------------------------
     @property
@@ -170,14 +104,14 @@ class LlamaConfig:
         def req_int(key: str) -> int:
             if key not in d:
                 raise ConfigError(f"{key}: required field is missing")
-            return _as_int(key, d[key])
+            return as_int(key, d[key])
 
         heads = req_int("num_attention_heads")
         hidden = req_int("hidden_size")
-        kv_heads = _as_int("num_key_value_heads", d["num_key_value_heads"]) \
+        kv_heads = as_int("num_key_value_heads", d["num_key_value_heads"]) \
             if d.get("num_key_value_heads") is not None else heads
         if d.get("head_dim") is not None:
-            head_dim = _as_int("head_dim", d["head_dim"])
+            head_dim = as_int("head_dim", d["head_dim"])
         else:
             if hidden % heads != 0:
                 raise ConfigError(
@@ -195,7 +129,7 @@ class LlamaConfig:
         theta_src = d.get("rope_theta")
         if theta_src is None and rope_params is not None:
             theta_src = rope_params.get("rope_theta")
-        rope_theta = _as_float("rope_theta", theta_src) if theta_src is not None else 10000.0
+        rope_theta = as_float("rope_theta", theta_src) if theta_src is not None else 10000.0
 
         bos = d.get("bos_token_id")
         return LlamaConfig(
@@ -208,11 +142,11 @@ class LlamaConfig:
             head_dim=head_dim,
             rope_theta=rope_theta,
             rope_scaling=RopeScaling.from_dict(scaling_src),
-            rms_norm_eps=_as_float("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=_as_bool("tie_word_embeddings", d.get("tie_word_embeddings", False)),
-            bos_token_id=None if bos is None else _as_int("bos_token_id", bos),
-            eos_token_ids=_as_eos(d.get("eos_token_id")),
-            max_position_embeddings=_as_int("max_position_embeddings", d.get("max_position_embeddings", 2048)),
+            rms_norm_eps=as_float("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=as_bool("tie_word_embeddings", d.get("tie_word_embeddings", False)),
+            bos_token_id=None if bos is None else as_int("bos_token_id", bos),
+            eos_token_ids=as_eos(d.get("eos_token_id")),
+            max_position_embeddings=as_int("max_position_embeddings", d.get("max_position_embeddings", 2048)),
         )
 
     @staticmethod
@@ -262,48 +196,3 @@ class LlamaConfig:
         if torch_dtype is not None:
             out["torch_dtype"] = torch_dtype
         return out
-
-
-# ---- field parsing helpers -----------------------------------------------------------------------
-def _as_int(name: str, v: Any) -> int:
-    # bool is an int subclass in Python; `true` as a layer count is a config bug, not 1.
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        raise ConfigError(f"{name}: expected an integer, got {v!r}")
-    return v
-
-
-def _as_float(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(f"{name}: expected a number, got {v!r}")
-    return float(v)
-
-
-def _as_bool(name: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ConfigError(f"{name}: expected true/false, got {v!r}")
-    return v
-
-
-def _as_eos(v: Any) -> tuple[int, ...]:
-    if v is None:
-        return ()
-    if isinstance(v, list):
-        return tuple(_as_int("eos_token_id", x) for x in v)
-    return (_as_int("eos_token_id", v),)
-
-
-def _check_positive_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ConfigError(f"{name}: expected a positive integer, got {v!r}")
-
-
-def _check_positive_float(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-        raise ConfigError(f"{name}: expected a positive number, got {v!r}")
-
-
-def _check_token_id(name: str, v: Any, vocab_size: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < vocab_size:
-        raise ConfigError(f"{name}: expected a token id in [0, {vocab_size}), got {v!r}")

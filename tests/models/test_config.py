@@ -108,3 +108,14 @@ def test_preset_special_ids_match_the_generated_tokenizer(name: str) -> None:
     c = preset_config(name)
     assert c.bos_token_id == special_token_ids(c.vocab_size)[BOS]
     assert c.eos_token_ids == llama3_eos_ids(c.vocab_size)
+
+
+@pytest.mark.parametrize("rope", [None, RopeScaling("linear", 2.5)])
+def test_transformers5_rope_parameters_layout(rope: RopeScaling | None) -> None:
+    c = LlamaConfig.from_dict({**BASE, "rope_theta": 1234.0, "num_key_value_heads": 3})
+    c = LlamaConfig(**{**c.__dict__, "rope_scaling": rope})
+    hf = transformers.LlamaConfig(**c.to_hf_dict()).to_dict()
+    assert "rope_parameters" in hf and hf.get("rope_theta") is None
+    assert LlamaConfig.from_dict(hf) == c
+    explicit = {**BASE, "rope_parameters": {"rope_type": "default", "rope_theta": 77.0}}
+    assert LlamaConfig.from_dict(explicit).rope_theta == 77.0
