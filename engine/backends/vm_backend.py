@@ -1,0 +1,91 @@
+"""The `vm` backend: every step runs the exact instruction tensors the CUDA interpreter would run,
+opcode by opcode on the CPU (engine/vm), with deadlock and (optionally) race detection."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from engine.backends.base import Backend
+from engine.instructions.layout import ModelDims
+from engine.instructions.packing import pack_weights
+from engine.instructions.step_args import StepArgsView
+from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.vm.buffers import GlobalBuffers
+from engine.vm.machine import VM, StepTrace, SyncState
+from models.llama.kv_cache import PagedKVCache
+from models.llama.step_batch import StepBatch
+from models.llama.weights import LlamaWeights
+
+
+class VMBackend(Backend):
+    name = "vm"
+
+    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, num_sms: int = 132,
+                 policy: str = "rr", seed: int = 0, check_races: bool = True,
+                 weight_dtype: torch.dtype | None = None, **split_kw: object) -> None:
+        """weight_dtype: packed-weight and KV dtype (default: the checkpoint's dtype); math is fp32."""
+        self.config = weights.config
+        self.dims = ModelDims.from_config(self.config)
+        dtype = weight_dtype or weights.dtype
+        self.packed = pack_weights(weights, dtype)
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=dtype)
+        self.params = BuildParams.for_sms(num_sms, policy, **split_kw)
+        self.cache = StreamCache(self.dims, page_size, self.params)
+        self.vm_seed = seed
+        self.check_races = check_races
+        self._state: dict[int, tuple[GlobalBuffers, SyncState]] = {}  # per compiled stream
+        self.steps = 0
+        self.last_stream: CompiledStream | None = None
+        self.last_trace: StepTrace | None = None
+        self._last_tokens: torch.Tensor | None = None
+
+    def _buffers(self, cs: CompiledStream) -> tuple[GlobalBuffers, SyncState]:
+        key = id(cs)
+        if key not in self._state:
+            bufs = GlobalBuffers.allocate(self.dims, self.packed, self.kv.k, self.kv.v, cs.shape,
+                                          cs.stream.num_splits, cs.stream.lm_blocks, seed=self.vm_seed)
+            self._state[key] = (bufs, SyncState.fresh(cs.stream.counter_period))
+        return self._state[key]
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch) -> torch.Tensor:
+        # Each opcode is a handful of tiny tensor ops: intra-op threads only add contention.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._forward(batch)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _forward(self, batch: StepBatch) -> torch.Tensor:
+        cs = self.cache.get(batch)
+        bufs, sync = self._buffers(cs)
+        bufs.args = StepArgsView.decode(cs.step_args)
+        vm = VM(bufs, seed=self.vm_seed + self.steps, check_races=self.check_races)
+        if cs.schedule.dynamic:
+            self.last_trace = vm.run_dynamic(cs.tensor, cs.schedule.num_sms, sync)
+        else:
+            self.last_trace = vm.run_static(cs.tensor, sync)
+        self.steps += 1
+        self.last_stream = cs
+        self._last_tokens = bufs.get("out_tokens").to(torch.int64).clone()
+        return bufs.get("logits").clone()
+
+    def greedy(self, batch: StepBatch) -> torch.Tensor:
+        """Token ids from the in-stream ARGMAX_REDUCE (what the GPU hands back), int64 [S]."""
+        self.forward(batch)
+        assert self._last_tokens is not None
+        return self._last_tokens
+
+    @property
+    def last_profile(self):  # noqa: ANN201 (profiler.record.ProfileRecord)
+        """Cost-model timeline of the last step's schedule as a simulated ProfileRecord."""
+        from engine.profiling import record_from_compiled
+        if self.last_stream is None:
+            raise RuntimeError("VMBackend.last_profile: no step has run yet")
+        return record_from_compiled(self.last_stream, {"backend": "vm", "policy": self.params.policy,
+                                                       "num_sms": self.params.split.num_sms})
+
+
+def tokens_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(np.array_equal(a.cpu().numpy(), b.cpu().numpy()))

@@ -1,0 +1,88 @@
+"""How one step's work is cut into instructions: row blocks sized from the model dims and SM count.
+
+Nothing here is specific to one model: blocks are multiples of `layout.pow2_align` units (16 rows on
+real models), counts target about `waves * num_sms` instructions per op, and balanced partitions keep
+every block of an op within one unit of the others.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.instructions.layout import ModelDims, StepShape, pow2_align
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    num_sms: int = 132
+    waves: float = 1.0  # target instructions per op ≈ waves * num_sms
+    mlp_slices: int | None = None  # None: about one slice per 2048 intermediate columns
+    max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
+    embed_bytes_per_instr: int = 1 << 18
+
+    def __post_init__(self) -> None:
+        if self.num_sms < 1 or self.waves <= 0:
+            raise ValueError(f"SplitParams: num_sms must be >= 1 and waves > 0, got {self}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every cut of one step (identical for all layers). Ranges are half-open, in rows / columns."""
+
+    embed: tuple[tuple[int, int], ...]
+    qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
+    num_splits: int
+    o_proj: tuple[tuple[int, int], ...]
+    slices: tuple[tuple[int, int], ...]  # MLP K-slices of the intermediate dim
+    gate_up: tuple[tuple[int, int, int], ...]  # (i_begin, i_end, slice)
+    down_rows: tuple[tuple[int, int], ...]  # each row block is emitted once per slice
+    lm_head: tuple[tuple[int, int], ...]
+
+
+def partition(lo: int, hi: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
+    """Cut [lo, hi) into `parts` ranges of whole `unit`s whose sizes differ by at most one unit."""
+    n = (hi - lo) // unit
+    if (hi - lo) % unit or not 1 <= parts <= n:
+        raise ValueError(f"partition: cannot cut [{lo}, {hi}) into {parts} parts of {unit}-unit multiples")
+    cuts = [lo + (k * n // parts) * unit for k in range(parts + 1)]
+    return [(cuts[k], cuts[k + 1]) for k in range(parts)]
+
+
+def _count(units: int, target: float) -> int:
+    return max(1, min(units, math.ceil(target)))
+
+
+def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> int:
+    """Enough KV splits to give each SM an attention instruction, never more than the pages in use
+    (rounded up to a power of two so the stream survives many decode steps)."""
+    want = math.ceil(p.num_sms / (shape.num_seqs * d.n_kv))
+    pages = 1 << max(0, math.ceil(math.log2(max(1, max_context_pages))))
+    cap = p.max_attn_splits if p.max_attn_splits is not None else want
+    return max(1, min(want, pages, cap))
+
+
+def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> Plan:
+    target = p.waves * p.num_sms
+    tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
+    embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed))
+
+    qa = pow2_align(d.head_dim)  # even: RoPE partners stay in one block; never straddles a head pair
+    per_group = _count(d.group_rows // qa, target / d.n_kv)
+    qkv = [(a, b, g) for g in range(d.n_kv)
+           for a, b in partition(g * d.group_rows, (g + 1) * d.group_rows, per_group, qa)]
+
+    ha = pow2_align(d.hidden)
+    o_proj = partition(0, d.hidden, _count(d.hidden // ha, target), ha)
+
+    tile = d.gu_tile
+    i_units = d.intermediate // tile
+    n_slices = p.mlp_slices if p.mlp_slices is not None else max(1, round(d.intermediate / 2048))
+    slices = partition(0, d.intermediate, min(n_slices, i_units), tile)
+    gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
+               for a, b in partition(lo, hi, _count((hi - lo) // tile, target / len(slices)), tile)]
+    down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)
+
+    va = pow2_align(d.vocab)
+    lm_head = partition(0, d.vocab, _count(d.vocab // va, target), va)
+    return Plan(tuple(embed), tuple(qkv), num_attn_splits(d, shape, p, max_context_pages), tuple(o_proj),
+                tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head))

@@ -1,0 +1,70 @@
+"""The VM's global memory: every buffer of `engine/instructions/layout.py` as a torch tensor.
+
+Accumulating writes (DOWN_RESIDUAL's atomic adds into `hidden`) are deferred and applied in
+instruction-id order when the buffer is next touched by a non-accumulating access. On the GPU the add
+order is whatever the atomics give; in a race-free stream every such add is ordered before that next
+access, so deferring is legal and makes the VM's result independent of the interleaving it picked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from engine.instructions.layout import ModelDims, StepShape, activation_specs, qkv_row_map
+from engine.instructions.step_args import StepArgsView
+
+
+@dataclass
+class RowMaps:
+    """Precomputed packed-row -> (kind, head, original dim) maps for W_qkv (see layout.qkv_row_map)."""
+
+    kind: np.ndarray
+    head: np.ndarray
+    dim: np.ndarray
+
+    @staticmethod
+    def build(d: ModelDims) -> RowMaps:
+        k, h, dd = qkv_row_map(d)
+        return RowMaps(k, h, dd)
+
+
+@dataclass
+class GlobalBuffers:
+    dims: ModelDims
+    weights: dict[str, torch.Tensor]
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    act: dict[str, torch.Tensor]
+    rows: RowMaps
+    args: StepArgsView | None = None
+    _pending: dict[str, list[tuple[int, tuple[slice, ...], torch.Tensor]]] = field(default_factory=dict)
+
+    @staticmethod
+    def allocate(dims: ModelDims, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 shape: StepShape, num_splits: int, lm_blocks: int, seed: int = 0) -> GlobalBuffers:
+        """Activations start as random garbage (never zeros) so a read-before-write cannot pass silently."""
+        g = torch.Generator().manual_seed(seed)
+        act: dict[str, torch.Tensor] = {}
+        for spec in activation_specs(dims, shape, num_splits, lm_blocks):
+            if spec.dtype == "int32":
+                act[spec.name] = torch.randint(-5, 5, spec.shape, generator=g, dtype=torch.int32)
+            else:
+                act[spec.name] = torch.randn(spec.shape, generator=g, dtype=torch.float32) * 1e3
+        return GlobalBuffers(dims, weights, k_cache, v_cache, act, RowMaps.build(dims))
+
+    def w(self, name: str) -> torch.Tensor:
+        return self.weights[name]
+
+    def accumulate(self, name: str, instr_id: int, index: tuple[slice, ...], value: torch.Tensor) -> None:
+        self._pending.setdefault(name, []).append((instr_id, index, value))
+
+    def get(self, name: str) -> torch.Tensor:
+        """The activation buffer, with any deferred accumulations applied in instruction-id order."""
+        pending = self._pending.pop(name, None)
+        buf = self.act[name]
+        if pending:
+            for _, index, value in sorted(pending, key=lambda p: p[0]):
+                buf[index] += value
+        return buf

@@ -1,0 +1,141 @@
+"""The reference VM: executes static per-SM queues or the dynamic work list, as the GPU will.
+
+At every step a random (seeded) SM whose current instruction's waits are satisfied runs it to
+completion and signals. Dynamic mode claims list entries in order through a monotonic head, like the
+kernel's atomicAdd. No runnable SM while work is left -> DeadlockError naming every blocked
+instruction and its unmet waits. With `check_races`, every access is checked (see race.py).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.instructions import opcodes as op
+from engine.instructions.accesses import accesses
+from engine.instructions.format import WORDS
+from engine.instructions.semantics import execute
+from engine.vm.buffers import GlobalBuffers
+from engine.vm.race import RaceDetector, describe
+
+
+class DeadlockError(RuntimeError):
+    """No SM can make progress but instructions remain."""
+
+
+@dataclass
+class SyncState:
+    """A stream's counters and dynamic-queue head; monotonic across the steps run with it."""
+
+    counters: np.ndarray  # int64 [C]
+    period: np.ndarray  # int64 [C]
+    queue_head: int = 0
+    epoch: int = 0
+
+    @staticmethod
+    def fresh(period: np.ndarray) -> SyncState:
+        return SyncState(np.zeros(len(period), np.int64), np.asarray(period, np.int64))
+
+
+@dataclass
+class StepTrace:
+    order: list[int]  # flat indices in execution order
+    sm_of: list[int]  # SM that ran each flat index
+
+
+def _decode_static(queues: np.ndarray) -> list[list[op.Instruction]]:
+    if queues.ndim != 3 or queues.shape[2] != WORDS:
+        raise ValueError(f"static queues: expected int32 [num_sms, max_len, {WORDS}], got {queues.shape}")
+    out = []
+    for sm in range(queues.shape[0]):
+        q = []
+        for row in queues[sm]:
+            if row[0] == op.Opcode.NOOP:
+                break
+            q.append(op.decode(row))
+        out.append(q)
+    return out
+
+
+class VM:
+    def __init__(self, bufs: GlobalBuffers, seed: int = 0, check_races: bool = True) -> None:
+        self.bufs = bufs
+        self.rng = random.Random(seed)
+        self.check_races = check_races
+
+    def _ready(self, ins: op.Instruction, sync: SyncState) -> bool:
+        return all(sync.counters[w.counter] >= sync.epoch * sync.period[w.counter] + w.target
+                   for w in ins.header.waits)
+
+    def _run(self, idx: int, ins: op.Instruction, sync: SyncState, det: RaceDetector | None) -> None:
+        if det is not None:
+            det.record(idx, accesses(ins, self.bufs))
+        execute(ins, self.bufs)
+        if ins.header.signal >= 0:
+            sync.counters[ins.header.signal] += ins.header.signal_amount
+
+    def _deadlock(self, blocked: list[tuple[int, int, op.Instruction]], sync: SyncState) -> DeadlockError:
+        lines = []
+        for sm, idx, ins in blocked[:20]:
+            unmet = [f"counter {w.counter} = {sync.counters[w.counter] - sync.epoch * sync.period[w.counter]}"
+                     f" (this step) < target {w.target}" for w in ins.header.waits if not self._ready_one(w, sync)]
+            lines.append(f"  SM {sm}: {describe(idx, ins)} waits on " + "; ".join(unmet))
+        more = f"\n  ... and {len(blocked) - 20} more" if len(blocked) > 20 else ""
+        return DeadlockError(f"deadlock: no SM can run, {len(blocked)} blocked:\n" + "\n".join(lines) + more)
+
+    def _ready_one(self, w, sync: SyncState) -> bool:  # noqa: ANN001
+        return bool(sync.counters[w.counter] >= sync.epoch * sync.period[w.counter] + w.target)
+
+    def run_static(self, queues: np.ndarray, sync: SyncState) -> StepTrace:
+        per_sm = _decode_static(queues)
+        flat = [ins for q in per_sm for ins in q]
+        base = np.cumsum([0] + [len(q) for q in per_sm])
+        det = RaceDetector(flat) if self.check_races else None
+        cursor = [0] * len(per_sm)
+        trace = StepTrace([], [])
+        while True:
+            live = [s for s in range(len(per_sm)) if cursor[s] < len(per_sm[s])]
+            if not live:
+                break
+            runnable = [s for s in live if self._ready(per_sm[s][cursor[s]], sync)]
+            if not runnable:
+                raise self._deadlock([(s, int(base[s]) + cursor[s], per_sm[s][cursor[s]]) for s in live], sync)
+            s = self.rng.choice(runnable)
+            idx = int(base[s]) + cursor[s]
+            self._run(idx, per_sm[s][cursor[s]], sync, det)
+            trace.order.append(idx)
+            trace.sm_of.append(s)
+            cursor[s] += 1
+        sync.epoch += 1
+        return trace
+
+    def run_dynamic(self, words: np.ndarray, num_sms: int, sync: SyncState) -> StepTrace:
+        flat = [op.decode(row) for row in words]
+        n = len(flat)
+        det = RaceDetector(flat) if self.check_races else None
+        held: list[int | None] = [None] * num_sms
+        done = [False] * num_sms
+        trace = StepTrace([], [])
+        while not all(done):
+            actions = [s for s in range(num_sms) if not done[s] and
+                       (held[s] is None or self._ready(flat[held[s]], sync))]
+            if not actions:
+                raise self._deadlock([(s, held[s], flat[held[s]]) for s in range(num_sms)
+                                      if not done[s] and held[s] is not None], sync)
+            s = self.rng.choice(actions)
+            if held[s] is None:  # claim: idx = atomicAdd(head, 1) - epoch * (N + grid)
+                idx = sync.queue_head - sync.epoch * (n + num_sms)
+                sync.queue_head += 1
+                if idx >= n:
+                    done[s] = True
+                else:
+                    held[s] = idx
+                continue
+            idx = held[s]
+            self._run(idx, flat[idx], sync, det)
+            trace.order.append(idx)
+            trace.sm_of.append(s)
+            held[s] = None
+        sync.epoch += 1
+        return trace

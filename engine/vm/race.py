@@ -1,0 +1,97 @@
+"""Happens-before from counters, and the race detector built on it.
+
+B is ordered after A only if some wait (c, t) of B is guaranteed to need A's signal: with every
+signaller of c in the step known from the stream, A is needed iff `period(c) - amount(A) < t`.
+Ordering is transitive. Same-SM program order is deliberately NOT an ordering (the GPU pipelines
+consecutive instructions), so the detector proves the stream correct for any queue assignment.
+
+A race is a pair of accesses to overlapping regions, at least one a plain write or a read against an
+accumulation, by two instructions neither of which is ordered before the other. The check is
+pairwise over the step's access log, so it does not depend on the interleaving the VM picked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.instructions import opcodes as op
+from engine.instructions.accesses import Access, Box
+
+
+class RaceError(RuntimeError):
+    """Two instructions touch the same region without a counter ordering them."""
+
+
+def describe(idx: int, instr: op.Instruction) -> str:
+    ops = ", ".join(f"{n}={getattr(instr, n)}" for n in instr.OPERANDS)
+    return f"#{idx} {instr.OPCODE.name}(id={instr.header.instr_id}, layer={instr.header.layer}, {ops})"
+
+
+def happens_before(instrs: list[op.Instruction]) -> list[int]:
+    """hb[i]: bitset of the instructions guaranteed to complete (and be visible) before i starts."""
+    total: dict[int, int] = {}
+    signallers: dict[int, list[int]] = {}
+    for i, ins in enumerate(instrs):
+        c = ins.header.signal
+        if c >= 0:
+            total[c] = total.get(c, 0) + ins.header.signal_amount
+            signallers.setdefault(c, []).append(i)
+    hb: list[int | None] = [None] * len(instrs)
+    visiting: set[int] = set()
+
+    def compute(i: int) -> int:
+        # Iterative-friendly depth is bounded by the layer count; recursion is fine for real streams.
+        if hb[i] is not None:
+            return hb[i]  # type: ignore[return-value]
+        visiting.add(i)
+        bits = 0
+        for w in instrs[i].header.waits:
+            for a in signallers.get(w.counter, []):
+                if total[w.counter] - instrs[a].header.signal_amount < w.target and a not in visiting:
+                    bits |= (1 << a) | compute(a)
+        visiting.discard(i)
+        hb[i] = bits
+        return bits
+
+    order = sorted(range(len(instrs)), key=lambda i: instrs[i].header.instr_id)
+    for i in order:  # builder ids are topological, so this keeps the recursion shallow
+        compute(i)
+    return [h or 0 for h in hb]
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+
+
+def _conflict(k1: str, k2: str) -> bool:
+    return not (k1 == k2 and k1 in ("r", "acc"))
+
+
+@dataclass
+class _Entry:
+    idx: int
+    kind: str
+    boxes: tuple[Box, ...]
+
+
+class RaceDetector:
+    def __init__(self, instrs: list[op.Instruction]) -> None:
+        self.instrs = instrs
+        self.hb = happens_before(instrs)
+        self.log: dict[str, list[_Entry]] = {}
+
+    def record(self, idx: int, acc: list[Access]) -> None:
+        """Check instruction idx's accesses against every earlier one of this step, then log them."""
+        hb = self.hb[idx]
+        for a in acc:
+            entries = self.log.setdefault(a.buffer, [])
+            for e in entries:
+                if e.idx == idx or (hb >> e.idx) & 1 or not _conflict(e.kind, a.kind):
+                    continue
+                if (self.hb[e.idx] >> idx) & 1:
+                    continue  # e is ordered after idx (possible when the VM runs a racy interleaving)
+                if any(_overlap(x, y) for x in e.boxes for y in a.boxes):
+                    raise RaceError(
+                        f"race on buffer {a.buffer!r}: {describe(idx, self.instrs[idx])} ({a.kind}) and "
+                        f"{describe(e.idx, self.instrs[e.idx])} ({e.kind}) touch overlapping regions but no "
+                        f"counter wait orders them")
+            entries.append(_Entry(idx, a.kind, a.boxes))
