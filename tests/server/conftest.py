@@ -79,9 +79,14 @@ def engine_stats(aeng: AsyncEngine) -> Any:
     return asyncio.run(aeng.call(lambda e: e.get_stats()))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tiny_dir: Path) -> Iterator[ServerThread]:
     app = build_app(make_engine(tiny_dir), served_model_name=MODEL_NAME)
     with ServerThread(app) as srv:
         wait_ready(srv.async_engine)
         yield srv
+
+
+@pytest.fixture(scope="session")
+def base_url(server: ServerThread) -> str:
+    return server.url
