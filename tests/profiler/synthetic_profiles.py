@@ -19,13 +19,15 @@ def make_record(rng: np.random.Generator, n: int = 500, num_sms: int = 8, width:
     sm = rng.integers(0, num_sms, size=n).astype(np.int32)
     dur = rng.integers(200, 5000, size=n).astype(np.int64)
     base = np.int64(1_700_000_000_000_000_000)  # raw globaltimer-like epoch: must survive int64
+    # Per SM, instruction k+1 starts `step` after instruction k: a full duration plus a gap, or
+    # (pipelined, with `overlap`) only part of it, so consecutive instructions overlap.
+    frac = np.where(overlap & (rng.random(n) < 0.5), rng.uniform(0.4, 0.9, n), 1.0)
+    step = (dur * frac).astype(np.int64) + rng.integers(0, 300, n)
     start = np.zeros(n, np.int64)
-    cursor = {s: base + int(rng.integers(0, 2000)) for s in range(num_sms)}
-    for i in range(n):
-        s = int(sm[i])
-        start[i] = cursor[s]
-        step = int(dur[i] * rng.uniform(0.4, 0.9)) if overlap and rng.random() < 0.5 else int(dur[i])
-        cursor[s] = start[i] + step + int(rng.integers(0, 300))
+    for s in range(num_sms):
+        idx = np.flatnonzero(sm == s)
+        offset = base + int(rng.integers(0, 2000))
+        start[idx] = offset + np.concatenate([[0], np.cumsum(step[idx])[:-1]])
     wait = rng.integers(0, 400, size=n).astype(np.int64)
     moved = rng.integers(1 << 10, 1 << 20, size=n).astype(np.int64)
     return ProfileRecord(words=words, sm=sm, start_ns=start, end_ns=start + dur, wait_ns=wait,
