@@ -88,9 +88,10 @@ def test_cli_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_full_size_tokenizer_loads_fast_and_covers_vocab(tmp_path: Path) -> None:
     cfg = preset_config("llama-3.2-1b")
     write_tokenizer(tmp_path, cfg.vocab_size, cfg.max_position_embeddings)
-    t0 = time.perf_counter()
+    # CPU time, not wall time: other test processes share this machine's cores.
+    t0 = time.process_time()
     tok = load_tokenizer(tmp_path)
-    assert time.perf_counter() - t0 < 3.0
+    assert time.process_time() - t0 < 3.0
     assert len(tok) == cfg.vocab_size
     assert tok.bos_token_id == 128000 and tok.convert_tokens_to_ids("<|eot_id|>") == 128009
     assert tok.convert_tokens_to_ids(["<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>"]) == \
