@@ -60,7 +60,8 @@ def run_cli(args: argparse.Namespace) -> int:
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, "default"), repeats=args.repeats, seed=args.seed)
-    result = run_bench(config, messages=tuple(messages))
+    result = run_bench(config, messages=tuple(messages),
+                       progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_table(result))
     if args.json:
         print(f"wrote {write_json(result, args.json)}")

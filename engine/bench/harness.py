@@ -9,7 +9,7 @@ import datetime
 import gc
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -106,6 +106,12 @@ def _free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _summary(r: RunResult) -> str:
+    if r.status == "ok" and r.seconds_per_token is not None:
+        return f"{r.name}: {r.seconds_per_token * 1e3:.3f} ms/token"
+    return f"{r.name}: {r.status}{': ' + r.reason if r.reason else ''}"
+
+
 def _run_engine(name: str, fn: EngineRunner, weights, prompt: list[int], new_tokens: int) -> RunResult:
     try:
         tokens, spt = fn(weights, weights.config, list(prompt), new_tokens)
@@ -152,9 +158,15 @@ def make_rows(runs: list[RunResult], floor: Floor) -> tuple[tuple[BenchRow, ...]
     return tuple(rows), reference
 
 
+def _quiet(_msg: str) -> None:
+    pass
+
+
 def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = None,
-              messages: tuple[str, ...] = ()) -> BenchResult:
-    """Run the whole benchmark. `engines` defaults to the runners in engines.DEFAULT_REGISTRY."""
+              messages: tuple[str, ...] = (), progress: Callable[[str], None] = _quiet) -> BenchResult:
+    """Run the whole benchmark. `engines` defaults to the runners in engines.DEFAULT_REGISTRY;
+    `progress` receives one line per phase (the CLI prints them to stderr, so a run that is killed
+    by a time limit still shows how far it got)."""
     config.validate()
     engines = DEFAULT_REGISTRY.runners() if engines is None else engines
     clash = sorted(set(engines) & set(BASELINES))
@@ -163,11 +175,15 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # events, streams and graphs use the current device
     dtype = parse_dtype(config.dtype)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
     # Bandwidth first, while the device memory is still empty.
+    progress(f"measuring copy bandwidth on {device_name(device)}")
     bandwidth = measure_copy_bandwidth(device, config.bandwidth_bytes)
+    progress(f"copy bandwidth {bandwidth.gbps:.0f} GB/s; preparing weights")
     weights, model_desc = load_bench_weights(config.model_dir, config.preset, dtype, device, config.seed)
     cfg = weights.config
     if config.prompt_len + config.new_tokens > cfg.max_position_embeddings:
@@ -186,10 +202,12 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
         if name in skipped:
             runs.append(RunResult(name, "skipped", reason="skipped by request"))
             continue
+        progress(f"running {name}")
         t0 = time.perf_counter()
         res = run_baseline(name, model, prompt, config.new_tokens, config.repeats, config.compile_modes)
         if res.status == "ok":
             res.notes.setdefault("wall_seconds", round(time.perf_counter() - t0, 1))
+        progress(_summary(res))
         runs.append(res)
         torch._dynamo.reset()  # drop compiled code (and its graphs' memory) before the next runner
         _free_memory(device)
@@ -197,7 +215,9 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     _free_memory(device)
 
     for name, fn in engines.items():
+        progress(f"running engine {name}")
         runs.append(_run_engine(name, fn, weights, prompt_ids, config.new_tokens))
+        progress(_summary(runs[-1]))
         try:
             synchronize(device)
             _free_memory(device)
