@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-len", type=_positive_int, default=128, help="tokens of context per sequence")
     p.add_argument("--steps", type=_positive_int, default=1, help="decode steps to record")
     p.add_argument("--policy", default=None, help="scheduling policy passed to the instruction builder")
+    p.add_argument("--num-sms", type=_positive_int, default=None,
+                   help="SMs to schedule for (vm; default: the collector's choice, e.g. H100's 132)")
+    p.add_argument("--page-size", type=_positive_int, default=None, help="KV page size (tokens)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
 
 
