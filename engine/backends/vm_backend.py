@@ -2,7 +2,6 @@
 opcode by opcode on the CPU (engine/vm), with deadlock and (optionally) race detection."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from engine.backends.base import Backend
@@ -33,19 +32,17 @@ class VMBackend(Backend):
         self.cache = StreamCache(self.dims, page_size, self.params)
         self.vm_seed = seed
         self.check_races = check_races
-        self._state: dict[int, tuple[GlobalBuffers, SyncState]] = {}  # per compiled stream
         self.steps = 0
         self.last_stream: CompiledStream | None = None
         self.last_trace: StepTrace | None = None
         self._last_tokens: torch.Tensor | None = None
 
     def _buffers(self, cs: CompiledStream) -> tuple[GlobalBuffers, SyncState]:
-        key = id(cs)
-        if key not in self._state:
+        if cs.backend_state is None:  # counters are per stream: zeroed once, monotonic afterwards
             bufs = GlobalBuffers.allocate(self.dims, self.packed, self.kv.k, self.kv.v, cs.shape,
                                           cs.stream.num_splits, cs.stream.lm_blocks, seed=self.vm_seed)
-            self._state[key] = (bufs, SyncState.fresh(cs.stream.counter_period))
-        return self._state[key]
+            cs.backend_state = (bufs, SyncState.fresh(cs.stream.counter_period))
+        return cs.backend_state  # type: ignore[return-value]
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
@@ -71,11 +68,17 @@ class VMBackend(Backend):
         self._last_tokens = bufs.get("out_tokens").to(torch.int64).clone()
         return bufs.get("logits").clone()
 
+    @property
+    def last_tokens(self) -> torch.Tensor:
+        """int64 [S] token ids the last step's ARGMAX_REDUCE wrote."""
+        if self._last_tokens is None:
+            raise RuntimeError("VMBackend.last_tokens: no step has run yet")
+        return self._last_tokens
+
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         """Token ids from the in-stream ARGMAX_REDUCE (what the GPU hands back), int64 [S]."""
         self.forward(batch)
-        assert self._last_tokens is not None
-        return self._last_tokens
+        return self.last_tokens
 
     @property
     def last_profile(self):  # noqa: ANN201 (profiler.record.ProfileRecord)
@@ -86,6 +89,3 @@ class VMBackend(Backend):
         return record_from_compiled(self.last_stream, {"backend": "vm", "policy": self.params.policy,
                                                        "num_sms": self.params.split.num_sms})
 
-
-def tokens_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(np.array_equal(a.cpu().numpy(), b.cpu().numpy()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -44,6 +45,7 @@ class CompiledStream:
     step_args: torch.Tensor  # int32, patched every step
     page_size: int
     build_ms: float
+    backend_state: object = None  # per-stream backend data (VM buffers + counters); dropped with the stream
 
     @property
     def shape(self) -> StepShape:
@@ -88,9 +90,10 @@ def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: Bu
 class StreamCache:
     """Compiled streams keyed by batch shape; `get` patches the step args of a cached stream."""
 
-    def __init__(self, dims: ModelDims, page_size: int, params: BuildParams) -> None:
+    def __init__(self, dims: ModelDims, page_size: int, params: BuildParams, capacity: int = 32) -> None:
         self.dims, self.page_size, self.params = dims, page_size, params
-        self._streams: dict[tuple[int, ...], CompiledStream] = {}
+        self.capacity = capacity  # prefill chunks create many shapes: keep the most recently used
+        self._streams: OrderedDict[tuple[int, ...], CompiledStream] = OrderedDict()
         self.hits = 0
         self.misses = 0
         self.last_patch_ms = 0.0
@@ -102,7 +105,10 @@ class StreamCache:
             self.misses += 1
             cs = compile_stream(self.dims, batch, self.page_size, self.params)
             self._streams[key] = cs
+            while len(self._streams) > self.capacity:
+                self._streams.popitem(last=False)
             return cs
+        self._streams.move_to_end(key)
         self.hits += 1
         t0 = time.perf_counter()
         cs.patch(batch)

@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from engine.instructions import opcodes as op
 from engine.instructions.accesses import accesses
@@ -87,6 +88,7 @@ class VM:
     def _ready_one(self, w, sync: SyncState) -> bool:  # noqa: ANN001
         return bool(sync.counters[w.counter] >= sync.epoch * sync.period[w.counter] + w.target)
 
+    @torch.inference_mode()
     def run_static(self, queues: np.ndarray, sync: SyncState) -> StepTrace:
         per_sm = _decode_static(queues)
         flat = [ins for q in per_sm for ins in q]
@@ -110,6 +112,7 @@ class VM:
         sync.epoch += 1
         return trace
 
+    @torch.inference_mode()
     def run_dynamic(self, words: np.ndarray, num_sms: int, sync: SyncState) -> StepTrace:
         flat = [op.decode(row) for row in words]
         n = len(flat)

@@ -1,0 +1,110 @@
+"""Mutation tests: dropping or weakening any kind of dependency in a built stream must trip the race
+detector; over-tightening a wait or breaking queue order must trip the deadlock detector."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine.backends.vm_backend import VMBackend
+from engine.instructions.format import W_NUM_WAITS, W_SIGNAL, W_SIGNAL_AMOUNT, W_WAITS
+from engine.instructions.opcodes import Opcode
+from engine.instructions.step_args import StepArgsView
+from engine.vm.machine import VM, DeadlockError, SyncState
+from engine.vm.race import RaceError
+from tests.vm.helpers import Scenario, random_weights, small_config
+
+# Every (waiter opcode, layer selector) whose single wait encodes one dependency kind of the DAG.
+KINDS = [
+    (Opcode.RMS_QKV_ROPE_APPEND, 0),   # waits EMBED
+    (Opcode.RMS_QKV_ROPE_APPEND, 1),   # waits the previous layer's DOWN
+    (Opcode.ATTN_PARTIAL, 1),          # waits QKV of its KV group
+    (Opcode.ATTN_REDUCE, 0),           # waits its partials
+    (Opcode.O_PROJ_RESIDUAL, 1),       # waits the layer's attention
+    (Opcode.RMS_GATE_UP_SILU, 0),      # waits O-proj
+    (Opcode.DOWN_RESIDUAL, 1),         # waits gate/up of its slice
+    (Opcode.LM_HEAD, -1),              # waits the last layer's DOWN
+    (Opcode.ARGMAX_REDUCE, -1),        # waits LM_HEAD
+]
+
+
+@pytest.fixture(scope="module")
+def setup():  # noqa: ANN201
+    cfg = small_config()
+    vm = VMBackend(random_weights(cfg, seed=5), 64, 8, num_sms=8, policy="dynamic", mlp_slices=2)
+    batch, _ = Scenario(cfg, [13, 6], 8, 64, seed=1).batch([None, None])
+    vm.forward(batch)  # compiles the stream and proves it clean
+    return vm, vm.last_stream
+
+
+def _run(vm: VMBackend, cs, words: np.ndarray, num_sms: int = 8, seed: int = 0) -> None:  # noqa: ANN001
+    bufs, _ = cs.backend_state
+    bufs.args = StepArgsView.decode(cs.step_args)
+    VM(bufs, seed=seed, check_races=True).run_dynamic(words, num_sms, SyncState.fresh(cs.stream.counter_period))
+
+
+def _pick(words: np.ndarray, opcode: int, layer: int, seed: int) -> int:
+    rows = np.nonzero((words[:, 0] == opcode) & (words[:, 2] == layer))[0]
+    assert rows.size, f"stream has no {Opcode(opcode).name} in layer {layer}"
+    return int(np.random.default_rng(seed).choice(rows))
+
+
+@pytest.mark.parametrize("opcode,layer", KINDS, ids=[f"{o.name}-L{l}" for o, l in KINDS])
+@pytest.mark.parametrize("mutation", ["drop", "weaken"])
+def test_missing_dependency_is_a_race(setup, opcode: Opcode, layer: int, mutation: str) -> None:  # noqa: ANN001
+    vm, cs = setup
+    words = cs.tensor.copy()
+    r = _pick(words, opcode, layer, seed=int(opcode) * 7 + layer)
+    assert words[r, W_NUM_WAITS] == 1
+    if mutation == "drop" or words[r, W_WAITS + 1] == 1:
+        words[r, W_NUM_WAITS], words[r, W_WAITS], words[r, W_WAITS + 1] = 0, -1, 0
+    else:
+        words[r, W_WAITS + 1] -= 1
+    with pytest.raises(RaceError, match="race on buffer"):
+        _run(vm, cs, words)
+
+
+@pytest.mark.parametrize("opcode,layer", KINDS[::2], ids=[f"{o.name}-L{l}" for o, l in KINDS[::2]])
+def test_unreachable_target_is_a_deadlock(setup, opcode: Opcode, layer: int) -> None:  # noqa: ANN001
+    vm, cs = setup
+    words = cs.tensor.copy()
+    r = _pick(words, opcode, layer, seed=1)
+    words[r, W_WAITS + 1] += 1
+    with pytest.raises(DeadlockError, match=f"{opcode.name}.*waits on counter"):
+        _run(vm, cs, words)
+
+
+def test_lost_signal_is_a_deadlock(setup) -> None:  # noqa: ANN001
+    vm, cs = setup
+    words = cs.tensor.copy()
+    r = _pick(words, Opcode.RMS_GATE_UP_SILU, 1, seed=2)
+    words[r, W_SIGNAL], words[r, W_SIGNAL_AMOUNT] = -1, 0
+    with pytest.raises(DeadlockError, match="DOWN_RESIDUAL"):
+        _run(vm, cs, words)
+
+
+def test_non_topological_dynamic_list_deadlocks(setup) -> None:  # noqa: ANN001
+    """One SM claiming a consumer before its producer waits forever."""
+    vm, cs = setup
+    words = cs.tensor.copy()
+    o = _pick(words, Opcode.O_PROJ_RESIDUAL, 0, seed=0)
+    a = int(np.nonzero(words[:, 0] == Opcode.ATTN_PARTIAL)[0][0])
+    order = list(range(len(words)))
+    order.remove(o)
+    order.insert(a, o)
+    with pytest.raises(DeadlockError, match="O_PROJ_RESIDUAL"):
+        _run(vm, cs, words[order], num_sms=1)
+
+
+def test_static_queue_out_of_order_deadlocks() -> None:
+    cfg = small_config()
+    vm = VMBackend(random_weights(cfg, seed=2), 64, 8, num_sms=1, policy="rr")
+    batch, _ = Scenario(cfg, [5], 8, 64).batch([None])
+    vm.forward(batch)
+    cs = vm.last_stream
+    q = cs.tensor.copy()
+    q[0, [0, 1]] = q[0, [1, 0]]  # first QKV block before EMBED on the only SM
+    bufs, _ = cs.backend_state
+    with pytest.raises(DeadlockError, match="SM 0: #0 RMS_QKV_ROPE_APPEND"):
+        VM(bufs).run_static(q, SyncState.fresh(cs.stream.counter_period))
+    assert torch.isfinite(bufs.get("logits")).all()
