@@ -94,9 +94,8 @@ def to_spans(record: ProfileRecord) -> Spans:
         a, b = bounds[k], bounds[k + 1]
         lane[a:b] = assign_lanes(start[order[a:b]], end[order[a:b]])
     # One row per (sm, lane) in SM order; re-sort so each row's spans are contiguous and by start.
-    key = sm_sorted.astype(np.int64) * (int(lane.max(initial=0)) + 1) + lane
-    row_keys, row = np.unique(key, return_inverse=True)
     lanes_per = int(lane.max(initial=0)) + 1
+    row_keys, row = np.unique(sm_sorted.astype(np.int64) * lanes_per + lane, return_inverse=True)
     resort = np.lexsort((start[order], row))
     order, row = order[resort], row[resort]
     return Spans(

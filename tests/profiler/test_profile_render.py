@@ -4,6 +4,7 @@ import json
 import re
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ def test_render_all_writes_every_artifact(tmp_path, rng):
 
 def test_html_is_self_contained(tmp_path, rng):
     rec = make_record(rng, n=300)
-    object.__setattr__(rec, "opcode_names", {**rec.opcode_names, 1: "</script><b>x"})
+    rec = replace(rec, opcode_names={**rec.opcode_names, 1: "</script><b>x"})
     render_all(rec, tmp_path)
     html = (tmp_path / "gantt.html").read_text()
     assert not re.search(r"https?://", html)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from synthetic_profiles import make_record
@@ -56,7 +58,7 @@ def test_decode_operands(rng):
     got = decode_operands(rec, 3)
     assert got == {"layer": int(rec.words[3, 1]), "block": int(rec.words[3, 2]), "seq": int(rec.words[3, 3])}
     bare = make_record(rng, n=10)
-    object.__setattr__(bare, "operand_names", {})
+    bare = replace(bare, operand_names={})
     bare.words[4, 1:] = 0
     bare.words[4, 1:3] = [7, 9]
     assert decode_operands(bare, 4) == {"w1": 7, "w2": 9}

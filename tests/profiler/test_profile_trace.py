@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 from synthetic_profiles import make_record
@@ -59,7 +60,7 @@ def test_validator_rejects_bad_traces(rng):
 
 def test_empty_operands_trace_roundtrip(rng):
     rec = make_record(rng, n=30)
-    object.__setattr__(rec, "operand_names", {})
+    rec = replace(rec, operand_names={})
     trace = to_trace(to_spans(rec))
     assert validate_trace(trace) == []
     ev = next(e for e in trace["traceEvents"] if e["ph"] == "X")
