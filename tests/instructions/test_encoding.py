@@ -1,0 +1,67 @@
+"""32-word encode/decode round trips and malformed-record errors."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from engine.instructions import opcodes as op
+from engine.instructions.format import (
+    MAX_WAITS, W_NUM_WAITS, W_OPCODE, W_RESERVED, WORDS, Header, InstructionFormatError, Wait,
+)
+
+
+def _random_instr(cls: type, rng: random.Random) -> op.Instruction:
+    waits = tuple(Wait(rng.randrange(0, 10_000), rng.randrange(1, 1 << 30)) for _ in range(rng.randrange(MAX_WAITS + 1)))
+    signal = rng.choice([-1, rng.randrange(0, 5000)])
+    hdr = Header(instr_id=rng.randrange(1 << 20), layer=rng.randrange(-1, 80), waits=waits, signal=signal,
+                 signal_amount=0 if signal == -1 else rng.randrange(1, 9), cost_ns=rng.randrange(1 << 31))
+    ops = {n: rng.randrange(-(1 << 31), 1 << 31) for n in cls.OPERANDS}
+    return cls(**ops, header=hdr)
+
+
+@pytest.mark.parametrize("cls", list(op.OPCODE_CLASSES.values()), ids=lambda c: c.__name__)
+def test_round_trip(cls: type) -> None:
+    rng = random.Random(cls.OPCODE * 31 + 1)
+    for _ in range(50):
+        ins = _random_instr(cls, rng)
+        words = op.encode(ins)
+        assert len(words) == WORDS and words[W_OPCODE] == cls.OPCODE
+        assert op.decode(words) == ins
+        arr = op.encode_many([ins, ins])
+        assert arr.dtype == np.int32 and arr.shape == (2, WORDS)
+        assert op.decode(arr[1]) == ins
+
+
+def test_operands_fit_in_the_record() -> None:
+    for cls in op.OPCODE_CLASSES.values():
+        assert len(cls.OPERANDS) <= 13, cls
+        fields = {f.name for f in dataclasses.fields(cls)} - {"header"}
+        assert fields == set(cls.OPERANDS), cls
+
+
+def test_decode_rejects_malformed_words() -> None:
+    good = op.encode(op.LmHead(0, 16, 0, header=Header(3, -1, (Wait(2, 4),), 5, 1)))
+    for word, value, msg in [(W_OPCODE, 77, "unknown opcode"), (W_RESERVED[0], 1, "reserved"),
+                             (W_NUM_WAITS, MAX_WAITS + 1, "num_waits"), (10, 9, "unused word")]:
+        bad = list(good)
+        bad[word] = value
+        with pytest.raises(InstructionFormatError, match=msg):
+            op.decode(bad)
+    with pytest.raises(InstructionFormatError, match="expected 32 words"):
+        op.decode(good[:-1])
+
+
+def test_header_validation() -> None:
+    with pytest.raises(InstructionFormatError, match="target"):
+        Wait(3, 0)
+    with pytest.raises(InstructionFormatError, match="at most"):
+        Header(waits=tuple(Wait(0, 1) for _ in range(MAX_WAITS + 1)))
+    with pytest.raises(InstructionFormatError, match="signal_amount"):
+        Header(signal=-1, signal_amount=2)
+
+
+def test_names_cover_every_opcode() -> None:
+    assert set(op.OPCODE_NAMES) == {int(o) for o in op.Opcode} == set(op.OPERAND_NAMES)

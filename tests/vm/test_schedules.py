@@ -1,0 +1,93 @@
+"""Schedule properties: every instruction exactly once, balanced queues, topological dynamic list,
+dependency granularity, and cost-model sanity on the real presets."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.instructions import opcodes as op
+from engine.instructions.layout import ModelDims
+from engine.profiling import decode_batch
+from engine.scheduler.policies import POLICIES
+from engine.scheduler.step_builder_cache import BuildParams, compile_stream
+from models.llama.presets import preset_config
+from tests.vm.helpers import small_config
+
+
+def _compile(cfg, policy: str, num_sms: int, batch: int = 2, context: int = 37, **kw):  # noqa: ANN001, ANN202
+    return compile_stream(ModelDims.from_config(cfg), decode_batch(batch, context, 8), 8,
+                          BuildParams.for_sms(num_sms, policy, **kw))
+
+
+def _check_topological(instrs: list[op.Instruction], order: list[int]) -> None:
+    seen: dict[int, int] = {}
+    for i in order:
+        for w in instrs[i].header.waits:
+            assert seen.get(w.counter, 0) >= w.target, f"{i} claims before its producers"
+        if instrs[i].header.signal >= 0:
+            seen[instrs[i].header.signal] = seen.get(instrs[i].header.signal, 0) + instrs[i].header.signal_amount
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("num_sms", [1, 5, 32])
+def test_each_instruction_once_and_balanced(policy: str, num_sms: int) -> None:
+    cs = _compile(small_config(), policy, num_sms, mlp_slices=2)
+    n = len(cs.stream.instrs)
+    assert sorted(cs.schedule.order) == list(range(n))
+    assert [ins.header.instr_id for ins in cs.stream.instrs] == list(range(n))
+    _check_topological(cs.stream.instrs, list(range(n)))
+    if cs.schedule.dynamic:
+        _check_topological(cs.stream.instrs, cs.schedule.order)
+        assert cs.tensor.shape == (n, 32)
+        ids = cs.tensor[:, 1].tolist()
+    else:
+        assert cs.tensor.shape[:2] == (num_sms, max(len(q) for q in cs.schedule.queues))
+        ids = [int(w[1]) for q in cs.tensor for w in q if w[0] != op.Opcode.NOOP]
+        lens = [len(q) for q in cs.schedule.queues]
+        if policy == "rr":
+            assert max(lens) - min(lens) <= 1
+        busy = [sum(cs.durations[i] for i in q) for q in cs.schedule.queues]
+        assert max(busy) <= cs.schedule.timeline.makespan_ns + 1e-6
+        if n >= 4 * num_sms:
+            assert min(busy) > 0, "an SM got no work"
+    assert sorted(ids) == list(range(n))
+    tl = cs.schedule.timeline
+    assert np.all(tl.end_ns > tl.start_ns) and tl.makespan_ns >= cs.durations.sum() / num_sms
+
+
+def test_period_and_granularity() -> None:
+    cfg = small_config(heads=8, kv_heads=2)
+    cs = _compile(cfg, "rr", 16, mlp_slices=2)
+    s = cs.stream
+    signals = np.zeros(len(s.counter_period), np.int64)
+    for ins in s.instrs:
+        if ins.header.signal >= 0:
+            signals[ins.header.signal] += ins.header.signal_amount
+    assert np.array_equal(signals, s.counter_period)
+    name = {i: n for i, n in enumerate(s.counter_names)}
+    for ins in s.instrs:
+        if isinstance(ins, op.AttnPartial):  # attention waits only for its own KV group
+            assert name[ins.header.waits[0].counter] == f"QKV[{ins.header.layer}][{ins.kv_group}]"
+        if isinstance(ins, op.DownResidual):  # down waits only for its own slice
+            assert name[ins.header.waits[0].counter] == f"GATE_UP[{ins.header.layer}][{ins.slice}]"
+        if isinstance(ins, op.RmsQkvRopeAppend):  # a QKV block never straddles a KV group
+            assert (ins.row_end - 1) // s.dims.group_rows == ins.row_begin // s.dims.group_rows == ins.kv_group
+
+
+def test_llama_1b_decode_counts_and_makespan() -> None:
+    """The 1B preset on 132 SMs: sizes follow the model dims, and the predicted makespan sits above the
+    bytes/bandwidth floor."""
+    cfg = preset_config("llama-3.2-1b")
+    d = ModelDims.from_config(cfg)
+    cs = _compile(cfg, "rr", 132, batch=1, context=129)
+    counts: dict[str, int] = {}
+    for ins in cs.stream.instrs:
+        counts[ins.OPCODE.name] = counts.get(ins.OPCODE.name, 0) + 1
+    assert counts["EMBED"] == 1 and counts["ARGMAX_REDUCE"] == 1
+    assert counts["O_PROJ_RESIDUAL"] == 16 * 128  # 2048 rows in 16-row blocks
+    plan = cs.stream.plan
+    assert sum(b - a for a, b, _ in plan.qkv) == d.qkv_rows and sum(b - a for a, b in plan.lm_head) == d.vocab
+    weight_bytes = sum(c.weight_bytes for c in cs.costs)
+    floor_ns = weight_bytes / BuildParams().cost.hbm_bytes_per_ns
+    assert 2.4e9 < weight_bytes < 2.6e9
+    assert floor_ns < cs.schedule.timeline.makespan_ns < 2 * floor_ns
