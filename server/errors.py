@@ -61,8 +61,19 @@ def error_response(err: APIError) -> JSONResponse:
 
 def _param_of(loc: tuple[Any, ...]) -> str | None:
     # FastAPI locations look like ("body", "messages", 0, "content"); OpenAI names the field path.
-    parts = [str(p) for p in loc if p != "body"]
+    # pydantic adds union-branch tags ("str", "list[int]", "TextPart"): stop at the first one.
+    parts: list[str] = []
+    for p in loc:
+        s = str(p)
+        if p == "body" and not parts:
+            continue
+        if isinstance(p, str) and (s in _TYPE_TAGS or "[" in s or "-" in s or s[:1].isupper()):
+            break
+        parts.append(s)
     return ".".join(parts) if parts else None
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
