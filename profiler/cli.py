@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Callable
 
 from profiler.record import ProfileFormatError, ProfileRecord, load_npz
-from profiler.render import ARTIFACTS, render_all
+
+DESCRIPTION = """Profile decode steps per SM and write into --out: raw.npz (timings + instruction words),
+trace.json (open in ui.perfetto.dev), gantt.html (self-contained, offline), gantt.png and summary.txt/json.
+VM timelines come from the cost model and are labelled SIMULATED everywhere."""
 
 
 def _positive_int(text: str) -> int:
@@ -42,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the `profile` subcommand; its handler is `args.func(args) -> int` (exit status)."""
     p = subparsers.add_parser("profile", help="per-SM Gantt / Perfetto trace / summary of decode steps",
-                              description=__doc__)
+                              description=DESCRIPTION)
     add_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -63,6 +66,8 @@ def _load_collector() -> Callable[[argparse.Namespace], ProfileRecord]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from profiler.render import ARTIFACTS, render_all  # matplotlib: only load it when profiling
+
     try:
         if args.from_npz is not None:
             record = load_npz(args.from_npz)
@@ -85,6 +90,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m profiler", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m profiler", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
