@@ -1,0 +1,26 @@
+"""The CPU path end to end: `profile --preset tiny --backend vm`, then `--from` re-renders it identically."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiler.cli import main
+from profiler.record import load_npz
+from profiler.render import ARTIFACTS
+from profiler.trace import validate_trace
+
+pytest.importorskip("engine.profiling", reason="engine.profiling (the live collector) is not in this build")
+
+
+def test_vm_profile_then_rerender(tmp_path, capsys):
+    live, again = tmp_path / "live", tmp_path / "again"
+    assert main(["--preset", "tiny", "--backend", "vm", "--batch", "2", "--steps", "2", "--out", str(live)]) == 0
+    assert "SIMULATED" in capsys.readouterr().out
+    for name in ARTIFACTS:
+        assert (live / name).stat().st_size > 0, name
+    rec = load_npz(live / "raw.npz")
+    assert rec.simulated and rec.num_instructions > 0 and rec.meta["batch"] == 2
+    assert validate_trace(json.loads((live / "trace.json").read_text())) == []
+    assert main(["--from", str(live / "raw.npz"), "--out", str(again)]) == 0
+    assert (again / "summary.json").read_text() == (live / "summary.json").read_text()
