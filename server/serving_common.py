@@ -60,6 +60,7 @@ class Generation:
                 idx = p * n + i
                 self.choices[f"{base_id}-{idx}"] = ChoiceState(index=idx, prompt_index=p)
         self.stream: RequestStream | None = None
+        self._last_poll = 0.0
 
     async def submit(self, prompts: Sequence[Any], params: Sequence[Any]) -> None:
         n = len(params)
@@ -75,16 +76,21 @@ class Generation:
             raise bad_request(str(exc), "prompt" if "prompt" in str(exc) else None) from None
 
     async def next_events(self, http: Request | None) -> list[ChoiceEvent] | None:
-        """The next events, or None when every choice has finished. With `http`, polls for a client
-        disconnect while waiting (streaming responses get cancelled by Starlette instead)."""
+        """The next events, or None when every choice has finished. With `http`, checks for a client
+        disconnect at least every _DISCONNECT_POLL_S, busy or not (streaming responses get
+        cancelled by Starlette instead)."""
         assert self.stream is not None
+        loop = asyncio.get_running_loop()
         while not self.stream.finished:
+            if http is not None and loop.time() - self._last_poll >= _DISCONNECT_POLL_S:
+                self._last_poll = loop.time()
+                if await http.is_disconnected():
+                    self.abort()
+                    return None
             try:
                 return await self.stream.get(_DISCONNECT_POLL_S if http is not None else None)
             except (TimeoutError, asyncio.TimeoutError):
-                if http is not None and await http.is_disconnected():
-                    self.abort()
-                    return None
+                continue
             except EngineDeadError as exc:
                 raise APIError(str(exc), 500, "internal_server_error") from None
         return None
