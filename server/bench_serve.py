@@ -2,9 +2,9 @@
 
 A fixed, seeded request mix (random token-id prompts; input/output lengths drawn uniformly within
 ± range_ratio of the targets) is sent over streaming /v1/completions with `ignore_eos`, at a Poisson
-request rate or with bounded concurrency. TTFT is the time to the first non-empty text chunk, ITL the
-gaps between later chunks, TPOT (e2e - TTFT) / (output tokens - 1); token counts come from the
-server's usage chunk.
+request rate or with bounded concurrency. TTFT is the time to the first chunk with choices (as in
+`vllm bench serve`, its text may be empty), ITL the gaps between later chunks, TPOT
+(e2e - TTFT) / (output tokens - 1); token counts come from the server's usage chunk.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, req: Ben
                 if chunk.get("usage"):
                     res.prompt_tokens = chunk["usage"]["prompt_tokens"]
                     res.output_tokens = chunk["usage"]["completion_tokens"]
-                if chunk.get("choices") and chunk["choices"][0].get("text"):
+                if chunk.get("choices"):  # text may be empty (held-back bytes): still a token
                     if res.ttft == 0.0:
                         res.ttft = now - start
                     else:

@@ -53,26 +53,38 @@ def _serve(args: argparse.Namespace) -> int:
     from server.async_engine import AsyncEngine
 
     def load() -> object:
-        from engine import LLMEngine
-        print(f"megakernel serve: loading {args.model} (backend {args.backend}, dtype {args.dtype}) ...",
-              file=sys.stderr, flush=True)
-        engine = LLMEngine(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-                           max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                           page_size=args.page_size, num_pages=args.num_pages, seed=args.seed)
-        print(f"megakernel serve: ready (backend {engine.backend_name}, max_model_len {engine.max_model_len})"
-              f" on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-        return engine
+        try:
+            return _load_engine(args)
+        except BaseException as exc:
+            # A server that can never serve is useless: report and stop uvicorn (exit status 1).
+            print(f"megakernel serve: error: failed to load {args.model}: {exc}", file=sys.stderr, flush=True)
+            server.should_exit = True
+            raise
 
     name = args.served_model_name or args.model
     # The engine loads in its own thread after the server starts listening, so /health says 503
     # (not "connection refused") while a large checkpoint loads.
     aeng = AsyncEngine(engine_factory=load, served_model_name=name, max_pending=args.max_pending)
     app = build_app(aeng, served_model_name=name, api_key=args.api_key)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           timeout_graceful_shutdown=5))
+    server.run()
     if aeng.error:
         print(f"megakernel serve: {aeng.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _load_engine(args: argparse.Namespace) -> object:
+    from engine import LLMEngine
+    print(f"megakernel serve: loading {args.model} (backend {args.backend}, dtype {args.dtype}) ...",
+          file=sys.stderr, flush=True)
+    engine = LLMEngine(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
+                       max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                       page_size=args.page_size, num_pages=args.num_pages, seed=args.seed)
+    print(f"megakernel serve: ready (backend {engine.backend_name}, max_model_len {engine.max_model_len})"
+          f" on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    return engine
 
 
 def _bench_serve(args: argparse.Namespace) -> int:

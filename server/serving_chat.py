@@ -75,7 +75,7 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
                 lp = None
                 if k is not None and new_ids:
                     lp = {"content": [t.model_dump() for t in chat_logprobs(new_ids, new_lp, k, text)]}
-                if delta or c.finish_reason is not None or lp is not None:
+                if delta or new_ids or c.finish_reason is not None:  # one chunk per token step, as vLLM
                     body = {"content": delta} if delta or c.finish_reason is None else {}
                     yield sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason, c.stop_reason))
         if include_usage:

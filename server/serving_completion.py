@@ -75,9 +75,9 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
                     lp = CompletionLogprobs()
                     offsets[c.index] = completion_logprobs(lp, new_ids, new_lp, req.logprobs, text,
                                                            offsets[c.index])
-                # Skip empty deltas (text held back for a stop string or an incomplete character)
-                # unless they carry logprobs or the finish reason.
-                if delta or c.finish_reason is not None or (lp is not None and new_ids):
+                # One chunk per step that produced tokens, even when their text is held back (stop
+                # string prefix, incomplete UTF-8): like vLLM, so clients can time every token.
+                if delta or new_ids or c.finish_reason is not None:
                     yield sse(_chunk(gen, created, model, c, delta, lp))
         if include_usage:
             yield sse({"id": gen.base_id, "object": "text_completion", "created": created, "model": model,

@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MODEL_NAME
+from conftest import MAX_MODEL_LEN, MODEL_NAME
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +115,37 @@ def test_models_tokenize_detokenize(client: openai.OpenAI, base_url: str) -> Non
         chat = http.post("/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}).json()
         assert chat["count"] == len(chat["tokens"]) > 3
         assert http.get("/health").status_code == 200
+
+
+def test_echo_stop_token_ids_and_context_limit(client: openai.OpenAI) -> None:
+    plain = client.completions.create(model=MODEL_NAME, prompt="xyz", max_tokens=6, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    echoed = client.completions.create(model=MODEL_NAME, prompt="xyz", max_tokens=6, temperature=0, echo=True,
+                                       extra_body={"ignore_eos": True})
+    assert echoed.choices[0].text == "xyz" + plain.choices[0].text
+    ids = client.post("/../tokenize", body={"prompt": "xyz", "add_special_tokens": False},
+                      cast_to=httpx.Response).json()["tokens"]
+    token_ids = client.post("/../tokenize", body={"prompt": plain.choices[0].text, "add_special_tokens": False},
+                            cast_to=httpx.Response).json()["tokens"]
+    assert ids and token_ids
+    stopped = client.completions.create(model=MODEL_NAME, prompt="xyz", max_tokens=6, temperature=0,
+                                        extra_body={"ignore_eos": True, "stop_token_ids": [token_ids[0]]})
+    assert stopped.choices[0].finish_reason == "stop" and stopped.choices[0].stop_reason == token_ids[0]
+    assert stopped.usage.completion_tokens == 1
+    # max_tokens beyond the context: generation ends at max_model_len with "length".
+    long = client.completions.create(model=MODEL_NAME, prompt=[9] * 250, max_tokens=100, temperature=0,
+                                     extra_body={"ignore_eos": True})
+    assert long.choices[0].finish_reason == "length" and long.usage.total_tokens == MAX_MODEL_LEN
+
+
+def test_multibyte_stream_deltas(client: openai.OpenAI, base_url: str) -> None:
+    """Prompting with the bytes of multi-byte characters makes the model emit raw byte tokens; the
+    streamed deltas must still concatenate to exactly the non-streamed text (a random model also
+    emits invalid byte sequences, which decode to U+FFFD in both)."""
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        ids = http.post("/tokenize", json={"prompt": "héllo ✓ 日本語 ü"}).json()["tokens"]
+    for prompt in (ids, ids[:4], "日本語 ✓"):
+        kw = dict(model=MODEL_NAME, prompt=prompt, max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+        full = client.completions.create(**kw).choices[0].text
+        text, _finishes, _usage = _stream_text(client.completions.create(**kw, stream=True))
+        assert text == full

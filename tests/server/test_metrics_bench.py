@@ -1,0 +1,69 @@
+"""/metrics parses as Prometheus text and counts what was served; bench-serve reports sane numbers."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import MODEL_NAME, ServerThread
+from server.bench_serve import BenchConfig, format_report, make_requests, run_benchmark
+from server.cli import register
+
+
+def _families(url: str) -> dict:
+    resp = httpx.get(url + "/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(resp.text)}
+
+
+def _value(fams: dict, name: str, sample: str) -> float:
+    return sum(s.value for s in fams[name].samples if s.name == sample)
+
+
+def test_metrics_parse_and_count(server: ServerThread) -> None:
+    before = _families(server.url)
+    body = {"model": MODEL_NAME, "prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    assert httpx.post(server.url + "/v1/completions", json=body, timeout=30).status_code == 200
+    after = _families(server.url)
+    for name in ("megakernel:time_to_first_token_seconds", "megakernel:inter_token_latency_seconds",
+                 "megakernel:e2e_request_latency_seconds", "megakernel:num_requests_running",
+                 "megakernel:num_requests_waiting", "megakernel:kv_cache_usage_perc",
+                 "megakernel:prompt_tokens", "megakernel:generation_tokens"):
+        assert name in after, name
+    gen = "megakernel:generation_tokens"
+    assert _value(after, gen, gen + "_total") - _value(before, gen, gen + "_total") == 6
+    pt = "megakernel:prompt_tokens"
+    assert _value(after, pt, pt + "_total") - _value(before, pt, pt + "_total") == 4
+    ttft = "megakernel:time_to_first_token_seconds"
+    assert _value(after, ttft, ttft + "_count") - _value(before, ttft, ttft + "_count") == 1
+    itl = "megakernel:inter_token_latency_seconds"
+    assert _value(after, itl, itl + "_count") - _value(before, itl, itl + "_count") == 5
+    assert 0.0 <= _value(after, "megakernel:kv_cache_usage_perc", "megakernel:kv_cache_usage_perc") <= 1.0
+
+
+def test_bench_serve_against_server(server: ServerThread) -> None:
+    cfg = BenchConfig(base_url=server.url, num_prompts=12, input_len=16, output_len=6, range_ratio=0.5,
+                      max_concurrency=4, seed=3)
+    assert make_requests(cfg) == make_requests(cfg)  # the mix is fixed by the seed
+    s = asyncio.run(run_benchmark(cfg))
+    assert s["completed"] == 12 and s["failed"] == 0
+    assert s["total_output_tokens"] == sum(r.output_len for r in make_requests(cfg))  # ignore_eos
+    assert s["total_input_tokens"] == sum(len(r.prompt) for r in make_requests(cfg))
+    assert s["output_throughput"] > 0 and s["request_throughput"] > 0
+    for key in ("ttft", "itl", "e2e", "tpot"):
+        assert 0 < s[f"median_{key}_ms"] <= s[f"p90_{key}_ms"] <= s[f"p99_{key}_ms"]
+    assert s["mean_ttft_ms"] <= s["p99_e2e_ms"]
+    json.dumps(s)  # --json output must serialise
+    assert "Output token throughput" in format_report(s)
+
+
+def test_cli_registers_subcommands() -> None:
+    import argparse
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--model", "/x", "--port", "9", "--api-key", "k"])
+    assert args.port == 9 and args.api_key == "k" and args.backend == "auto"
+    args = parser.parse_args(["bench-serve", "--num-prompts", "3", "--json", "--max-concurrency", "2"])
+    assert args.num_prompts == 3 and args.json and args.ignore_eos
