@@ -46,6 +46,8 @@ class LLMEngine:
         self.config = LlamaConfig.from_dir(model)
         self.tokenizer = load_tokenizer(model)
         self.choice = resolve_backend(cfg.backend, cfg.device)
+        if self.choice.name == "cuda" and cfg.dtype != "bfloat16":
+            raise ValueError(f"the cuda megakernel runs bfloat16 weights; dtype {cfg.dtype!r} needs backend 'torch'")
         self.backend_name = self.choice.name
         weights_device = self.choice.device if self.choice.name != "vm" else torch.device("cpu")
         weights = load_weights(model, self.config, dtype=cfg.torch_dtype, device=weights_device,
@@ -55,8 +57,11 @@ class LLMEngine:
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy
         self.backend = create_backend(self.choice, weights, self.num_pages, cfg.page_size, **options)
+        budget = cfg.max_num_batched_tokens
+        if self.backend.max_tokens_per_step is not None:
+            budget = min(budget, self.backend.max_tokens_per_step)
         self.scheduler = Scheduler(SchedulerConfig(
-            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_num_seqs=min(cfg.max_num_seqs, budget), max_num_batched_tokens=budget,
             max_model_len=self.max_model_len, num_pages=self.num_pages, page_size=cfg.page_size))
         self._requests: dict[str, RequestState] = {}
         self._rng = torch.Generator().manual_seed(cfg.seed)

@@ -54,7 +54,10 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
     backend = getattr(args, "backend", "vm")
     gpu = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
     if backend == "cuda" or (backend == "auto" and gpu):
-        raise RuntimeError("engine.profiling: live CUDA profiling is not wired in yet; use --backend vm")
+        if not gpu:
+            raise RuntimeError("profile --backend cuda needs an sm_90 GPU; use --backend vm on this machine")
+        from engine.cuda.profile import collect_cuda_profile
+        return collect_cuda_profile(args)
     name, config = _config(args)
     policy = getattr(args, "policy", None) or "lpt"
     num_sms = int(getattr(args, "num_sms", None) or 132)

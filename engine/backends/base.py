@@ -16,6 +16,8 @@ class Backend(ABC):
     """
 
     name: str = "abstract"
+    # Most tokens one step may carry (None: unlimited); the engine caps its token budget to it.
+    max_tokens_per_step: int | None = None
 
     @abstractmethod
     def forward(self, batch: StepBatch) -> torch.Tensor:

@@ -21,7 +21,7 @@ EngineRunner = Callable[[LlamaWeights, LlamaConfig, list[int], int], tuple[Seque
 
 # Modules imported by the CLI before a run so their import-time registrations take effect; a module
 # that cannot be imported is reported in the result, not fatal. The lead adds the megakernel's here.
-DEFAULT_ENGINE_PLUGINS: tuple[str, ...] = ()
+DEFAULT_ENGINE_PLUGINS: tuple[str, ...] = ("engine.cuda.bench_runner",)
 
 
 class EngineRegistry:

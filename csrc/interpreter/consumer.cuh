@@ -1,0 +1,77 @@
+// consumer.cuh: the consumer warps' instruction loop: take the next fetched instruction, wait for
+// its dependencies (acquire), run it, then signal its counter (release) once its outputs are visible.
+#pragma once
+
+#include "ops_attention.cuh"
+#include "ops_matvec.cuh"
+
+namespace mk::vm {
+
+// Thread 0 spins on every wait; the barrier after it orders all consumers' loads behind the acquire
+// and broadcasts whether the waits succeeded (false = watchdog fired or another block aborted).
+__device__ __forceinline__ bool wait_all_dependencies(const Globals& g, const Shared& sm, const int* w) {
+  int* flag = reinterpret_cast<int*>(sm.scratch + SCRATCH_FLOATS - 1);
+  if (threadIdx.x == 0) {
+    bool ok = true;
+    const int n = w[W_NUM_WAITS];
+    for (int k = 0; k < n && ok; ++k) ok = wait_dependency(g, w, w[W_WAITS + 2 * k], w[W_WAITS + 2 * k + 1]);
+    *flag = ok;
+  }
+  consumer_sync();
+  const bool ok = *flag != 0;
+  consumer_sync();  // nobody rewrites the flag before everyone has read it
+  return ok;
+}
+
+__device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  switch (w[W_OPCODE]) {
+    case OP_EMBED: op_embed(g, w); return true;
+    case OP_RMS_QKV_ROPE_APPEND: return op_qkv(g, sm, cur, w);
+    case OP_ATTN_PARTIAL: op_attn_partial(g, sm, w); return true;
+    case OP_ATTN_REDUCE: op_attn_reduce(g, w); return true;
+    case OP_O_PROJ_RESIDUAL: return op_o_proj(g, sm, cur, w);
+    case OP_RMS_GATE_UP_SILU: return op_gate_up(g, sm, cur, w);
+    case OP_DOWN_RESIDUAL: return op_down(g, sm, cur, w);
+    case OP_LM_HEAD: return op_lm_head(g, sm, cur, w);
+    case OP_ARGMAX_REDUCE: op_argmax(g, w); return true;
+    default:
+      if (threadIdx.x == 0) record_error(g, ERR_BAD_OPCODE, w, -1, 0, 0);
+      return false;
+  }
+}
+
+template <bool TIMING>
+__device__ void run_consumers(const Globals& g, const Shared& sm) {
+  RingCursor cur;
+  for (int i = 0;; ++i) {
+    const int slot = i % NUM_SLOTS;
+    if (!wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr)) return;
+    int w[WORDS];
+#pragma unroll
+    for (int k = 0; k < WORDS; ++k) w[k] = sm.slot(slot)[k];
+    if (w[W_OPCODE] == OP_NOOP) return;
+    long long t_start = 0, t_ready = 0;
+    if constexpr (TIMING) t_start = (long long)tk::globaltimer();
+    if (!wait_all_dependencies(g, sm, w)) return;
+    if constexpr (TIMING) t_ready = (long long)tk::globaltimer();
+    const bool ok = execute(g, sm, cur, w);
+    consumer_sync();  // every consumer's global writes happen before the release below
+    if (!ok) return;
+    if (threadIdx.x == 0) {
+      if (w[W_SIGNAL_COUNTER] >= 0) {
+        __threadfence();
+        tk::signal_add(g.counters + w[W_SIGNAL_COUNTER], w[W_SIGNAL_AMOUNT]);
+      }
+      tk::arrive(sm.slot_free[slot]);
+      if constexpr (TIMING) {
+        long long* rec = g.timing + (long long)w[W_ID] * TIMING_WORDS;
+        rec[0] = t_start;
+        rec[1] = t_ready;
+        rec[2] = (long long)tk::globaltimer();
+        rec[3] = (long long)tk::smid();
+      }
+    }
+  }
+}
+
+}  // namespace mk::vm

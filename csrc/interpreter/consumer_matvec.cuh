@@ -1,0 +1,102 @@
+// consumer_matvec.cuh: the consumer warps' side of the page ring. out[t][r] = sum_k x[t][k] * W[r][k]
+// for the NX activation rows in shared x and every weight row the instruction streams. Page p of an
+// instruction goes to consumer warp p % NUM_CONSUMER_WARPS; each page holds whole rows, so no
+// cross-warp reduction is needed. Lanes own 8 consecutive k (one 16-byte bf16 vector) per step.
+#pragma once
+
+#include "state.cuh"
+#include "weight_stream.cuh"
+
+namespace mk::vm {
+
+struct RingCursor {
+  uint32_t pages = 0;  // pages consumed since launch (same count the loader keeps)
+};
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// Up to 4 rows of one page against NX activation rows.
+template <int NX>
+__device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int first, int nrows, int K,
+                                         const float* x, float* out, int out_row0, int out_stride) {
+  const int lane = tk::lane_id();
+  float acc[4][NX];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int t = 0; t < NX; ++t) acc[r][t] = 0.f;
+  for (int k = lane * 8; k < K; k += 256) {
+    float xv[NX][8];
+#pragma unroll
+    for (int t = 0; t < NX; ++t) {
+      const float4 a = *reinterpret_cast<const float4*>(x + t * K + k);
+      const float4 b = *reinterpret_cast<const float4*>(x + t * K + k + 4);
+      xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
+      xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (r < nrows) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(page + (first + r) * row_bytes + k * 2);
+        float wv[8];
+        bf16x8_to_float(raw, wv);
+#pragma unroll
+        for (int t = 0; t < NX; ++t)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r][t] = fmaf(wv[e], xv[t][e], acc[r][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int t = 0; t < NX; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(tk::FULL_MASK, v, o);
+      if (lane == 0 && r < nrows) out[t * out_stride + out_row0 + r] = v;
+    }
+}
+
+template <int NX>
+__device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cur, const WeightStream& ws,
+                              const int* instr) {
+  const int warp = tk::warp_id(), lane = tk::lane_id();
+  const int n_pages = ws.num_pages(), rpp = ws.rows_per_page(), row_bytes = ws.row_elems * 2;
+  bool ok = true;
+  for (int p = 0; p < n_pages; ++p) {
+    const uint32_t n = cur.pages + p;
+    if (p % NUM_CONSUMER_WARPS != warp) continue;
+    const int ring = n % NUM_PAGES;
+    if (ok && !wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr)) ok = false;
+    if (ok) {
+      const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
+      for (int r = 0; r < rows; r += 4)
+        dot_rows<NX>(sm.page(ring), row_bytes, r, min(4, rows - r), ws.row_elems, sm.x, sm.out, row0 + r,
+                     ws.rows);
+    }
+    __syncwarp();
+    if (lane == 0) tk::arrive(sm.page_empty[ring]);
+  }
+  cur.pages += n_pages;
+  return ok;
+}
+
+// Dispatch on the number of activation rows (1 for batch-1 decode keeps registers low).
+__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, RingCursor& cur,
+                                       const WeightStream& ws, int nx, const int* instr) {
+  if (nx <= 1) return consume_pages<1>(g, sm, cur, ws, instr);
+  if (nx <= 2) return consume_pages<2>(g, sm, cur, ws, instr);
+  if (nx <= 4) return consume_pages<4>(g, sm, cur, ws, instr);
+  return consume_pages<8>(g, sm, cur, ws, instr);
+}
+
+}  // namespace mk::vm

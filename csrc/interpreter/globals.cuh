@@ -1,0 +1,65 @@
+// globals.cuh: every buffer and dimension the interpreter reads, passed by value as one kernel
+// parameter. The host fills it by field name (interpreter.cu), so Python never depends on order.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace mk::vm {
+
+using bf16 = __nv_bfloat16;
+
+struct Globals {
+  // packed weights (engine/instructions/packing.py)
+  const bf16* embed;
+  const bf16* attn_norm;
+  const bf16* w_qkv;
+  const bf16* w_o;
+  const bf16* mlp_norm;
+  const bf16* w_gate_up;
+  const bf16* w_down;
+  const bf16* final_norm;
+  const bf16* lm_head;
+  const float* rope_inv_freq;
+  // paged KV cache [L, num_pages, n_kv, page_size, head_dim]
+  bf16* k_cache;
+  bf16* v_cache;
+  // activations (fp32) and outputs
+  float* hidden;
+  float* mid;
+  float* q;
+  float* attn_out;
+  float* o_part;
+  float* lse_part;
+  float* act;
+  float* logits;
+  float* lm_max;
+  int* lm_arg;
+  int* out_tokens;
+  // synchronisation and the program
+  int* counters;
+  const int* counter_period;
+  int* queue_head;
+  const int* step_args;
+  const int* instructions;  // static: [grid, queue_len, 32]; dynamic: [queue_len, 32]
+  int* error;               // [ERR_WORDS]
+  long long* timing;        // [num_instructions, TIMING_WORDS] or nullptr
+  // scalars
+  long long timeout_ns;
+  int queue_len;
+  int dynamic_queue;
+  int epoch;
+  int hidden_size;
+  int intermediate;
+  int layers;
+  int n_heads;
+  int n_kv;
+  int head_dim;
+  int vocab;
+  int kv_num_pages;
+  int gu_tile;
+  int lm_blocks;
+  float eps;
+};
+
+}  // namespace mk::vm

@@ -1,0 +1,126 @@
+// compile-check: module mk_interpreter
+// interpreter.cu: the persistent megakernel. One block per SM; warps 0..7 consume (math), warp 8 is
+// the controller (instruction fetch-ahead), warp 9 the loader (TMA weight streaming). The host
+// binding fills Globals by field name from a Python dict and launches on the caller's stream.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "advance.cuh"
+#include "consumer.cuh"
+#include "roles.cuh"
+
+namespace mk::vm {
+
+template <bool TIMING>
+__global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_constant__ Globals g) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const Shared sm = Shared::carve(smem);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NUM_PAGES; ++i) {
+      tk::init_semaphore(sm.page_full[i], 1);   // the loader's arrive.expect_tx (+ TMA bytes)
+      tk::init_semaphore(sm.page_empty[i], 1);  // the consumer warp that read the page
+    }
+    for (int i = 0; i < NUM_SLOTS; ++i) {
+      tk::init_semaphore(sm.slot_full[i], 1);  // the controller
+      tk::init_semaphore(sm.slot_free[i], 2);  // the loader and the consumers
+    }
+    tk::fence_semaphore_init();
+  }
+  __syncthreads();
+  const int warp = tk::warp_id();
+  if (warp < NUM_CONSUMER_WARPS) {
+    run_consumers<TIMING>(g, sm);
+  } else if (warp == CONTROLLER_WARP) {
+    run_controller(g, sm);
+  } else {
+    run_loader(g, sm);
+  }
+}
+
+}  // namespace mk::vm
+
+namespace {
+
+namespace py = pybind11;
+using mk::vm::Globals;
+
+template <typename T>
+T* ptr_field(const py::dict& d, const char* name, bool optional = false) {
+  if (!d.contains(name)) {
+    if (optional) return nullptr;
+    throw std::invalid_argument(std::string("megakernel launch: missing field '") + name + "'");
+  }
+  return reinterpret_cast<T*>(d[name].cast<uintptr_t>());
+}
+
+template <typename T>
+T scalar_field(const py::dict& d, const char* name) {
+  if (!d.contains(name)) throw std::invalid_argument(std::string("megakernel launch: missing field '") + name + "'");
+  return d[name].cast<T>();
+}
+
+Globals globals_from_dict(const py::dict& d) {
+  Globals g{};
+#define MK_PTR(field, type) g.field = ptr_field<type>(d, #field)
+  MK_PTR(embed, const mk::vm::bf16); MK_PTR(attn_norm, const mk::vm::bf16); MK_PTR(w_qkv, const mk::vm::bf16);
+  MK_PTR(w_o, const mk::vm::bf16); MK_PTR(mlp_norm, const mk::vm::bf16); MK_PTR(w_gate_up, const mk::vm::bf16);
+  MK_PTR(w_down, const mk::vm::bf16); MK_PTR(final_norm, const mk::vm::bf16); MK_PTR(lm_head, const mk::vm::bf16);
+  MK_PTR(rope_inv_freq, const float); MK_PTR(k_cache, mk::vm::bf16); MK_PTR(v_cache, mk::vm::bf16);
+  MK_PTR(hidden, float); MK_PTR(mid, float); MK_PTR(q, float); MK_PTR(attn_out, float); MK_PTR(o_part, float);
+  MK_PTR(lse_part, float); MK_PTR(act, float); MK_PTR(logits, float); MK_PTR(lm_max, float);
+  MK_PTR(lm_arg, int); MK_PTR(out_tokens, int); MK_PTR(counters, int); MK_PTR(counter_period, const int);
+  MK_PTR(queue_head, int); MK_PTR(step_args, const int); MK_PTR(instructions, const int); MK_PTR(error, int);
+#undef MK_PTR
+  g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
+#define MK_INT(field) g.field = scalar_field<int>(d, #field)
+  MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
+  MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
+  MK_INT(gu_tile); MK_INT(lm_blocks);
+#undef MK_INT
+  g.timeout_ns = scalar_field<long long>(d, "timeout_ns");
+  g.eps = scalar_field<float>(d, "eps");
+  return g;
+}
+
+void launch(const py::dict& fields, int grid, uintptr_t stream) {
+  const Globals g = globals_from_dict(fields);
+  const size_t smem = mk::vm::SharedPlan::total;
+  auto* kernel = g.timing ? &mk::vm::megakernel<true> : &mk::vm::megakernel<false>;
+  MK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  kernel<<<grid, mk::vm::BLOCK_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(g);
+  MK_CUDA_CHECK(cudaGetLastError());
+}
+
+void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int step, uintptr_t error,
+             int num_seqs, uintptr_t stream) {
+  if (num_seqs < 1 || num_seqs > 1024) throw std::invalid_argument("advance: num_seqs must be in [1, 1024]");
+  mk::vm::advance_decode<<<1, num_seqs, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<int*>(step_args), reinterpret_cast<const int*>(out_tokens), reinterpret_cast<int*>(history),
+      step, reinterpret_cast<int*>(error));
+  MK_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(mk_interpreter, m) {
+  m.doc() = "The persistent megakernel interpreter (see docs/INSTRUCTIONS.md).";
+  m.def("launch", &launch, py::arg("fields"), py::arg("grid"), py::arg("stream"),
+        "Launch one step: fields maps every Globals member to a device pointer (int) or a scalar.");
+  m.def("advance", &advance, py::arg("step_args"), py::arg("out_tokens"), py::arg("history"), py::arg("step"),
+        py::arg("error"), py::arg("num_seqs"), py::arg("stream"),
+        "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
+  m.attr("FORMAT_VERSION") = mk::vm::FORMAT_VERSION;
+  m.attr("PAGE_BYTES") = mk::vm::PAGE_BYTES;
+  m.attr("NUM_PAGES") = mk::vm::NUM_PAGES;
+  m.attr("X_FLOATS") = mk::vm::X_FLOATS;
+  m.attr("OUT_FLOATS") = mk::vm::OUT_FLOATS;
+  m.attr("MAX_TOKENS_PER_MATVEC") = mk::vm::MAX_TOKENS_PER_MATVEC;
+  m.attr("MAX_GQA") = mk::vm::MAX_GQA;
+  m.attr("NUM_CONSUMER_WARPS") = mk::vm::NUM_CONSUMER_WARPS;
+  m.attr("SHARED_BYTES") = mk::vm::SharedPlan::total;
+  m.attr("ERR_WORDS") = mk::vm::ERR_WORDS;
+  m.attr("TIMING_WORDS") = mk::vm::TIMING_WORDS;
+}

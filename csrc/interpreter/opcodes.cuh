@@ -1,0 +1,56 @@
+// opcodes.cuh: the instruction record layout of docs/INSTRUCTIONS.md (format version 1).
+// tests/instructions/test_cuda_header_sync.py checks these numbers against engine/instructions.
+#pragma once
+
+namespace mk::vm {
+
+inline constexpr int FORMAT_VERSION = 1;
+inline constexpr int WORDS = 32;
+
+// Opcodes (word 0).
+inline constexpr int OP_NOOP = 0;
+inline constexpr int OP_EMBED = 1;
+inline constexpr int OP_RMS_QKV_ROPE_APPEND = 2;
+inline constexpr int OP_ATTN_PARTIAL = 3;
+inline constexpr int OP_ATTN_REDUCE = 4;
+inline constexpr int OP_O_PROJ_RESIDUAL = 5;
+inline constexpr int OP_RMS_GATE_UP_SILU = 6;
+inline constexpr int OP_DOWN_RESIDUAL = 7;
+inline constexpr int OP_LM_HEAD = 8;
+inline constexpr int OP_ARGMAX_REDUCE = 9;
+inline constexpr int NUM_OPCODES = 10;
+
+// Word indices.
+inline constexpr int W_OPCODE = 0;
+inline constexpr int W_ID = 1;
+inline constexpr int W_LAYER = 2;
+inline constexpr int W_OPERANDS = 3;  // operand k is word 3 + k
+inline constexpr int W_NUM_WAITS = 16;
+inline constexpr int W_WAITS = 17;  // pair k = (17 + 2k, 18 + 2k)
+inline constexpr int MAX_WAITS = 5;
+inline constexpr int W_SIGNAL_COUNTER = 27;
+inline constexpr int W_SIGNAL_AMOUNT = 28;
+
+// Step-args header words.
+inline constexpr int SA_NUM_TOKENS = 1;
+inline constexpr int SA_NUM_SEQS = 2;
+inline constexpr int SA_MAX_PAGES = 3;
+inline constexpr int SA_PAGE_SIZE = 4;
+inline constexpr int SA_OFF_TOKEN_IDS = 5;
+inline constexpr int SA_OFF_POSITIONS = 6;
+inline constexpr int SA_OFF_SLOTS = 7;
+inline constexpr int SA_OFF_QUERY_START = 8;
+inline constexpr int SA_OFF_CONTEXT_LENS = 9;
+inline constexpr int SA_OFF_BLOCK_TABLES = 10;
+
+// Error record written by the first failing block (error[0] != 0 also tells every block to stop).
+inline constexpr int ERR_NONE = 0;
+inline constexpr int ERR_COUNTER_TIMEOUT = 1;  // a dependency wait never got satisfied (watchdog)
+inline constexpr int ERR_BAD_OPCODE = 2;
+inline constexpr int ERR_PIPELINE_TIMEOUT = 3;  // an intra-SM mbarrier wait timed out
+inline constexpr int ERR_WORDS = 16;  // kind, instr id, opcode, counter, target, observed, block, layer
+
+// Timing record per instruction (int64): start, dependencies satisfied, end, SM id.
+inline constexpr int TIMING_WORDS = 4;
+
+}  // namespace mk::vm

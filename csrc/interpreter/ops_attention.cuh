@@ -1,0 +1,164 @@
+// ops_attention.cuh: split-KV decode/prefill attention over the paged KV cache (online softmax in
+// fp32, one warp per strided subset of keys, merged through shared memory) and the LSE reduction.
+#pragma once
+
+#include "../tk/reduce.cuh"
+#include "state.cuh"
+
+namespace mk::vm {
+
+template <int DPL>
+__device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
+  if constexpr (DPL == 1) {
+    const unsigned short raw = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    v[0] = __bfloat162float(__ushort_as_bfloat16(raw));
+  } else if constexpr (DPL == 2) {
+    const unsigned int raw = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
+    v[0] = f.x; v[1] = f.y;
+  } else {
+    static_assert(DPL == 4, "head_dim must be 32, 64 or 128");
+    const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(p));
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+  }
+}
+
+// ATTN_PARTIAL: operands seq, kv_group, split, num_splits.
+template <int DPL>
+__device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int layer = w[W_LAYER], s = w[3], grp = w[4], split = w[5], nsplit = w[6];
+  const int hd = g.head_dim, G = g.n_heads / g.n_kv, qcols = g.n_heads * hd, ps = sa.page_size();
+  const int T = sa.num_tokens(), C = sa.context_len(s), P = (C + ps - 1) / ps;
+  const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
+  const int warp = tk::warp_id(), lane = tk::lane_id();
+  const float scale = 1.0f / sqrtf((float)hd);
+  float* merge = sm.x;  // [warp][h][hd + 2]: o[hd], m, l
+  const int stride_h = hd + 2, stride_w = MAX_GQA * stride_h;
+  for (int t = sa.query_start(s); t < sa.query_start(s + 1); ++t) {
+    const int kend = min(key_end, sa.position(t) + 1);
+    float qv[MAX_GQA][DPL], o[MAX_GQA][DPL], m[MAX_GQA], l[MAX_GQA];
+#pragma unroll
+    for (int h = 0; h < MAX_GQA; ++h) {
+      m[h] = -INFINITY;
+      l[h] = 0.f;
+#pragma unroll
+      for (int d = 0; d < DPL; ++d) {
+        o[h][d] = 0.f;
+        qv[h][d] = h < G ? load_cg(g.q + (long long)t * qcols + (grp * G + h) * hd + lane * DPL + d) : 0.f;
+      }
+    }
+    for (int j = key_begin + warp; j < kend; j += NUM_CONSUMER_WARPS) {
+      const int page = sa.block(s, j / ps);
+      const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
+      float kd[DPL], vd[DPL];
+      load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd);
+      load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd);
+#pragma unroll
+      for (int h = 0; h < MAX_GQA; ++h) {
+        if (h < G) {
+          float dot = 0.f;
+#pragma unroll
+          for (int d = 0; d < DPL; ++d) dot = fmaf(qv[h][d], kd[d], dot);
+#pragma unroll
+          for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(tk::FULL_MASK, dot, off);
+          const float sc = dot * scale, m_new = fmaxf(m[h], sc);
+          const float alpha = expf(m[h] - m_new), p = expf(sc - m_new);
+          l[h] = l[h] * alpha + p;
+#pragma unroll
+          for (int d = 0; d < DPL; ++d) o[h][d] = fmaf(o[h][d], alpha, p * vd[d]);
+          m[h] = m_new;
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < MAX_GQA; ++h) {
+      if (h < G) {
+        float* dst = merge + warp * stride_w + h * stride_h;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) dst[lane * DPL + d] = o[h][d];
+        if (lane == 0) { dst[hd] = m[h]; dst[hd + 1] = l[h]; }
+      }
+    }
+    consumer_sync();
+    for (int idx = threadIdx.x; idx < G * hd; idx += CONSUMER_THREADS) {
+      const int h = idx / hd, d = idx % hd;
+      float M = -INFINITY;
+      for (int wi = 0; wi < NUM_CONSUMER_WARPS; ++wi) M = fmaxf(M, merge[wi * stride_w + h * stride_h + hd]);
+      float out = 0.f, lse = -INFINITY;
+      if (M != -INFINITY) {
+        float L = 0.f, O = 0.f;
+        for (int wi = 0; wi < NUM_CONSUMER_WARPS; ++wi) {
+          const float* src = merge + wi * stride_w + h * stride_h;
+          const float f = expf(src[hd] - M);
+          L = fmaf(src[hd + 1], f, L);
+          O = fmaf(src[d], f, O);
+        }
+        out = O / L;
+        lse = M + logf(L);
+      }
+      const int head = grp * G + h;
+      if (nsplit == 1) {
+        g.attn_out[(long long)t * qcols + head * hd + d] = out;
+      } else {
+        g.o_part[((long long)split * T + t) * qcols + head * hd + d] = out;
+        if (d == 0) g.lse_part[((long long)split * T + t) * g.n_heads + head] = lse;
+      }
+    }
+    consumer_sync();
+  }
+}
+
+__device__ __forceinline__ void op_attn_partial(const Globals& g, const Shared& sm, const int* w) {
+  if (g.head_dim == 64) attn_partial<2>(g, sm, w);
+  else if (g.head_dim == 128) attn_partial<4>(g, sm, w);
+  else attn_partial<1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
+}
+
+// ATTN_REDUCE: operands seq, kv_group, num_splits. out = Σ_k e^{lse_k - M} o_k / Σ_k e^{lse_k - M}.
+__device__ void op_attn_reduce(const Globals& g, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int s = w[3], grp = w[4], nsplit = w[5], hd = g.head_dim, G = g.n_heads / g.n_kv;
+  const int T = sa.num_tokens(), qcols = g.n_heads * hd, q0 = sa.query_start(s), nq = sa.query_start(s + 1) - q0;
+  for (int idx = threadIdx.x; idx < nq * G * hd; idx += CONSUMER_THREADS) {
+    const int t = q0 + idx / (G * hd), h = (idx / hd) % G, d = idx % hd, head = grp * G + h;
+    float M = -INFINITY;
+    for (int k = 0; k < nsplit; ++k) M = fmaxf(M, load_cg(g.lse_part + ((long long)k * T + t) * g.n_heads + head));
+    float num = 0.f, den = 0.f;
+    for (int k = 0; k < nsplit; ++k) {
+      const float f = expf(load_cg(g.lse_part + ((long long)k * T + t) * g.n_heads + head) - M);
+      den += f;
+      num = fmaf(f, load_cg(g.o_part + ((long long)k * T + t) * qcols + head * hd + d), num);
+    }
+    g.attn_out[(long long)t * qcols + head * hd + d] = num / den;
+  }
+}
+
+// EMBED: operands tok_begin, tok_end. hidden[t] = embed[token_ids[t]] (fp32).
+__device__ void op_embed(const Globals& g, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int H = g.hidden_size, t0 = w[3], n = w[4] - w[3];
+  for (int idx = threadIdx.x; idx < n * H; idx += CONSUMER_THREADS) {
+    const int t = t0 + idx / H, k = idx % H;
+    g.hidden[(long long)t * H + k] = __bfloat162float(g.embed[(long long)sa.token_id(t) * H + k]);
+  }
+}
+
+// ARGMAX_REDUCE: operand num_blocks. out_tokens[s] = argmax over the LM-head blocks (ties: smallest id).
+__device__ void op_argmax(const Globals& g, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int S = sa.num_seqs(), nb = w[3], warp = tk::warp_id(), lane = tk::lane_id();
+  for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
+    tk::value_index best{-INFINITY, 0x7fffffff};
+    for (int b = lane; b < nb; b += 32) {
+      const tk::value_index c{load_cg(g.lm_max + s * g.lm_blocks + b), __ldcg(g.lm_arg + s * g.lm_blocks + b)};
+      if (tk::beats(c, best)) best = c;
+    }
+    best = tk::warp_argmax(best);
+    if (lane == 0) g.out_tokens[s] = best.index;
+  }
+}
+
+}  // namespace mk::vm

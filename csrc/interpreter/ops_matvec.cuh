@@ -1,0 +1,125 @@
+// ops_matvec.cuh: the weight-streaming opcodes. Each loads its activations into shared x (after the
+// dependency waits), runs the ring matvec into shared out, then applies its epilogue to global memory.
+#pragma once
+
+#include "../tk/reduce.cuh"
+#include "activations.cuh"
+#include "consumer_matvec.cuh"
+
+namespace mk::vm {
+
+// RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group.
+__device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
+  load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
+  const WeightStream ws = weight_stream(g, w);
+  if (!matvec(g, sm, cur, ws, T, w)) return false;
+  consumer_sync();
+  const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
+  const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
+  for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
+    const int t = idx / pairs, pr = idx % pairs;
+    const int r = row_begin + 2 * pr;
+    const int j = (r % group_rows) / hd, p = r % hd;  // p is even: (p, p+1) is a packed pair
+    const float x0 = sm.out[t * rows + 2 * pr], x1 = sm.out[t * rows + 2 * pr + 1];
+    const int slot = sa.slot(t);
+    const long long kv_row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
+    if (j <= G) {  // q or k: rotate the pair, store at original dims i and i + hd/2
+      const int i = p / 2;
+      const float a = (float)sa.position(t) * g.rope_inv_freq[i];
+      float s, c;
+      sincosf(a, &s, &c);
+      const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+      if (j < G) {
+        float* qrow = g.q + (long long)t * qcols + (grp * G + j) * hd;
+        qrow[i] = y0;
+        qrow[i + hd / 2] = y1;
+      } else {
+        g.k_cache[kv_row + i] = __float2bfloat16(y0);
+        g.k_cache[kv_row + i + hd / 2] = __float2bfloat16(y1);
+      }
+    } else {  // v: stored unpermuted
+      g.v_cache[kv_row + p] = __float2bfloat16(x0);
+      g.v_cache[kv_row + p + 1] = __float2bfloat16(x1);
+    }
+  }
+  return true;
+}
+
+// O_PROJ_RESIDUAL: operands row_begin, row_end. mid = hidden + attn·Wo^T; hidden = mid.
+__device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
+  load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
+  if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
+  consumer_sync();
+  for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
+    const int t = idx / rows, r = idx % rows;
+    const long long at = (long long)t * g.hidden_size + row_begin + r;
+    const float m = load_cg(g.hidden + at) + sm.out[t * rows + r];
+    g.mid[at] = m;
+    g.hidden[at] = m;
+  }
+  return true;
+}
+
+// RMS_GATE_UP_SILU: operands i_begin, i_end, slice. act = silu(gate) * up over tile-interleaved rows.
+__device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
+  load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
+  if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
+  consumer_sync();
+  const int tile = g.gu_tile, rows = 2 * n;
+  for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
+    const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
+    const int gate_row = 2 * (li / tile) * tile + li % tile;
+    const float gate = sm.out[t * rows + gate_row], up = sm.out[t * rows + gate_row + tile];
+    g.act[(long long)t * g.intermediate + i_begin + li] = gate / (1.f + expf(-gate)) * up;
+  }
+  return true;
+}
+
+// DOWN_RESIDUAL: operands row_begin, row_end, k_begin, k_end, slice. hidden += act[:, k]·Wd[:, k]^T.
+__device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
+  load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
+  if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
+  consumer_sync();
+  for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
+    const int t = idx / rows, r = idx % rows;
+    tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
+  }
+  return true;
+}
+
+// LM_HEAD: operands v_begin, v_end, block. Logits of each sequence's last token + block argmax.
+__device__ bool op_lm_head(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  const StepArgs sa{g.step_args};
+  const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
+  load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
+  if (!matvec(g, sm, cur, weight_stream(g, w), S, w)) return false;
+  consumer_sync();
+  for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
+    const int s = idx / rows, r = idx % rows;
+    g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r];
+  }
+  const int warp = tk::warp_id(), lane = tk::lane_id();
+  for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
+    tk::value_index best{-INFINITY, 0x7fffffff};
+    for (int r = lane; r < rows; r += 32) {
+      const tk::value_index c{sm.out[s * rows + r], v_begin + r};
+      if (tk::beats(c, best)) best = c;
+    }
+    best = tk::warp_argmax(best);
+    if (lane == 0) {
+      g.lm_max[s * g.lm_blocks + block] = best.value;
+      g.lm_arg[s * g.lm_blocks + block] = best.index;
+    }
+  }
+  return true;
+}
+
+}  // namespace mk::vm

@@ -1,0 +1,82 @@
+// roles.cuh: the controller warp (fetches instruction words into shared slots ahead of use, from a
+// static per-block queue or by claiming from the dynamic queue) and the loader warp (streams each
+// instruction's weight rows into the page ring with TMA bulk copies, evict-first in L2).
+//
+// The page ring is one FIFO across instructions: instruction i+1's pages are loaded as soon as
+// instruction i's consumers free pages, which is what overlaps loads of i+1 with compute of i.
+#pragma once
+
+#include "../tk/tma.cuh"
+#include "state.cuh"
+#include "weight_stream.cuh"
+
+namespace mk::vm {
+
+// Returns the address of the next instruction's 32 words, or nullptr at the end of the program.
+__device__ __forceinline__ const int* next_instruction(const Globals& g, int index) {
+  if (g.dynamic_queue) {
+    int claimed = 0;
+    if (tk::lane_id() == 0) {
+      const int period = g.queue_len + (int)gridDim.x;  // every block makes one failing claim
+      claimed = atomicAdd(g.queue_head, 1) - g.epoch * period;
+    }
+    claimed = __shfl_sync(tk::FULL_MASK, claimed, 0);
+    return claimed < g.queue_len ? g.instructions + (long long)claimed * WORDS : nullptr;
+  }
+  if (index >= g.queue_len) return nullptr;
+  const int* w = g.instructions + ((long long)blockIdx.x * g.queue_len + index) * WORDS;
+  return w[W_OPCODE] == OP_NOOP ? nullptr : w;
+}
+
+__device__ void run_controller(const Globals& g, const Shared& sm) {
+  const int lane = tk::lane_id();
+  for (int i = 0;; ++i) {
+    const int slot = i % NUM_SLOTS;
+    const uint32_t round = i / NUM_SLOTS;
+    if (!wait_pipeline(g, sm.slot_free[slot], (round & 1) ^ 1, nullptr)) return;
+    const int* w = next_instruction(g, i);
+    int* dst = sm.slots + slot * WORDS;
+    dst[lane] = w ? __ldcg(w + lane) : (lane == W_OPCODE ? OP_NOOP : 0);
+    __syncwarp();
+    if (lane == 0) tk::arrive(sm.slot_full[slot]);
+    if (!w) return;
+  }
+}
+
+__device__ void run_loader(const Globals& g, const Shared& sm) {
+  const int lane = tk::lane_id();
+  uint32_t page_counter = 0;  // pages loaded since launch: ring slot and phase derive from it
+  for (int i = 0;; ++i) {
+    const int slot = i % NUM_SLOTS;
+    if (!wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr)) return;
+    const int* w = sm.slot(slot);
+    if (w[W_OPCODE] == OP_NOOP) return;
+    const WeightStream ws = weight_stream(g, w);
+    const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
+    for (int p = 0; p < n_pages; ++p, ++page_counter) {
+      const int ring = page_counter % NUM_PAGES;
+      const uint32_t round = page_counter / NUM_PAGES;
+      if (!wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w)) return;
+      const int row0 = p * rpp;
+      const int rows = min(rpp, ws.rows - row0);
+      const uint32_t row_bytes = ws.row_elems * 2;
+      if (lane == 0) tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
+      __syncwarp();
+      uint8_t* dst = sm.page(ring);
+      if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy
+        if (lane == 0)
+          tk::bulk_load<tk::cache_hint::evict_first>(dst, ws.base + (long long)row0 * ws.row_stride,
+                                                     rows * row_bytes, sm.page_full[ring]);
+      } else {  // strided rows (a K-slice of W_down): one copy per row, spread over the lanes
+        for (int r = lane; r < rows; r += 32)
+          tk::bulk_load<tk::cache_hint::evict_first>(dst + r * row_bytes,
+                                                     ws.base + (long long)(row0 + r) * ws.row_stride,
+                                                     row_bytes, sm.page_full[ring]);
+      }
+      __syncwarp();
+    }
+    if (lane == 0) tk::arrive(sm.slot_free[slot]);
+  }
+}
+
+}  // namespace mk::vm

@@ -1,0 +1,119 @@
+// state.cuh: per-block shared state (carved from dynamic shared memory), the step-args view, the
+// error record / abort flag, and bounded waits (the watchdog) used by every role.
+#pragma once
+
+#include "../tk/atomics.cuh"
+#include "../tk/mbarrier.cuh"
+#include "config.cuh"
+#include "globals.cuh"
+#include "opcodes.cuh"
+
+namespace mk::vm {
+
+struct Shared {
+  uint8_t* pages;
+  float* x;
+  float* out;
+  float* scratch;
+  int* slots;  // [NUM_SLOTS][WORDS]
+  tk::semaphore* page_full;
+  tk::semaphore* page_empty;
+  tk::semaphore* slot_full;
+  tk::semaphore* slot_free;
+
+  __device__ static Shared carve(uint8_t* base) {
+    Shared s;
+    s.pages = base + SharedPlan::pages;
+    s.x = reinterpret_cast<float*>(base + SharedPlan::x);
+    s.out = reinterpret_cast<float*>(base + SharedPlan::out);
+    s.scratch = reinterpret_cast<float*>(base + SharedPlan::scratch);
+    s.slots = reinterpret_cast<int*>(base + SharedPlan::slots);
+    auto* bars = reinterpret_cast<tk::semaphore*>(base + SharedPlan::barriers);
+    s.page_full = bars;
+    s.page_empty = bars + NUM_PAGES;
+    s.slot_full = bars + 2 * NUM_PAGES;
+    s.slot_free = bars + 2 * NUM_PAGES + NUM_SLOTS;
+    return s;
+  }
+  __device__ uint8_t* page(int i) const { return pages + i * PAGE_BYTES; }
+  __device__ const int* slot(int i) const { return slots + i * WORDS; }
+};
+
+// Read-only view of the step-args buffer (engine/instructions/step_args.py).
+struct StepArgs {
+  const int* w;
+  __device__ int num_tokens() const { return w[SA_NUM_TOKENS]; }
+  __device__ int num_seqs() const { return w[SA_NUM_SEQS]; }
+  __device__ int max_pages() const { return w[SA_MAX_PAGES]; }
+  __device__ int page_size() const { return w[SA_PAGE_SIZE]; }
+  __device__ int token_id(int t) const { return w[w[SA_OFF_TOKEN_IDS] + t]; }
+  __device__ int position(int t) const { return w[w[SA_OFF_POSITIONS] + t]; }
+  __device__ int slot(int t) const { return w[w[SA_OFF_SLOTS] + t]; }
+  __device__ int query_start(int s) const { return w[w[SA_OFF_QUERY_START] + s]; }
+  __device__ int context_len(int s) const { return w[w[SA_OFF_CONTEXT_LENS] + s]; }
+  __device__ int block(int s, int i) const { return w[w[SA_OFF_BLOCK_TABLES] + s * max_pages() + i]; }
+};
+
+__device__ __forceinline__ bool aborted(const Globals& g) {
+  return *reinterpret_cast<volatile const int*>(g.error) != ERR_NONE;
+}
+
+// The first failure wins; its record names the stuck instruction for the host's exception.
+__device__ __forceinline__ void record_error(const Globals& g, int kind, const int* instr, int counter,
+                                             int target, int observed) {
+  if (atomicCAS(g.error, ERR_NONE, -1) != ERR_NONE) return;
+  g.error[1] = instr ? instr[W_ID] : -1;
+  g.error[2] = instr ? instr[W_OPCODE] : -1;
+  g.error[3] = counter;
+  g.error[4] = target;
+  g.error[5] = observed;
+  g.error[6] = blockIdx.x;
+  g.error[7] = instr ? instr[W_LAYER] : -1;
+  __threadfence();
+  atomicExch(g.error, kind);
+}
+
+// Spin until counters[c] >= epoch * period[c] + target (acquire). False on watchdog/abort.
+__device__ __forceinline__ bool wait_dependency(const Globals& g, const int* instr, int c, int target) {
+  const int goal = g.epoch * g.counter_period[c] + target;
+  const int* p = g.counters + c;
+  if (tk::load_acquire(p) >= goal) return true;
+  const uint64_t start = tk::globaltimer();
+  tk::backoff b;
+  for (;;) {
+    const int v = tk::load_acquire(p);
+    if (v >= goal) return true;
+    if (aborted(g)) return false;
+    if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) {
+      record_error(g, ERR_COUNTER_TIMEOUT, instr, c, goal, v);
+      return false;
+    }
+    b.pause();
+  }
+}
+
+// Bounded mbarrier wait for the intra-SM pipeline; gives up when another block aborted.
+__device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& sem, uint32_t parity,
+                                              const int* instr) {
+  if (tk::try_wait(sem, parity)) return true;
+  const uint64_t start = tk::globaltimer();
+  for (int n = 0;; ++n) {
+    if (tk::try_wait(sem, parity)) return true;
+    if ((n & 15) == 15) {
+      if (aborted(g)) return false;
+      if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) {
+        record_error(g, ERR_PIPELINE_TIMEOUT, instr, -1, 0, 0);
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
+}
+
+// Loads of data other SMs wrote in this launch: bypass L1 so no stale line is ever read.
+__device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
+
+}  // namespace mk::vm

@@ -1,0 +1,69 @@
+// weight_stream.cuh: which weight rows an instruction streams through the page ring. The loader
+// and the consumers both derive the same description from the instruction words, so they agree on
+// how many pages an instruction takes and which rows each page holds without talking.
+#pragma once
+
+#include "config.cuh"
+#include "globals.cuh"
+#include "opcodes.cuh"
+
+namespace mk::vm {
+
+struct WeightStream {
+  const bf16* base = nullptr;  // first element of row 0
+  int rows = 0;                // rows streamed (0 = the opcode reads no weight matrix)
+  int row_elems = 0;           // contiguous bf16 elements per row (the matvec's K)
+  long long row_stride = 0;    // elements between consecutive rows in global memory
+  __device__ int rows_per_page() const { return PAGE_BYTES / (row_elems * 2); }
+  __device__ int num_pages() const {
+    if (rows == 0) return 0;
+    const int rpp = rows_per_page();
+    return (rows + rpp - 1) / rpp;
+  }
+};
+
+__device__ __forceinline__ WeightStream weight_stream(const Globals& g, const int* w) {
+  WeightStream s;
+  const int op = w[W_OPCODE], layer = w[W_LAYER];
+  const int* a = w + W_OPERANDS;
+  const long long H = g.hidden_size, I = g.intermediate, Q = (long long)g.n_heads * g.head_dim;
+  switch (op) {
+    case OP_RMS_QKV_ROPE_APPEND: {
+      const long long qkv_rows = (long long)g.n_kv * (g.n_heads / g.n_kv + 2) * g.head_dim;
+      s.base = g.w_qkv + (layer * qkv_rows + a[0]) * H;
+      s.rows = a[1] - a[0];
+      s.row_elems = (int)H;
+      s.row_stride = H;
+      break;
+    }
+    case OP_O_PROJ_RESIDUAL:
+      s.base = g.w_o + (layer * H + a[0]) * Q;
+      s.rows = a[1] - a[0];
+      s.row_elems = (int)Q;
+      s.row_stride = Q;
+      break;
+    case OP_RMS_GATE_UP_SILU:
+      s.base = g.w_gate_up + (layer * 2 * I + 2LL * a[0]) * H;
+      s.rows = 2 * (a[1] - a[0]);
+      s.row_elems = (int)H;
+      s.row_stride = H;
+      break;
+    case OP_DOWN_RESIDUAL:
+      s.base = g.w_down + (layer * H + a[0]) * I + a[2];
+      s.rows = a[1] - a[0];
+      s.row_elems = a[3] - a[2];
+      s.row_stride = I;
+      break;
+    case OP_LM_HEAD:
+      s.base = g.lm_head + (long long)a[0] * H;
+      s.rows = a[1] - a[0];
+      s.row_elems = (int)H;
+      s.row_stride = H;
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+}  // namespace mk::vm

@@ -1,0 +1,105 @@
+"""The `cuda` backend: every step (decode and prefill chunks) is one launch of the persistent
+megakernel over the same instruction tensors the VM runs. Greedy ids come back with the error word
+in one small download; logits stay on the GPU for non-greedy sampling."""
+from __future__ import annotations
+
+import torch
+
+from engine.backends.base import Backend
+from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, launch
+from engine.cuda.limits import InterpreterLimits
+from engine.cuda_build import load_extension
+from engine.instructions.layout import ModelDims
+from engine.instructions.packing import pack_weights
+from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.step_builder_splits import SplitParams
+from models.llama.kv_cache import PagedKVCache
+from models.llama.step_batch import StepBatch
+from models.llama.weights import LlamaWeights
+
+# Larger `waves` cut ops into more, smaller instructions; tried in order until a stream fits the
+# interpreter's buffers (only batches of several tokens need more than the first).
+WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "lpt",
+                 num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, **split_kw: object) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("backend 'cuda' needs a CUDA GPU")
+        self._device = torch.device("cuda", torch.cuda.current_device())
+        self.module = load_extension("mk_interpreter")
+        self.limits = InterpreterLimits.of(self.module)
+        self.config = weights.config
+        self.dims = ModelDims.from_config(self.config)
+        self.limits.check_model(self.dims)
+        self.max_tokens_per_step = self.limits.max_tokens(self.dims)
+        self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
+        self.policy = policy
+        self.timeout_ns = timeout_ns
+        self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
+                                        dtype=torch.bfloat16, device=self._device)
+        self.page_size = page_size
+        self._split_kw = split_kw
+        self._caches = [StreamCache(self.dims, page_size, BuildParams(
+            policy, SplitParams(num_sms=self.num_sms, waves=w, **split_kw),  # type: ignore[arg-type]
+            BuildParams.for_sms(self.num_sms).cost)) for w in WAVES_LADDER]
+        self.timing = False
+        self.last: DeviceStream | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _compiled(self, batch: StepBatch) -> CompiledStream:
+        last_error: Exception | None = None
+        for cache in self._caches:
+            cs = cache.get(batch)
+            if cs.backend_state is False:  # checked before: does not fit at this granularity
+                continue
+            if cs.backend_state is None:
+                try:
+                    self.limits.check_stream(cs.words, batch.num_tokens, batch.num_seqs)
+                except ValueError as exc:
+                    last_error = exc
+                    cs.backend_state = False
+                    continue
+                cs.backend_state = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS)
+            return cs
+        raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
+                         + (f": {last_error}" if last_error else ""))
+
+    def run(self, batch: StepBatch) -> DeviceStream:
+        """Launch one step; returns the stream state whose buffers hold logits and out_tokens."""
+        if batch.num_tokens > self.max_tokens_per_step:
+            raise ValueError(f"step of {batch.num_tokens} tokens exceeds the megakernel's "
+                             f"{self.max_tokens_per_step} tokens per step (the engine caps its token budget)")
+        cs = self._compiled(batch)
+        ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
+        if (ds.timing is not None) != self.timing:
+            ds.enable_timing(self.timing)
+        ds.upload_step_args()
+        ds.before_launch()
+        launch(self.module, ds, ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile,
+                                          self.timeout_ns))
+        ds.after_launch()
+        self.last = ds
+        return ds
+
+    def _finish(self, ds: DeviceStream) -> torch.Tensor:
+        status = ds.status.cpu()  # synchronises; error record and sampled ids in one copy
+        ds.check(status)
+        return status[ds.err_words:].to(torch.int64)
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch) -> torch.Tensor:
+        ds = self.run(batch)
+        self._finish(ds)
+        return ds.acts["logits"].clone()
+
+    @torch.inference_mode()
+    def greedy(self, batch: StepBatch) -> torch.Tensor:
+        return self._finish(self.run(batch))

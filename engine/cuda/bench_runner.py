@@ -1,0 +1,75 @@
+"""`megakernel bench` plug-in: batch-1 greedy decode on the megakernel, timed like the baselines.
+
+Protocol (engine/bench/baselines.py): the first P-1 prompt tokens are prefilled untimed; then N decode
+steps are timed, the first taking the last prompt token. Like the CUDA-graph baselines, tokens stay on
+the device between steps: each launch is followed by a tiny `advance` kernel that feeds the sampled id
+back, so the host only queues launches and reads all N ids at the end.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import torch
+
+from engine.backends import has_sm90_gpu
+from engine.backends.cuda_backend import CudaBackend
+from engine.bench.engines import register_engine_runner
+from engine.cuda.device_stream import DeviceStream, launch
+from models.llama.config import LlamaConfig
+from models.llama.step_batch import StepBatch
+from models.llama.weights import LlamaWeights
+
+PAGE_SIZE = 16
+
+
+def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -> tuple[list[int], float]:
+    total = len(prompt) + new_tokens
+    table = list(range(-(-total // PAGE_SIZE)))
+    dev = backend.device
+    limit = backend.max_tokens_per_step
+    for start in range(0, len(prompt) - 1, limit):  # untimed prefill of all but the last prompt token
+        chunk = prompt[start:min(start + limit, len(prompt) - 1)]
+        backend.greedy(StepBatch.build([chunk], [start], [table], device=dev, page_size=PAGE_SIZE))
+    first = StepBatch.build([[prompt[-1]]], [len(prompt) - 1], [table], device=dev, page_size=PAGE_SIZE)
+    history = torch.zeros(new_tokens, dtype=torch.int32, device=dev)
+    module, stream = backend.module, torch.cuda.current_stream()
+
+    def prepare() -> DeviceStream:
+        backend.greedy(first)  # (re)loads the first step's args, builds the stream, checks errors
+        ds = backend.last
+        ds.upload_step_args()  # back to the first step's inputs
+        return ds
+
+    def queue_steps(ds: DeviceStream, steps: int) -> None:
+        for i in range(steps):
+            ds.before_launch()
+            launch(module, ds, ds.fields(backend.weights, backend.kv.k, backend.kv.v, backend.dims,
+                                         backend.dims.gu_tile, backend.timeout_ns))
+            ds.after_launch()
+            module.advance(ds.step_args.data_ptr(), ds.out_tokens.data_ptr(), history.data_ptr(), i,
+                           ds.status.data_ptr(), 1, stream.cuda_stream)
+
+    queue_steps(prepare(), min(8, new_tokens))  # warm-up (the timed run rewrites the same positions)
+    torch.cuda.synchronize()
+    start_evt, end_evt = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ds = prepare()
+    start_evt.record()
+    queue_steps(ds, new_tokens)
+    end_evt.record()
+    torch.cuda.synchronize()
+    ds.check(ds.status.cpu())
+    seconds = start_evt.elapsed_time(end_evt) / 1e3 / new_tokens
+    return history.cpu().tolist(), seconds
+
+
+def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
+                      new_tokens: int) -> tuple[Sequence[int], float]:
+    policy = os.environ.get("MEGAKERNEL_POLICY", "lpt")
+    pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
+    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, policy=policy)
+    return decode_on_device(backend, list(prompt_ids), new_tokens)
+
+
+if has_sm90_gpu():  # on other machines the bench simply has no megakernel row
+    register_engine_runner("megakernel", megakernel_runner)

@@ -1,0 +1,113 @@
+"""Per-stream device state (program, counters, activations, status) and one step's launch.
+
+A compiled stream (engine/scheduler/step_builder_cache.py) is reused for every step of a batch
+shape; its counters are zeroed once and stay monotonic (the kernel gets `epoch`), so a step costs one
+small step-args upload, one launch and one status download (error word + sampled ids together).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
+import torch
+
+from engine.cuda.errors import MegakernelError, describe_failure
+from engine.instructions.layout import ModelDims, activation_specs
+from engine.scheduler.step_builder_cache import CompiledStream
+
+COUNTER_HEADROOM = 1 << 30  # re-zero counters before epoch * period could overflow int32
+DEFAULT_TIMEOUT_NS = 2_000_000_000
+
+
+@dataclass
+class DeviceStream:
+    compiled: CompiledStream
+    program: torch.Tensor
+    counter_period: torch.Tensor
+    counters: torch.Tensor
+    queue_head: torch.Tensor
+    step_args: torch.Tensor
+    acts: dict[str, torch.Tensor]
+    status: torch.Tensor  # int32 [ERR_WORDS + S]: error record, then out_tokens
+    grid: int
+    queue_len: int
+    dynamic: bool
+    err_words: int
+    max_period: int
+    epoch: int = 0
+    timing: torch.Tensor | None = None
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def create(cs: CompiledStream, dims: ModelDims, device: torch.device, err_words: int) -> DeviceStream:
+        stream = cs.stream
+        period = torch.as_tensor(stream.counter_period, dtype=torch.int32)
+        acts: dict[str, torch.Tensor] = {}
+        for spec in activation_specs(dims, cs.shape, stream.num_splits, stream.lm_blocks):
+            if spec.name == "out_tokens":
+                continue
+            dtype = torch.int32 if spec.dtype == "int32" else torch.float32
+            t = torch.empty(spec.shape, dtype=dtype, device=device)
+            t.fill_(-7 if dtype == torch.int32 else float("nan"))  # poison: unwritten reads show up
+            acts[spec.name] = t
+        tensor = torch.from_numpy(np.ascontiguousarray(cs.tensor)).to(device)
+        dynamic = cs.schedule.dynamic
+        return DeviceStream(
+            compiled=cs, program=tensor, counter_period=period.to(device),
+            counters=torch.zeros(max(1, len(period)), dtype=torch.int32, device=device),
+            queue_head=torch.zeros(1, dtype=torch.int32, device=device),
+            step_args=cs.step_args.to(device), acts=acts,
+            status=torch.zeros(err_words + cs.shape.num_seqs, dtype=torch.int32, device=device),
+            grid=cs.schedule.num_sms, queue_len=int(tensor.shape[0] if dynamic else tensor.shape[1]),
+            dynamic=dynamic, err_words=err_words, max_period=int(period.max().item()) if len(period) else 1)
+
+    @property
+    def out_tokens(self) -> torch.Tensor:
+        return self.status[self.err_words:]
+
+    def enable_timing(self, on: bool) -> None:
+        n = len(self.compiled.stream.instrs)
+        self.timing = torch.zeros((n, 4), dtype=torch.int64, device=self.status.device) if on else None
+
+    def upload_step_args(self) -> None:
+        self.step_args.copy_(self.compiled.step_args, non_blocking=False)
+
+    def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
+               dims: ModelDims, gu_tile: int, timeout_ns: int) -> dict[str, int | float]:
+        f: dict[str, int | float] = {name: t.data_ptr() for name, t in weights.items()}
+        f.update({name: t.data_ptr() for name, t in self.acts.items()})
+        f.update(k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(), out_tokens=self.out_tokens.data_ptr(),
+                 counters=self.counters.data_ptr(), counter_period=self.counter_period.data_ptr(),
+                 queue_head=self.queue_head.data_ptr(), step_args=self.step_args.data_ptr(),
+                 instructions=self.program.data_ptr(), error=self.status.data_ptr(),
+                 queue_len=self.queue_len, dynamic_queue=int(self.dynamic), epoch=self.epoch,
+                 hidden_size=dims.hidden, intermediate=dims.intermediate, layers=dims.layers,
+                 n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
+                 kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile, lm_blocks=self.compiled.stream.lm_blocks,
+                 eps=float(dims.eps), timeout_ns=int(timeout_ns))
+        if self.timing is not None:
+            f["timing"] = self.timing.data_ptr()
+        return f
+
+    def before_launch(self) -> None:
+        if (self.epoch + 1) * self.max_period >= COUNTER_HEADROOM:
+            self.counters.zero_()
+            self.queue_head.zero_()
+            self.epoch = 0
+
+    def after_launch(self) -> None:
+        self.epoch += 1
+
+    def check(self, status_host: torch.Tensor) -> None:
+        if int(status_host[0]) != 0:
+            # The aborted step left counters mid-way: start this stream afresh so the next step runs.
+            self.counters.zero_()
+            self.queue_head.zero_()
+            self.status.zero_()
+            self.epoch = 0
+            raise MegakernelError(describe_failure(status_host[: self.err_words].tolist(), self.compiled))
+
+
+def launch(module: ModuleType, ds: DeviceStream, fields: dict[str, int | float]) -> None:
+    module.launch(fields, ds.grid, torch.cuda.current_stream().cuda_stream)

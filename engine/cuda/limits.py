@@ -1,0 +1,69 @@
+"""What the interpreter's fixed shared-memory plan can run; checked at load time and per stream so an
+unsupported model or batch is a clear error, never a wrong answer or a hang on the device."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+from engine.instructions import opcodes as op
+from engine.instructions.layout import ModelDims
+
+
+class UnsupportedOnGPU(ValueError):
+    """The model or step does not fit the megakernel's limits (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class InterpreterLimits:
+    page_bytes: int
+    x_floats: int
+    out_floats: int
+    max_tokens_per_matvec: int
+    max_gqa: int
+
+    @staticmethod
+    def of(module: ModuleType) -> InterpreterLimits:
+        return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
+                                 module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA)
+
+    def check_model(self, d: ModelDims) -> None:
+        if d.head_dim not in (32, 64, 128):
+            raise UnsupportedOnGPU(f"head_dim {d.head_dim}: the megakernel supports 32, 64 and 128")
+        if d.gqa > self.max_gqa:
+            raise UnsupportedOnGPU(f"GQA ratio {d.gqa} (heads {d.n_heads} / kv heads {d.n_kv}) exceeds {self.max_gqa}")
+        for name, k in (("hidden_size", d.hidden), ("n_heads*head_dim", d.q_cols)):
+            if k % 8 or 2 * k > self.page_bytes:
+                raise UnsupportedOnGPU(f"{name} = {k}: weight rows must be a multiple of 8 elements and fit "
+                                       f"one {self.page_bytes}-byte page")
+        if d.intermediate % 8:
+            raise UnsupportedOnGPU(f"intermediate_size {d.intermediate} must be a multiple of 8 (16-byte rows)")
+        if d.hidden > self.x_floats:
+            raise UnsupportedOnGPU(f"hidden_size {d.hidden} exceeds the activation buffer ({self.x_floats} floats)")
+
+    def max_tokens(self, d: ModelDims) -> int:
+        """Tokens per step the activation buffer holds (rows of the widest matvec input)."""
+        widest = max(d.hidden, d.q_cols, min(d.intermediate, self.page_bytes // 2))
+        return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))
+
+    def check_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int) -> None:
+        """Every weight-streaming instruction's rows fit the out buffer and its K fits a page."""
+        for w in words:
+            code = int(w[0])
+            a = w[3:]
+            nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
+            if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.O_PROJ_RESIDUAL, op.Opcode.LM_HEAD):
+                rows, k = int(a[1] - a[0]), None
+            elif code == op.Opcode.RMS_GATE_UP_SILU:
+                rows, k = 2 * int(a[1] - a[0]), None
+            elif code == op.Opcode.DOWN_RESIDUAL:
+                rows, k = int(a[1] - a[0]), int(a[3] - a[2])
+                if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or nx * k > self.x_floats:
+                    raise UnsupportedOnGPU(f"DOWN_RESIDUAL K-slice [{a[2]}, {a[3]}) does not fit the interpreter "
+                                           f"(8-aligned, <= {self.page_bytes // 2} wide, tokens*K <= {self.x_floats})")
+            else:
+                continue
+            if nx * rows > self.out_floats:
+                raise UnsupportedOnGPU(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens exceeds the "
+                                       f"out buffer ({self.out_floats} floats)")

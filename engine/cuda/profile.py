@@ -1,0 +1,68 @@
+"""`megakernel profile --backend cuda`: real per-instruction timings from the kernel's timing records.
+
+Decode steps run with timing compiled in (the kernel's TIMING instantiation); each record holds
+%globaltimer at start, when its dependencies were satisfied, and at the end (after its counter
+signal), plus the SM id. Rows follow the stream's topological order (instruction id).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from engine.backends.cuda_backend import CudaBackend
+from engine.bench.model_source import load_bench_weights
+from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
+from models.llama.step_batch import StepBatch
+from profiler.record import MetaValue, ProfileRecord
+
+
+def record_from_timing(backend: CudaBackend, meta: dict[str, MetaValue]) -> ProfileRecord:
+    ds = backend.last
+    if ds is None or ds.timing is None:
+        raise RuntimeError("no timed step has run")
+    t = ds.timing.cpu().numpy().astype(np.int64)
+    cs = ds.compiled
+    ran = t[:, 2] != 0
+    costs = np.array([c.weight_bytes + c.act_bytes for c in cs.costs], dtype=np.int64)
+    return ProfileRecord(words=cs.stream.words()[ran], sm=t[ran, 3], start_ns=t[ran, 0], end_ns=t[ran, 2],
+                         wait_ns=np.maximum(t[ran, 1] - t[ran, 0], 0), opcode_names=OPCODE_NAMES,
+                         simulated=False, bytes_moved=costs[ran], meta=dict(meta), operand_names=OPERAND_NAMES)
+
+
+def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
+    dev = torch.device("cuda")
+    weights, desc = load_bench_weights(getattr(args, "model", None), getattr(args, "preset", None) or "llama-3.2-1b",
+                                       torch.bfloat16, dev)
+    page = int(getattr(args, "page_size", None) or 16)
+    batch, prompt_len, steps = int(args.batch), int(args.prompt_len), int(args.steps)
+    policy = getattr(args, "policy", None) or "lpt"
+    per_seq = -(-(prompt_len + steps + 1) // page)
+    backend = CudaBackend(weights, num_pages=per_seq * batch, page_size=page, policy=policy)
+    tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, weights.config.vocab_size, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
+    limit = backend.max_tokens_per_step
+    for s in range(batch):  # prefill each sequence alone, in chunks the kernel holds
+        for start in range(0, prompt_len, limit):
+            chunk = prompts[s][start:start + limit]
+            backend.greedy(StepBatch.build([chunk], [start], [tables[s]], device=dev, page_size=page))
+    tokens = [p[-1] for p in prompts]
+    records = []
+    for step in range(steps):
+        backend.timing = step == steps - 1 or steps <= 3
+        b = StepBatch.build([[t] for t in tokens], [prompt_len + step] * batch, tables, device=dev, page_size=page)
+        tokens = backend.greedy(b).tolist()
+        if backend.timing:
+            meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
+                                          "steps": steps, "step": step, "policy": policy, "num_sms": backend.num_sms,
+                                          "gpu": torch.cuda.get_device_name()}
+            records.append(record_from_timing(backend, meta))
+    if len(records) == 1:
+        return records[0]
+    cat = lambda name: np.concatenate([getattr(r, name) for r in records])  # noqa: E731
+    first = records[0]
+    return ProfileRecord(words=cat("words"), sm=cat("sm"), start_ns=cat("start_ns"), end_ns=cat("end_ns"),
+                         wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, simulated=False,
+                         bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One GPU session: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
+# decode benchmark and a profile; logs and JSON go to $OUT (default ./out). Parts are selectable:
+#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [profile]   (default: all but bench-fast)
+# Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+parts=${*:-build tests sanitize bench profile}
+LOG=$OUT/gpu_check.log
+status=0
+run() {  # run NAME CMD...: log it, remember failures, keep going
+  local name=$1; shift
+  echo "=== [$name] $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"
+  if ! "$@" 2>&1 | tee -a "$LOG"; then echo "=== [$name] FAILED" | tee -a "$LOG"; status=1; fi
+}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; $PY -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee -a "$LOG"
+for part in $parts; do
+  case $part in
+    build) run build $PY -m engine.cuda_build ;;
+    tests) run tests $PY -m pytest -m gpu tests -q -rA --durations=10 -p no:cacheprovider ;;
+    sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 $PY scripts/sanitize_step.py ;;
+    bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
+    bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;
+    profile) run profile $PY -m engine.cli profile --backend cuda --preset llama-3.2-1b --prompt-len 32 --steps 1 --out "$OUT/profile"
+             rm -f "$OUT/profile/trace.json" "$OUT/profile/summary.json" ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
+exit $status

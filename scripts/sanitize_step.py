@@ -1,0 +1,28 @@
+"""A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer."""
+from __future__ import annotations
+
+import torch
+
+from engine.backends.cuda_backend import CudaBackend
+from models.llama.config import LlamaConfig
+from models.llama.init_random import random_state_dict
+from models.llama.step_batch import StepBatch
+from models.llama.weights import weights_from_state_dict
+
+
+def main() -> None:
+    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, rope_theta=10000.0,
+                      rms_norm_eps=1e-5, tie_word_embeddings=True)
+    weights = weights_from_state_dict(cfg, random_state_dict(cfg, seed=0), dtype=torch.bfloat16, device="cuda")
+    for policy in ("lpt", "dynamic"):
+        be = CudaBackend(weights, num_pages=8, page_size=16, policy=policy)
+        table = [3, 1, 6]
+        ids = be.greedy(StepBatch.build([[5, 9, 2, 7]], [0], [table], device="cuda", page_size=16))
+        for pos in range(4, 20):
+            ids = be.greedy(StepBatch.build([[int(ids[0])]], [pos], [table], device="cuda", page_size=16))
+        print(f"{policy}: ok, last token {int(ids[0])}")
+
+
+if __name__ == "__main__":
+    main()

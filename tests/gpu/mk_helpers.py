@@ -1,0 +1,29 @@
+"""Shared drivers for the megakernel GPU tests: identical steps through the VM and the GPU."""
+from __future__ import annotations
+
+import torch
+
+from engine.backends.cuda_backend import CudaBackend
+from engine.backends.vm_backend import VMBackend
+from models.llama.config import LlamaConfig
+from models.llama.weights import LlamaWeights
+
+BUFFERS = ("hidden", "mid", "q", "attn_out", "act", "logits")
+
+
+def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int = 16) -> tuple[VMBackend, CudaBackend]:
+    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy)
+    vm = VMBackend(weights, num_pages=num_pages, page_size=page_size, num_sms=gpu.num_sms, policy=policy,
+                   check_races=False, weight_dtype=torch.bfloat16)
+    return vm, gpu
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float().cpu(), b.float().cpu()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+
+
+def small(hidden: int, heads: int, kv: int, hd: int, inter: int, layers: int, vocab: int) -> LlamaConfig:
+    return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd, rope_theta=10000.0,
+                       rms_norm_eps=1e-5, tie_word_embeddings=False)
