@@ -1,0 +1,111 @@
+// compile-check: module mk_tk_tests
+// tile_tests.cu: shared <-> register tile moves (ldmatrix, ldmatrix.trans, conversions, subtile
+// views) and the warp mma.sync products.
+#include "common.cuh"
+
+namespace mk::tk_tests {
+namespace {
+using namespace mk::tk;
+
+// Logical row-major global matrix -> swizzled shared tile (element by element through idx).
+template <typename ST, typename T>
+__device__ void fill_tile(ST& tile, const T* src) {
+  for (int i = threadIdx.x; i < ST::ROWS * ST::COLS; i += blockDim.x)
+    tile(i / ST::COLS, i % ST::COLS) = src[i];
+}
+
+constexpr int R = 32, C = 64;
+
+// Modes: 0 bf16 st -> rt_bf row -> bf16 out;  1 bf16 st -> rt_bf col -> bf16 out;
+//        2 bf16 st -> rt_fl row -> fp32 out;  3 fp32 st -> rt_fl col -> st_fl (store) -> fp32 out;
+//        4 subtile (1, 1) of a 64x128 bf16 tile -> rt_bf row -> bf16 out (32x64).
+__global__ void roundtrip_kernel(const void* src, void* out, int mode) {
+  __shared__ st_bf<64, 128> big;  // static smem is 1024-aligned by the type's alignas
+  __shared__ st_fl<R, C> tile_f;
+  auto& tile_b = *reinterpret_cast<st_bf<R, C>*>(&big);
+  const auto* src_b = static_cast<const bf16*>(src);
+  const auto* src_f = static_cast<const float*>(src);
+  if (mode == 4) {
+    fill_tile(big, src_b);
+  } else if (mode == 3) {
+    fill_tile(tile_f, src_f);
+  } else {
+    fill_tile(tile_b, src_b);
+  }
+  __syncthreads();
+  if (warp_id() != 0) return;
+  if (mode == 0) {
+    rt_bf<R, C> r;
+    load(r, tile_b);
+    store(static_cast<bf16*>(out), C, r);
+  } else if (mode == 1) {
+    rt_bf<R, C, rt_layout::col> r;
+    load(r, tile_b);
+    store(static_cast<bf16*>(out), C, r);
+  } else if (mode == 2) {
+    rt_fl<R, C> r;
+    load(r, tile_b);
+    store(static_cast<float*>(out), C, r);
+  } else if (mode == 3) {
+    rt_fl<R, C, rt_layout::col> r;
+    load(r, tile_f);
+    rt_fl<R, C, rt_layout::col> doubled;
+    apply(doubled, r, [](int, int, float x) { return 2.f * x; });
+    store(tile_f, doubled);
+    __syncwarp();
+    for (int i = lane_id(); i < R * C; i += 32) static_cast<float*>(out)[i] = tile_f(i / C, i % C);
+  } else {
+    rt_bf<R, C> r;
+    load(r, subtile<R, C>(big, 1, 1));
+    store(static_cast<bf16*>(out), C, r);
+  }
+}
+
+constexpr int M = 32, N = 64, K = 64;
+
+// d = a @ b^T + c (mode 0, b is [N, K]) or d = a @ b + c (mode 1, b is [K, N]); c is read from d.
+__global__ void mma_kernel(const bf16* a, const bf16* b, float* d, int mode) {
+  __shared__ st_bf<M, K> sa;
+  __shared__ st_bf<64, 64> sb;  // N == K == 64, so one shape serves both modes
+  fill_tile(sa, a);
+  fill_tile(sb, b);
+  __syncthreads();
+  if (warp_id() != 0) return;
+  rt_bf<M, K> ra;
+  load(ra, sa);
+  rt_fl<M, N> acc;
+  load(acc, d, N);
+  if (mode == 0) {
+    rt_bf<N, K> rb;
+    load(rb, sb);
+    mma_ABt(acc, ra, rb, acc);
+  } else {
+    rt_bf<K, N, rt_layout::col> rb;
+    load(rb, sb);
+    mma_AB(acc, ra, rb, acc);
+  }
+  store(d, N, acc);
+}
+
+void tile_roundtrip(std::uintptr_t src, std::uintptr_t out, int mode) {
+  MK_REQUIRE(mode >= 0 && mode <= 4, "mode must be 0..4");
+  roundtrip_kernel<<<1, 128>>>(as_ptr<const void>(src), as_ptr<void>(out), mode);
+  MK_CUDA_CHECK_LAUNCH_SYNC();
+}
+
+void mma(std::uintptr_t a, std::uintptr_t b, std::uintptr_t d, bool transpose_b) {
+  mma_kernel<<<1, 64>>>(as_ptr<const bf16>(a), as_ptr<const bf16>(b), as_ptr<float>(d),
+                        transpose_b ? 0 : 1);
+  MK_CUDA_CHECK_LAUNCH_SYNC();
+}
+}  // namespace
+
+void register_tiles(pybind11::module_& m) {
+  namespace py = pybind11;
+  m.def("tile_roundtrip", &tile_roundtrip, py::arg("src"), py::arg("out"), py::arg("mode"));
+  m.def("mma", &mma, py::arg("a"), py::arg("b"), py::arg("d"), py::arg("transpose_b"));
+  m.attr("ROUNDTRIP_SHAPE") = py::make_tuple(R, C);
+  m.attr("MMA_SHAPE") = py::make_tuple(M, N, K);
+}
+
+}  // namespace mk::tk_tests

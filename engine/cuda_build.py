@@ -1,0 +1,249 @@
+"""Build the CUDA extension modules (pybind11 + nvcc + ninja) into a content-addressed cache.
+
+A module is compiled once per distinct (sources + every csrc header, flags, nvcc version, Python ABI)
+into ``$MEGAKERNEL_CACHE_DIR`` (default ``~/.cache/megakernel``)/``<name>-<hash>/`` and imported from
+there. No GPU and no driver library are needed to build: modules link only libcudart (driver entry
+points such as ``cuTensorMapEncodeTiled`` are fetched at run time), so CI compiles them on CPU machines.
+
+Modules are discovered from a marker line in their ``.cu`` files under ``csrc/*/``::
+
+    // compile-check: module NAME
+
+All files carrying the same NAME are linked into one module, whose ``PYBIND11_MODULE`` must be NAME.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+BASE_FLAGS: tuple[str, ...] = (
+    "-std=c++20",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-O3",
+    "--expt-relaxed-constexpr",
+    "-lineinfo",  # source lines for compute-sanitizer / profilers; no runtime cost
+    "-Xptxas=-v",  # registers / spills per kernel, kept in the build log
+    "-Xcompiler=-fPIC",
+    "-Xcompiler=-fvisibility=hidden",  # pybind11's recommendation for extension modules
+)
+_MARKER = re.compile(r"^//\s*compile-check:\s*module\s+([A-Za-z_][A-Za-z0-9_]*)\s*$", re.M)
+
+
+class CudaBuildError(RuntimeError):
+    """A CUDA module failed to compile, link or import; the message names the log file."""
+
+
+@dataclass(frozen=True)
+class ExtensionSpec:
+    name: str
+    sources: tuple[Path, ...]
+    extra_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    name: str
+    library: Path
+    log: Path
+    cached: bool
+
+
+def find_nvcc() -> Path:
+    candidates = [os.environ.get("MEGAKERNEL_NVCC"), shutil.which("nvcc")]
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidates.append(str(Path(cuda_home) / "bin" / "nvcc"))
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    raise CudaBuildError("nvcc not found: install the CUDA toolkit (12.8+), put nvcc on PATH or "
+                         "set CUDA_HOME / MEGAKERNEL_NVCC")
+
+
+def find_ninja() -> Path:
+    found = shutil.which("ninja")
+    if found:
+        return Path(found)
+    try:
+        import ninja  # the PyPI wheel ships the binary
+    except ImportError as exc:
+        raise CudaBuildError("ninja not found: `pip install ninja`") from exc
+    return Path(ninja.BIN_DIR) / "ninja"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("MEGAKERNEL_CACHE_DIR", Path.home() / ".cache" / "megakernel"))
+
+
+def discover_extensions(csrc: Path = CSRC) -> tuple[ExtensionSpec, ...]:
+    """Every module marked with ``// compile-check: module NAME`` in csrc/*/*.cu."""
+    by_name: dict[str, list[Path]] = {}
+    for cu in sorted(csrc.glob("*/*.cu")):
+        for name in _MARKER.findall(cu.read_text()):
+            by_name.setdefault(name, []).append(cu)
+    return tuple(ExtensionSpec(n, tuple(srcs)) for n, srcs in sorted(by_name.items()))
+
+
+def _nvcc_version(nvcc: Path) -> str:
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _include_dirs() -> list[str]:
+    import pybind11
+
+    return [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
+
+
+def _cache_key(spec: ExtensionSpec, flags: list[str], nvcc: Path) -> str:
+    h = hashlib.sha256()
+    headers = sorted(p for ext in ("*.cuh", "*.h", "*.hpp") for p in CSRC.rglob(ext))
+    for path in [*spec.sources, *headers]:
+        h.update(str(path.resolve()).encode() + b"\0" + path.read_bytes() + b"\0")
+    for part in [*flags, _nvcc_version(nvcc), sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))]:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def _flags(spec: ExtensionSpec) -> list[str]:
+    return [*BASE_FLAGS, *(f"-I{d}" for d in _include_dirs()), *spec.extra_flags]
+
+
+def build_dir(spec: ExtensionSpec) -> Path:
+    """The cache directory for ``spec``: changes whenever a source, header, flag or tool changes."""
+    return cache_root() / f"{spec.name}-{_cache_key(spec, _flags(spec), find_nvcc())}"
+
+
+def _ninja_file(spec: ExtensionSpec, nvcc: Path, flags: list[str], library: str) -> str:
+    def esc(s: str) -> str:
+        return s.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+    lines = [
+        "ninja_required_version = 1.3",
+        f"nvcc = {esc(str(nvcc))}",
+        "cflags = " + " ".join(flags),
+        "rule cuda_compile",
+        "  command = $nvcc $cflags -MD -MF $out.d -c $in -o $out",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "  description = NVCC $in",
+        "rule link",
+        "  command = $nvcc -shared $in -o $out",
+        "  description = LINK $out",
+    ]
+    objects = []
+    for i, src in enumerate(spec.sources):
+        obj = f"{i:02d}_{src.stem}.o"
+        objects.append(obj)
+        lines.append(f"build {obj}: cuda_compile {esc(str(src.resolve()))}")
+    lines += [f"build {library}: link {' '.join(objects)}", f"default {library}", ""]
+    return "\n".join(lines)
+
+
+def compile_extension(spec: ExtensionSpec, *, force: bool = False, quiet: bool = False) -> BuildResult:
+    """Compile (or find cached) the shared library for ``spec``; does not import it."""
+    missing = [str(s) for s in spec.sources if not s.is_file()]
+    if not spec.sources or missing:
+        raise CudaBuildError(f"module {spec.name}: missing sources {missing or '(none given)'}")
+    nvcc = find_nvcc()
+    flags = _flags(spec)
+    out_dir = build_dir(spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    library = out_dir / f"{spec.name}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    log = out_dir / "build.log"
+    with open(out_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent builders of the same key wait for the first
+        if library.is_file() and not force:
+            return BuildResult(spec.name, library, log, cached=True)
+        if not quiet:
+            print(f"megakernel: compiling CUDA module {spec.name} (first use; about a minute) "
+                  f"into {out_dir}", file=sys.stderr, flush=True)
+        (out_dir / "build.ninja").write_text(_ninja_file(spec, nvcc, flags, library.name))
+        if force:
+            for stale in [library, *out_dir.glob("*.o")]:
+                stale.unlink(missing_ok=True)
+        cmd = [str(find_ninja()), "-C", str(out_dir), "-j", str(os.cpu_count() or 1)]
+        with open(log, "w") as log_file:
+            proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0 or not library.is_file():
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            raise CudaBuildError(f"building CUDA module {spec.name} failed (exit {proc.returncode}); "
+                                 f"full compiler log: {log}\n{tail}")
+    return BuildResult(spec.name, library, log, cached=False)
+
+
+def import_extension(result: BuildResult) -> ModuleType:
+    loaded = sys.modules.get(result.name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "")) == result.library:
+        return loaded  # re-running a pybind11 module's init in one process is not supported
+    spec = importlib.util.spec_from_file_location(result.name, result.library)
+    if spec is None or spec.loader is None:
+        raise CudaBuildError(f"cannot import {result.library}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:  # e.g. an undefined symbol the linker let through
+        raise CudaBuildError(f"importing CUDA module {result.name} from {result.library} failed: "
+                             f"{exc} (build log: {result.log})") from exc
+    sys.modules[result.name] = module
+    return module
+
+
+def build_extension(name: str, sources: list[Path] | tuple[Path, ...],
+                    extra_flags: list[str] | tuple[str, ...] = ()) -> ModuleType:
+    """Compile (cached) and import the pybind11 module ``name`` built from ``sources``."""
+    spec = ExtensionSpec(name, tuple(Path(s) for s in sources), tuple(extra_flags))
+    return import_extension(compile_extension(spec))
+
+
+def load_extension(name: str) -> ModuleType:
+    """Compile (cached) and import a module discovered in csrc by its marker name."""
+    for spec in discover_extensions():
+        if spec.name == name:
+            return import_extension(compile_extension(spec))
+    raise CudaBuildError(f"no csrc/*/*.cu declares `// compile-check: module {name}`")
+
+
+def build_all(*, force: bool = False, check_import: bool = True) -> list[BuildResult]:
+    """Compile every discovered module (``megakernel build``); import each to catch link errors."""
+    results = []
+    for spec in discover_extensions():
+        result = compile_extension(spec, force=force)
+        if check_import:
+            import_extension(result)
+        results.append(result)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    from engine.ptxas_report import format_report, parse_ptxas
+
+    parser = argparse.ArgumentParser(description="Compile every CUDA module under csrc.")
+    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    parser.add_argument("--no-import", action="store_true", help="skip the import check")
+    args = parser.parse_args(argv)
+    try:
+        results = build_all(force=args.force, check_import=not args.no_import)
+    except CudaBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for r in results:
+        print(f"{r.name}: {r.library} ({'cached' if r.cached else 'built'}; log {r.log})")
+        if r.log.is_file():
+            print(format_report(parse_ptxas(r.log.read_text(errors="replace"))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
