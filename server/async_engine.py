@@ -19,61 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from server.metrics import ServerMetrics
+from server.request_stream import ChoiceEvent, EngineDeadError, QueueFullError, RequestStream
 
 log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.25  # how often an idle engine thread re-checks the stop flag
-
-
-class QueueFullError(RuntimeError):
-    """Too many requests are already queued; the caller should answer 503."""
-
-
-class EngineDeadError(RuntimeError):
-    """The engine failed to load or crashed in step(); nothing more can be served."""
-
-
-@dataclass(frozen=True)
-class ChoiceEvent:
-    """What changed for one engine request in one step."""
-
-    request_id: str
-    text: str  # cumulative visible text (only grows)
-    new_token_ids: list[int]
-    new_logprobs: list[dict[int, float]] | None
-    num_prompt_tokens: int
-    num_output_tokens: int
-    finish_reason: str | None
-    stop_reason: str | int | None
-    prompt_token_ids: list[int] | None = None  # only on the request's first event
-
-
-class RequestStream:
-    """The asyncio side of one HTTP request's engine requests (n choices x prompts)."""
-
-    def __init__(self, request_ids: Sequence[str]):
-        self.request_ids = list(request_ids)
-        self._queue: asyncio.Queue[list[ChoiceEvent] | BaseException] = asyncio.Queue()
-        self._unfinished = set(self.request_ids)
-        self.loop = asyncio.get_running_loop()
-
-    @property
-    def finished(self) -> bool:
-        return not self._unfinished
-
-    def _put(self, item: list[ChoiceEvent] | BaseException) -> None:
-        self._queue.put_nowait(item)
-
-    async def get(self, timeout: float | None = None) -> list[ChoiceEvent]:
-        """The next batch of events (raises the engine's error, or TimeoutError after `timeout`)."""
-        item = await asyncio.wait_for(self._queue.get(), timeout)
-        if isinstance(item, BaseException):
-            self._unfinished.clear()
-            raise item
-        for ev in item:
-            if ev.finish_reason is not None:
-                self._unfinished.discard(ev.request_id)
-        return item
 
 
 @dataclass
