@@ -1,6 +1,7 @@
 """Buffer regions each opcode reads and writes, for the VM's race detector.
 
-A region is a list of boxes; a box is one (lo, hi) range per buffer dimension. KV caches are indexed
+A region is a union of products; a product gives, per buffer dimension, a sorted list of disjoint
+(lo, hi) runs (so a prefill's thousands of KV slots stay a handful of runs). KV caches are indexed
 (layer, slot = page * page_size + row, kv_head, dim). Kinds: "r" read, "w" plain write, "acc"
 accumulating write (commutes with other "acc" to the same place, conflicts with "r" and "w").
 Regions that depend on step args (KV slots, a sequence's tokens) are computed from the live args,
@@ -15,7 +16,8 @@ import numpy as np
 from engine.instructions import opcodes as op
 from engine.instructions.semantics_attention import split_pages
 
-Box = tuple[tuple[int, int], ...]
+Runs = tuple[tuple[int, int], ...]
+Box = tuple[Runs, ...]  # one run list per dimension
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,11 @@ class Access:
     buffer: str
     kind: str  # "r" | "w" | "acc"
     boxes: tuple[Box, ...]
+
+
+def box(*dims: tuple[int, int] | list[tuple[int, int]]) -> Box:
+    """A product region; each dim is one (lo, hi) range or a list of runs."""
+    return tuple(tuple(d) if isinstance(d, list) else (d,) for d in dims)
 
 
 def runs(values: np.ndarray) -> list[tuple[int, int]]:
@@ -42,16 +49,16 @@ def _qkv(i: op.RmsQkvRopeAppend, b) -> list[Access]:  # noqa: ANN001
     kind = b.rows.kind[i.row_begin: i.row_end]
     head = b.rows.head[i.row_begin: i.row_end]
     dim = b.rows.dim[i.row_begin: i.row_end]
-    acc = [Access("hidden", "r", (((0, T), (0, d.hidden)),))]
+    acc = [Access("hidden", "r", (box((0, T), (0, d.hidden)),))]
     q = kind == 0
     if q.any():
-        acc.append(Access("q", "w", tuple(((0, T), r) for r in runs(head[q] * d.head_dim + dim[q]))))
-    slots = a.slot_mapping.tolist()
+        acc.append(Access("q", "w", (box((0, T), runs(head[q] * d.head_dim + dim[q])),)))
+    slots = runs(a.slot_mapping.numpy())
     for k, name in ((1, "k_cache"), (2, "v_cache")):
         m = kind == k
         if m.any():
-            acc.append(Access(name, "w", tuple(((layer, layer + 1), (s, s + 1), (i.kv_group, i.kv_group + 1), r)
-                                               for s in slots for r in runs(dim[m]))))
+            acc.append(Access(name, "w", (box((layer, layer + 1), slots, (i.kv_group, i.kv_group + 1),
+                                              runs(dim[m])),)))
     return acc
 
 
@@ -66,18 +73,16 @@ def _attn(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
     cols = (g * G * hd, (g + 1) * G * hd)
     C, ps = a.context_lens[i.seq], a.page_size
     lo, hi = split_pages(C, ps, i.split, i.num_splits)
-    kv_boxes = []
-    for j in range(lo, hi):
-        page = int(a.block_tables[i.seq, j])
-        n = min(ps, C - j * ps)
-        kv_boxes.append(((layer, layer + 1), (page * ps, page * ps + n), (g, g + 1), (0, hd)))
-    out = [Access("q", "r", (((t0, t1), cols),)), Access("k_cache", "r", tuple(kv_boxes)),
-           Access("v_cache", "r", tuple(kv_boxes))]
+    slots = [int(a.block_tables[i.seq, j]) * ps + r for j in range(lo, hi) for r in range(min(ps, C - j * ps))]
+    out = [Access("q", "r", (box((t0, t1), cols),))]
+    if slots:
+        kv = (box((layer, layer + 1), runs(np.array(slots)), (g, g + 1), (0, hd)),)
+        out += [Access("k_cache", "r", kv), Access("v_cache", "r", kv)]
     if i.num_splits == 1:
-        out.append(Access("attn_out", "w", (((t0, t1), cols),)))
+        out.append(Access("attn_out", "w", (box((t0, t1), cols),)))
     else:
-        out.append(Access("o_part", "w", (((i.split, i.split + 1), (t0, t1), cols),)))
-        out.append(Access("lse_part", "w", (((i.split, i.split + 1), (t0, t1), (g * G, (g + 1) * G)),)))
+        out.append(Access("o_part", "w", (box((i.split, i.split + 1), (t0, t1), cols),)))
+        out.append(Access("lse_part", "w", (box((i.split, i.split + 1), (t0, t1), (g * G, (g + 1) * G)),)))
     return out
 
 
@@ -86,18 +91,18 @@ def _reduce(i: op.AttnReduce, b) -> list[Access]:  # noqa: ANN001
     t0, t1 = _seq_tokens(b, i.seq)
     G, hd, g = d.gqa, d.head_dim, i.kv_group
     cols = (g * G * hd, (g + 1) * G * hd)
-    return [Access("o_part", "r", (((0, i.num_splits), (t0, t1), cols),)),
-            Access("lse_part", "r", (((0, i.num_splits), (t0, t1), (g * G, (g + 1) * G)),)),
-            Access("attn_out", "w", (((t0, t1), cols),))]
+    return [Access("o_part", "r", (box((0, i.num_splits), (t0, t1), cols),)),
+            Access("lse_part", "r", (box((0, i.num_splits), (t0, t1), (g * G, (g + 1) * G)),)),
+            Access("attn_out", "w", (box((t0, t1), cols),))]
 
 
 def accesses(instr: op.Instruction, b) -> list[Access]:  # noqa: ANN001
     """The regions `instr` touches under the current step args of `b` (GlobalBuffers)."""
     d, a = b.dims, b.args
     T, S, H = a.num_tokens, a.num_seqs, d.hidden
-    all_h = ((0, T), (0, H))
+    all_h = box((0, T), (0, H))
     if isinstance(instr, op.Embed):
-        return [Access("hidden", "w", (((instr.tok_begin, instr.tok_end), (0, H)),))]
+        return [Access("hidden", "w", (box((instr.tok_begin, instr.tok_end), (0, H)),))]
     if isinstance(instr, op.RmsQkvRopeAppend):
         return _qkv(instr, b)
     if isinstance(instr, op.AttnPartial):
@@ -105,20 +110,20 @@ def accesses(instr: op.Instruction, b) -> list[Access]:  # noqa: ANN001
     if isinstance(instr, op.AttnReduce):
         return _reduce(instr, b)
     if isinstance(instr, op.OProjResidual):
-        rows = ((0, T), (instr.row_begin, instr.row_end))
-        return [Access("attn_out", "r", (((0, T), (0, d.q_cols)),)), Access("hidden", "r", (rows,)),
+        rows = box((0, T), (instr.row_begin, instr.row_end))
+        return [Access("attn_out", "r", (box((0, T), (0, d.q_cols)),)), Access("hidden", "r", (rows,)),
                 Access("mid", "w", (rows,)), Access("hidden", "w", (rows,))]
     if isinstance(instr, op.RmsGateUpSilu):
-        return [Access("mid", "r", (all_h,)), Access("act", "w", (((0, T), (instr.i_begin, instr.i_end)),))]
+        return [Access("mid", "r", (all_h,)), Access("act", "w", (box((0, T), (instr.i_begin, instr.i_end)),))]
     if isinstance(instr, op.DownResidual):
-        return [Access("act", "r", (((0, T), (instr.k_begin, instr.k_end)),)),
-                Access("hidden", "acc", (((0, T), (instr.row_begin, instr.row_end)),))]
+        return [Access("act", "r", (box((0, T), (instr.k_begin, instr.k_end)),)),
+                Access("hidden", "acc", (box((0, T), (instr.row_begin, instr.row_end)),))]
     if isinstance(instr, op.LmHead):
-        last = tuple(((t - 1, t), (0, H)) for t in a.query_start[1:])
-        return [Access("hidden", "r", last),
-                Access("logits", "w", (((0, S), (instr.v_begin, instr.v_end)),)),
-                Access("lm_part", "w", (((0, S), (instr.block, instr.block + 1)),))]
+        last = runs(np.array(a.query_start[1:]) - 1)
+        return [Access("hidden", "r", (box(last, (0, H)),)),
+                Access("logits", "w", (box((0, S), (instr.v_begin, instr.v_end)),)),
+                Access("lm_part", "w", (box((0, S), (instr.block, instr.block + 1)),))]
     if isinstance(instr, op.ArgmaxReduce):
-        return [Access("lm_part", "r", (((0, S), (0, instr.num_blocks)),)),
-                Access("out_tokens", "w", (((0, S),),))]
+        return [Access("lm_part", "r", (box((0, S), (0, instr.num_blocks)),)),
+                Access("out_tokens", "w", (box((0, S)),))]
     return []

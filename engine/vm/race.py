@@ -58,12 +58,29 @@ def happens_before(instrs: list[op.Instruction]) -> list[int]:
     return [h or 0 for h in hb]
 
 
-def _overlap(a: Box, b: Box) -> bool:
-    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+def _runs_meet(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    """Do two sorted lists of disjoint [lo, hi) runs intersect? (linear merge)"""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][0] < b[j][1] and b[j][0] < a[i][1]:
+            return True
+        if a[i][1] <= b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+def _overlap(x: Box, y: Box) -> bool:
+    return all(_runs_meet(rx, ry) for rx, ry in zip(x, y))
 
 
 def _conflict(k1: str, k2: str) -> bool:
     return not (k1 == k2 and k1 in ("r", "acc"))
+
+
+def _bbox(boxes: tuple[Box, ...]) -> Box:
+    return tuple(((min(b[d][0][0] for b in boxes), max(b[d][-1][1] for b in boxes)),) for d in range(len(boxes[0])))
 
 
 @dataclass
@@ -71,6 +88,7 @@ class _Entry:
     idx: int
     kind: str
     boxes: tuple[Box, ...]
+    bbox: Box  # cheap pre-filter: prefill steps log thousands of per-token KV boxes
 
 
 class RaceDetector:
@@ -83,15 +101,18 @@ class RaceDetector:
         """Check instruction idx's accesses against every earlier one of this step, then log them."""
         hb = self.hb[idx]
         for a in acc:
+            if not a.boxes:
+                continue
+            bbox = _bbox(a.boxes)
             entries = self.log.setdefault(a.buffer, [])
             for e in entries:
                 if e.idx == idx or (hb >> e.idx) & 1 or not _conflict(e.kind, a.kind):
                     continue
                 if (self.hb[e.idx] >> idx) & 1:
                     continue  # e is ordered after idx (possible when the VM runs a racy interleaving)
-                if any(_overlap(x, y) for x in e.boxes for y in a.boxes):
+                if _overlap(e.bbox, bbox) and any(_overlap(x, y) for x in e.boxes for y in a.boxes):
                     raise RaceError(
                         f"race on buffer {a.buffer!r}: {describe(idx, self.instrs[idx])} ({a.kind}) and "
                         f"{describe(e.idx, self.instrs[e.idx])} ({e.kind}) touch overlapping regions but no "
                         f"counter wait orders them")
-            entries.append(_Entry(idx, a.kind, a.boxes))
+            entries.append(_Entry(idx, a.kind, a.boxes, bbox))
