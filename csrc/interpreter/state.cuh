@@ -92,7 +92,10 @@ __device__ __forceinline__ bool wait_dependency(const Globals& g, const int* ins
   }
 }
 
-// Bounded mbarrier wait for the intra-SM pipeline; gives up when another block aborted.
+// Bounded mbarrier wait for the intra-SM pipeline; gives up when another block aborted. Its limit is
+// a multiple of the dependency watchdog's, so a stuck counter is reported as such: the loader can
+// legitimately sit on a full ring for as long as the consumers wait on a dependency.
+inline constexpr int PIPELINE_TIMEOUT_FACTOR = 4;
 __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& sem, uint32_t parity,
                                               const int* instr) {
   if (tk::try_wait(sem, parity)) return true;
@@ -101,7 +104,7 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
     if (tk::try_wait(sem, parity)) return true;
     if ((n & 15) == 15) {
       if (aborted(g)) return false;
-      if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) {
+      if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns) * PIPELINE_TIMEOUT_FACTOR) {
         record_error(g, ERR_PIPELINE_TIMEOUT, instr, -1, 0, 0);
         return false;
       }

@@ -101,12 +101,26 @@ class DeviceStream:
 
     def check(self, status_host: torch.Tensor) -> None:
         if int(status_host[0]) != 0:
+            message = describe_failure(status_host[: self.err_words].tolist(), self.compiled)
+            message += self._unfinished_counters()
             # The aborted step left counters mid-way: start this stream afresh so the next step runs.
             self.counters.zero_()
             self.queue_head.zero_()
             self.status.zero_()
             self.epoch = 0
-            raise MegakernelError(describe_failure(status_host[: self.err_words].tolist(), self.compiled))
+            raise MegakernelError(message)
+
+    def _unfinished_counters(self, limit: int = 8) -> str:
+        """Counters the failed step left short of their per-step goal (the dependency picture)."""
+        values = self.counters.cpu().tolist()
+        period = self.counter_period.cpu().tolist()
+        names = self.compiled.stream.counter_names
+        short = [f"{names[c] if c < len(names) else c}: {values[c] - (self.epoch - 1) * period[c]}/{period[c]}"
+                 for c in range(len(period)) if values[c] < self.epoch * period[c]]
+        if not short:
+            return ""
+        more = f" (+{len(short) - limit} more)" if len(short) > limit else ""
+        return "\nunfinished counters (reached/goal this step): " + ", ".join(short[:limit]) + more
 
 
 def launch(module: ModuleType, ds: DeviceStream, fields: dict[str, int | float]) -> None:

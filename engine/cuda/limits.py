@@ -44,7 +44,10 @@ class InterpreterLimits:
 
     def max_tokens(self, d: ModelDims) -> int:
         """Tokens per step the activation buffer holds (rows of the widest matvec input)."""
-        widest = max(d.hidden, d.q_cols, min(d.intermediate, self.page_bytes // 2))
+        # The builder cuts the MLP's K dimension into ~2048-wide slices (step_builder_splits).
+        slices = max(1, round(d.intermediate / 2048))
+        slice_width = -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
+        widest = max(d.hidden, d.q_cols, slice_width)
         return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))
 
     def check_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int) -> None:
