@@ -1,7 +1,7 @@
 """Build the CUDA extension modules (pybind11 + nvcc + ninja) into a content-addressed cache.
 
-A module is compiled once per distinct (sources + every csrc header, flags, nvcc version, Python ABI)
-into ``$MEGAKERNEL_CACHE_DIR`` (default ``~/.cache/megakernel``)/``<name>-<hash>/`` and imported from
+A module is compiled once per distinct (sources, headers beside them and in csrc/tk, flags, nvcc
+version, Python ABI) into ``$MEGAKERNEL_CACHE_DIR`` (default ``~/.cache/megakernel``)/``<name>-<hash>/`` and imported from
 there. No GPU and no driver library are needed to build: modules link only libcudart (driver entry
 points such as ``cuTensorMapEncodeTiled`` are fetched at run time), so CI compiles them on CPU machines.
 
@@ -10,6 +10,7 @@ Modules are discovered from a marker line in their ``.cu`` files under ``csrc/*/
     // compile-check: module NAME
 
 All files carrying the same NAME are linked into one module, whose ``PYBIND11_MODULE`` must be NAME.
+A module may include headers from its own directory and from csrc/tk (only those are hashed).
 """
 from __future__ import annotations
 
@@ -100,15 +101,32 @@ def _nvcc_version(nvcc: Path) -> str:
     return out.stdout.strip()
 
 
-def _include_dirs() -> list[str]:
-    import pybind11
+def _pybind11_include() -> str:
+    try:
+        import pybind11
 
-    return [str(CSRC), pybind11.get_include(), sysconfig.get_paths()["include"]]
+        return pybind11.get_include()
+    except ImportError:  # images without the pybind11 package: torch bundles the same headers
+        try:
+            import torch
+        except ImportError as exc:
+            raise CudaBuildError("pybind11 headers not found: `pip install pybind11`") from exc
+        bundled = Path(torch.__file__).parent / "include"
+        if not (bundled / "pybind11" / "pybind11.h").is_file():
+            raise CudaBuildError("pybind11 headers not found: `pip install pybind11`")
+        return str(bundled)
+
+
+def _include_dirs() -> list[str]:
+    return [str(CSRC), _pybind11_include(), sysconfig.get_paths()["include"]]
 
 
 def _cache_key(spec: ExtensionSpec, flags: list[str], nvcc: Path) -> str:
     h = hashlib.sha256()
-    headers = sorted(p for ext in ("*.cuh", "*.h", "*.hpp") for p in CSRC.rglob(ext))
+    # Headers a module can include: its own directories' and the shared tile layer's. (Not all of
+    # csrc, so that editing one module's headers does not rebuild the others.)
+    dirs = sorted({s.resolve().parent for s in spec.sources} | {(CSRC / "tk").resolve()})
+    headers = sorted({p for d in dirs for ext in ("*.cuh", "*.h", "*.hpp") for p in d.rglob(ext)})
     for path in [*spec.sources, *headers]:
         h.update(str(path.resolve()).encode() + b"\0" + path.read_bytes() + b"\0")
     for part in [*flags, _nvcc_version(nvcc), sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))]:

@@ -24,7 +24,8 @@ __device__ __forceinline__ void apply(rt<float, R, C, L>& dst, const rt<float, R
       }
 }
 
-// dst = exp2(src), fast hardware approximation (ex2.approx), as softmax with log2(e) scaling uses.
+// dst = exp2(src) (exp2f: ex2.approx under --use_fast_math, accurate otherwise); softmax uses it
+// with logits pre-scaled by log2(e).
 template <int R, int C, rt_layout L>
 __device__ __forceinline__ void exp2(rt<float, R, C, L>& dst, const rt<float, R, C, L>& src) {
   apply(dst, src, [](int, int, float x) { return exp2f(x); });
