@@ -28,9 +28,11 @@ def test_planted_impossible_wait_names_the_instruction() -> None:
     target = int(torch.nonzero(codes == int(op.Opcode.O_PROJ_RESIDUAL))[0, 0])
     instr_id = int(ids[target])
     saved = prog[target].clone()
-    prog[target, 18] = 1 << 29  # first wait's target: never reached
+    with torch.inference_mode():
+        prog[target, 18] = 1 << 29  # first wait's target: never reached
     with pytest.raises(MegakernelError, match=rf"#{instr_id} O_PROJ_RESIDUAL.*counter"):
         gpu.greedy(batch)
-    prog[target] = saved
+    with torch.inference_mode():
+        prog[target] = saved
     again = gpu.greedy(batch)  # counters were reset: the stream runs normally again
     assert torch.equal(again, good)
