@@ -76,7 +76,7 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     const uint32_t n = cur.pages + p;
     if (p % NUM_CONSUMER_WARPS != warp) continue;
     const int ring = n % NUM_PAGES;
-    if (ok && !wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr)) ok = false;
+    if (ok && !wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n)) ok = false;
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       for (int r = 0; r < rows; r += 4)

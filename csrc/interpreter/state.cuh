@@ -92,20 +92,44 @@ __device__ __forceinline__ bool wait_dependency(const Globals& g, const int* ins
   }
 }
 
+// Which intra-SM wait a stuck role sat in (error words 8..12 record the first one seen stuck when
+// the kernel aborts: where, on which block, at which pipeline position, for which instruction).
+enum WaitSite : int {
+  SITE_CONTROLLER_SLOT_FREE = 1,
+  SITE_LOADER_SLOT_FULL = 2,
+  SITE_LOADER_PAGE_EMPTY = 3,
+  SITE_CONSUMER_SLOT_FULL = 4,
+  SITE_CONSUMER_PAGE_FULL = 5,
+};
+
+__device__ __forceinline__ void record_stall(const Globals& g, int site, uint32_t position, uint32_t parity,
+                                             const int* instr) {
+  if (atomicCAS(g.error + 8, 0, site) != 0) return;
+  g.error[9] = blockIdx.x;
+  g.error[10] = (int)position;
+  g.error[11] = (int)parity;
+  g.error[12] = instr ? instr[W_ID] : -1;
+}
+
 // Bounded mbarrier wait for the intra-SM pipeline; gives up when another block aborted. Its limit is
 // a multiple of the dependency watchdog's, so a stuck counter is reported as such: the loader can
 // legitimately sit on a full ring for as long as the consumers wait on a dependency.
 inline constexpr int PIPELINE_TIMEOUT_FACTOR = 4;
+
 __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& sem, uint32_t parity,
-                                              const int* instr) {
+                                              const int* instr, int site, uint32_t position) {
   if (tk::try_wait(sem, parity)) return true;
   const uint64_t start = tk::globaltimer();
   for (int n = 0;; ++n) {
     if (tk::try_wait(sem, parity)) return true;
     if ((n & 15) == 15) {
-      if (aborted(g)) return false;
+      if (aborted(g)) {
+        if (tk::lane_id() == 0 && tk::globaltimer() - start > 1000000ull) record_stall(g, site, position, parity, instr);
+        return false;
+      }
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns) * PIPELINE_TIMEOUT_FACTOR) {
         record_error(g, ERR_PIPELINE_TIMEOUT, instr, -1, 0, 0);
+        record_stall(g, site, position, parity, instr);
         return false;
       }
     }

@@ -8,6 +8,11 @@ KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "int
          -1: "error record incomplete"}
 
 
+SITES = {1: "the controller's wait for a free instruction slot", 2: "the loader's wait for the next instruction",
+         3: "the loader's wait for a free weight page", 4: "the consumers' wait for the next instruction",
+         5: "a consumer warp's wait for a loaded weight page"}
+
+
 class MegakernelError(RuntimeError):
     """The megakernel stopped on a device-side failure; the message names the instruction."""
 
@@ -27,4 +32,8 @@ def describe_failure(err: list[int], cs: CompiledStream) -> str:
         names = cs.stream.counter_names
         cname = names[counter] if counter < len(names) else "?"
         msg += f"; waited for counter {counter} ({cname}) to reach {target}, it stayed at {observed}"
+    if len(err) > 12 and err[8]:
+        site = SITES.get(err[8], f"site {err[8]}")
+        msg += (f"; block {err[9]} was stuck in {site} (pipeline position {err[10]}, parity {err[11]}, "
+                f"instruction #{err[12]})")
     return msg
