@@ -21,7 +21,7 @@ run() {  # run NAME CMD...: log it, remember failures, keep going
 for part in $parts; do
   case $part in
     build) run build $PY -m engine.cuda_build ;;
-    tests) run tests $PY -m pytest -m gpu ${TEST_PATHS:-tests/gpu tests/bench} -q -rA --durations=10 -p no:cacheprovider ${PYTEST_ARGS:-} ;;
+    tests) run tests timeout ${TEST_TIMEOUT:-1200} $PY -m pytest -m gpu ${TEST_PATHS:-tests/gpu tests/bench} -q -rA --durations=10 -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 $PY scripts/sanitize_step.py ;;
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
     bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;

@@ -45,7 +45,9 @@ __device__ void run_consumers(const Globals& g, const Shared& sm) {
   RingCursor cur;
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
-    if (!wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_CONSUMER_SLOT_FULL, i)) return;
+    // Every consumer thread must leave together (a lone leaver would strand the others on a barrier).
+    if (!consumer_all(wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_CONSUMER_SLOT_FULL, i)))
+      return;
     int w[WORDS];
 #pragma unroll
     for (int k = 0; k < WORDS; ++k) w[k] = sm.slot(slot)[k];

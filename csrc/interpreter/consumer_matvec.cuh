@@ -76,7 +76,8 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     const uint32_t n = cur.pages + p;
     if (p % NUM_CONSUMER_WARPS != warp) continue;
     const int ring = n % NUM_PAGES;
-    if (ok && !wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n)) ok = false;
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
+    ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       for (int r = 0; r < rows; r += 4)
@@ -87,7 +88,7 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     if (lane == 0) tk::arrive(sm.page_empty[ring]);
   }
   cur.pages += n_pages;
-  return ok;
+  return consumer_all(ok);  // also the barrier before the epilogue reads shared `out`
 }
 
 // Dispatch on the number of activation rows (1 for batch-1 decode keeps registers low).

@@ -15,7 +15,6 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
   load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   const WeightStream ws = weight_stream(g, w);
   if (!matvec(g, sm, cur, ws, T, w)) return false;
-  consumer_sync();
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
   const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
@@ -53,7 +52,6 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, c
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
   load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
-  consumer_sync();
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
@@ -70,7 +68,6 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, 
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
-  consumer_sync();
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
     const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
@@ -87,7 +84,6 @@ __device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, con
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
-  consumer_sync();
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
@@ -101,7 +97,6 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, RingCursor& cur, 
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   if (!matvec(g, sm, cur, weight_stream(g, w), S, w)) return false;
-  consumer_sync();
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
     g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r];

@@ -33,7 +33,7 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
     const uint32_t round = i / NUM_SLOTS;
-    if (!wait_pipeline(g, sm.slot_free[slot], (round & 1) ^ 1, nullptr, SITE_CONTROLLER_SLOT_FREE, i)) return;
+    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_free[slot], (round & 1) ^ 1, nullptr, SITE_CONTROLLER_SLOT_FREE, i))) return;  // the whole warp leaves together
     const int* w = next_instruction(g, i);
     int* dst = sm.slots + slot * WORDS;
     dst[lane] = w ? __ldcg(w + lane) : (lane == W_OPCODE ? OP_NOOP : 0);
@@ -48,7 +48,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
   uint32_t page_counter = 0;  // pages loaded since launch: ring slot and phase derive from it
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
-    if (!wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_LOADER_SLOT_FULL, i)) return;
+    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_LOADER_SLOT_FULL, i))) return;  // the whole warp leaves together
     const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) return;
     const WeightStream ws = weight_stream(g, w);
@@ -56,7 +56,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
       const int ring = page_counter % NUM_PAGES;
       const uint32_t round = page_counter / NUM_PAGES;
-      if (!wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w, SITE_LOADER_PAGE_EMPTY, page_counter)) return;
+      if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w, SITE_LOADER_PAGE_EMPTY, page_counter))) return;  // the whole warp leaves together
       const int row0 = p * rpp;
       const int rows = min(rpp, ws.rows - row0);
       const uint32_t row_bytes = ws.row_elems * 2;

@@ -136,6 +136,20 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
   }
 }
 
+// Barrier over the consumer warps that also ANDs a per-thread flag: a failure seen by one warp (a
+// timed-out page wait) makes every consumer thread leave together instead of deadlocking the rest
+// on the next barrier.
+__device__ __forceinline__ bool consumer_all(bool ok) {
+  int out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n"
+      " bar.red.and.pred q, %2, %3, p;\n selp.s32 %0, 1, 0, q;\n}"
+      : "=r"(out)
+      : "r"((int)ok), "r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS)
+      : "memory");
+  return out != 0;
+}
+
 __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
 }
