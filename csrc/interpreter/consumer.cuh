@@ -54,8 +54,15 @@ __device__ void run_consumers(const Globals& g, const Shared& sm) {
     if (w[W_OPCODE] == OP_NOOP) return;
     long long t_start = 0, t_ready = 0;
     if constexpr (TIMING) t_start = (long long)tk::globaltimer();
+    int* progress = g.progress + blockIdx.x * PROGRESS_WORDS;
+    if (threadIdx.x == 0) {
+      progress[0] = w[W_ID];
+      progress[1] = STAGE_WAITING;
+      progress[2] = (int)cur.pages;
+    }
     if (!wait_all_dependencies(g, sm, w)) return;
     if constexpr (TIMING) t_ready = (long long)tk::globaltimer();
+    if (threadIdx.x == 0) progress[1] = STAGE_RUNNING;
     const bool ok = execute(g, sm, cur, w);
     consumer_sync();  // every consumer's global writes happen before the release below
     if (!ok) return;
@@ -65,6 +72,7 @@ __device__ void run_consumers(const Globals& g, const Shared& sm) {
         tk::signal_add(g.counters + w[W_SIGNAL_COUNTER], w[W_SIGNAL_AMOUNT]);
       }
       tk::arrive(sm.slot_free[slot]);
+      progress[1] = STAGE_SIGNALLED;
       if constexpr (TIMING) {
         long long* rec = g.timing + (long long)w[W_ID] * TIMING_WORDS;
         rec[0] = t_start;

@@ -44,6 +44,7 @@ struct Globals {
   const int* instructions;  // static: [grid, queue_len, 32]; dynamic: [queue_len, 32]
   int* error;               // [ERR_WORDS]
   long long* timing;        // [num_instructions, TIMING_WORDS] or nullptr
+  int* progress;            // [grid, PROGRESS_WORDS]: where each block is (post-mortem of a failure)
   // scalars
   long long timeout_ns;
   int queue_len;

@@ -73,6 +73,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_PTR(lse_part, float); MK_PTR(act, float); MK_PTR(logits, float); MK_PTR(lm_max, float);
   MK_PTR(lm_arg, int); MK_PTR(out_tokens, int); MK_PTR(counters, int); MK_PTR(counter_period, const int);
   MK_PTR(queue_head, int); MK_PTR(step_args, const int); MK_PTR(instructions, const int); MK_PTR(error, int);
+  MK_PTR(progress, int);
 #undef MK_PTR
   g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
@@ -123,4 +124,5 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("SHARED_BYTES") = mk::vm::SharedPlan::total;
   m.attr("ERR_WORDS") = mk::vm::ERR_WORDS;
   m.attr("TIMING_WORDS") = mk::vm::TIMING_WORDS;
+  m.attr("PROGRESS_WORDS") = mk::vm::PROGRESS_WORDS;
 }

@@ -50,6 +50,11 @@ inline constexpr int ERR_BAD_OPCODE = 2;
 inline constexpr int ERR_PIPELINE_TIMEOUT = 3;  // an intra-SM mbarrier wait timed out
 inline constexpr int ERR_WORDS = 16;  // kind, instr id, opcode, counter, target, observed, block, layer
 
+// Progress record per block: consumer instr id, consumer stage, consumer ring position, loader ring
+// position, loader instr id. Plain stores, read by the host only after a failed step.
+inline constexpr int PROGRESS_WORDS = 8;
+inline constexpr int STAGE_WAITING = 1, STAGE_RUNNING = 2, STAGE_SIGNALLED = 3;
+
 // Timing record per instruction (int64): start, dependencies satisfied, end, SM id.
 inline constexpr int TIMING_WORDS = 4;
 

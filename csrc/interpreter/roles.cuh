@@ -52,6 +52,10 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
     const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) return;
     const WeightStream ws = weight_stream(g, w);
+    if (lane == 0) {
+      g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
+      g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
+    }
     const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
       const int ring = page_counter % NUM_PAGES;

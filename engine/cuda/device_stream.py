@@ -16,7 +16,8 @@ from engine.cuda.errors import MegakernelError, describe_failure
 from engine.instructions.layout import ModelDims, activation_specs
 from engine.scheduler.step_builder_cache import CompiledStream
 
-COUNTER_HEADROOM = 1 << 30  # re-zero counters before epoch * period could overflow int32
+COUNTER_HEADROOM = 1 << 30
+PROGRESS_WORDS = 8  # csrc/interpreter/opcodes.cuh  # re-zero counters before epoch * period could overflow int32
 DEFAULT_TIMEOUT_NS = 2_000_000_000
 
 
@@ -37,6 +38,7 @@ class DeviceStream:
     max_period: int
     epoch: int = 0
     timing: torch.Tensor | None = None
+    progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
     extra: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
@@ -88,6 +90,9 @@ class DeviceStream:
                  eps=float(dims.eps), timeout_ns=int(timeout_ns))
         if self.timing is not None:
             f["timing"] = self.timing.data_ptr()
+        if self.progress is None:
+            self.progress = torch.zeros((self.grid, PROGRESS_WORDS), dtype=torch.int32, device=self.status.device)
+        f["progress"] = self.progress.data_ptr()
         return f
 
     def before_launch(self) -> None:
@@ -103,12 +108,22 @@ class DeviceStream:
         if int(status_host[0]) != 0:
             message = describe_failure(status_host[: self.err_words].tolist(), self.compiled)
             message += self._unfinished_counters()
+            message += self._block_progress(int(status_host[9]) if int(status_host[8]) else -1)
             # The aborted step left counters mid-way: start this stream afresh so the next step runs.
             self.counters.zero_()
             self.queue_head.zero_()
             self.status.zero_()
             self.epoch = 0
             raise MegakernelError(message)
+
+    def _block_progress(self, stuck_block: int) -> str:
+        """Where the stuck block's roles were when the step failed."""
+        if self.progress is None or not 0 <= stuck_block < self.grid:
+            return ""
+        p = self.progress[stuck_block].cpu().tolist()
+        stage = {1: "waiting for dependencies", 2: "running", 3: "signalled"}.get(p[1], f"stage {p[1]}")
+        return (f"\nblock {stuck_block}: consumers at instruction #{p[0]} ({stage}, ring position {p[2]}); "
+                f"loader at instruction #{p[4]} (ring position {p[3]})")
 
     def _unfinished_counters(self, limit: int = 8) -> str:
         """Counters the failed step left short of their per-step goal (the dependency picture)."""
