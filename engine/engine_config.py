@@ -24,7 +24,9 @@ class EngineConfig:
     page_size: int = 16
     num_pages: int | None = None  # default: sized from memory
     seed: int = 0
-    policy: str = "lpt"  # schedule policy for the vm / cuda backends
+    # Schedule policy for the vm / cuda backends. "dynamic" (the global work queue) is the default: the
+    # static policies can deadlock on the GPU at the Llama-3.2-1B scale (docs/BENCHMARKS.md, known issues).
+    policy: str = "dynamic"
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -59,7 +59,7 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
         from engine.cuda.profile import collect_cuda_profile
         return collect_cuda_profile(args)
     name, config = _config(args)
-    policy = getattr(args, "policy", None) or "lpt"
+    policy = getattr(args, "policy", None) or "dynamic"
     num_sms = int(getattr(args, "num_sms", None) or 132)
     page_size = int(getattr(args, "page_size", None) or DEFAULT_PAGE_SIZE)
     cache = StreamCache(ModelDims.from_config(config), page_size, BuildParams.for_sms(num_sms, policy))

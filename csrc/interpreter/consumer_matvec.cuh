@@ -24,9 +24,11 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
 }
 
 // Up to 4 rows of one page against NX activation rows.
+// NX is the compile-time bound on activation rows, nx <= NX the actual count: rows past nx are
+// neither read from x nor written to out (out is sized for nx rows only).
 template <int NX>
 __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int first, int nrows, int K,
-                                         const float* x, float* out, int out_row0, int out_stride) {
+                                         const float* x, int nx, float* out, int out_row0, int out_stride) {
   const int lane = tk::lane_id();
   float acc[4][NX];
 #pragma unroll
@@ -37,6 +39,11 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
     float xv[NX][8];
 #pragma unroll
     for (int t = 0; t < NX; ++t) {
+      if (t >= nx) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xv[t][e] = 0.f;
+        continue;
+      }
       const float4 a = *reinterpret_cast<const float4*>(x + t * K + k);
       const float4 b = *reinterpret_cast<const float4*>(x + t * K + k + 4);
       xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
@@ -62,13 +69,13 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
       float v = acc[r][t];
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(tk::FULL_MASK, v, o);
-      if (lane == 0 && r < nrows) out[t * out_stride + out_row0 + r] = v;
+      if (lane == 0 && r < nrows && t < nx) out[t * out_stride + out_row0 + r] = v;
     }
 }
 
 template <int NX>
 __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cur, const WeightStream& ws,
-                              const int* instr) {
+                              int nx, const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const int n_pages = ws.num_pages(), rpp = ws.rows_per_page(), row_bytes = ws.row_elems * 2;
   bool ok = true;
@@ -81,7 +88,7 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       for (int r = 0; r < rows; r += 4)
-        dot_rows<NX>(sm.page(ring), row_bytes, r, min(4, rows - r), ws.row_elems, sm.x, sm.out, row0 + r,
+        dot_rows<NX>(sm.page(ring), row_bytes, r, min(4, rows - r), ws.row_elems, sm.x, nx, sm.out, row0 + r,
                      ws.rows);
     }
     __syncwarp();
@@ -94,10 +101,10 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
 // Dispatch on the number of activation rows (1 for batch-1 decode keeps registers low).
 __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, RingCursor& cur,
                                        const WeightStream& ws, int nx, const int* instr) {
-  if (nx <= 1) return consume_pages<1>(g, sm, cur, ws, instr);
-  if (nx <= 2) return consume_pages<2>(g, sm, cur, ws, instr);
-  if (nx <= 4) return consume_pages<4>(g, sm, cur, ws, instr);
-  return consume_pages<8>(g, sm, cur, ws, instr);
+  if (nx <= 1) return consume_pages<1>(g, sm, cur, ws, nx, instr);
+  if (nx <= 2) return consume_pages<2>(g, sm, cur, ws, nx, instr);
+  if (nx <= 4) return consume_pages<4>(g, sm, cur, ws, nx, instr);
+  return consume_pages<8>(g, sm, cur, ws, nx, instr);
 }
 
 }  // namespace mk::vm

@@ -25,7 +25,7 @@ WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "lpt",
+    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "dynamic",
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, **split_kw: object) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")

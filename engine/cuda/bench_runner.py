@@ -65,7 +65,7 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
 
 def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                       new_tokens: int) -> tuple[Sequence[int], float]:
-    policy = os.environ.get("MEGAKERNEL_POLICY", "lpt")
+    policy = os.environ.get("MEGAKERNEL_POLICY", "dynamic")
     pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
     backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, policy=policy)
     return decode_on_device(backend, list(prompt_ids), new_tokens)

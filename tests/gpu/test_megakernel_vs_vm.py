@@ -46,3 +46,19 @@ def test_buffers_match_vm(shape: str, policy: str) -> None:
         clear = (top2[:, 0] - top2[:, 1]) > 1e-2 * top2[:, 0].abs().clamp_min(1)
         assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"{shape}/{policy}: greedy ids differ"
         scen.feed(seqs, vm_tokens.tolist())
+
+
+def test_three_sequences_use_padded_matvec_rows() -> None:
+    """3 tokens per step run the 4-row matvec variant: rows past the batch must not leak anywhere."""
+    cfg = SHAPES["hd64-gqa2"]
+    vm, gpu = pair(random_weights(cfg, seed=7), "dynamic")
+    scen = Scenario(cfg, [6, 4, 3], page_size=16, num_pages=64, seed=4)
+    for chunk in [[6, 0, 0], [0, None, None], [1, 1, 1], [1, 1, 1], [1, 1, 1]]:
+        batch, seqs = scen.batch(chunk)
+        vm.forward(batch)
+        gpu_tokens = gpu.greedy(batch)
+        vm_bufs, _ = vm.last_stream.backend_state
+        for name in BUFFERS:
+            assert rel_err(gpu.last.acts[name], vm_bufs.get(name)) < 2e-2, name
+        assert torch.equal(gpu_tokens.cpu(), vm.last_tokens)
+        scen.feed(seqs, vm.last_tokens.tolist())
