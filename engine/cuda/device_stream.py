@@ -12,7 +12,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from engine.cuda.errors import MegakernelError, describe_failure
+from engine.cuda.errors import MegakernelError, describe_failure, diagnose_root_cause
 from engine.instructions.layout import ModelDims, activation_specs
 from engine.scheduler.step_builder_cache import CompiledStream
 
@@ -106,7 +106,12 @@ class DeviceStream:
 
     def check(self, status_host: torch.Tensor) -> None:
         if int(status_host[0]) != 0:
-            message = describe_failure(status_host[: self.err_words].tolist(), self.compiled)
+            period = self.counter_period.cpu().tolist()
+            reached = [v - (self.epoch - 1) * p for v, p in zip(self.counters.cpu().tolist(), period)]
+            root = diagnose_root_cause(self.program.cpu().numpy(), self.compiled.stream.counter_names, period,
+                                       reached)
+            message = (root + "\n" if root else "") + describe_failure(status_host[: self.err_words].tolist(),
+                                                                          self.compiled)
             message += self._unfinished_counters()
             message += self._block_progress(int(status_host[9]) if int(status_host[8]) else -1)
             # The aborted step left counters mid-way: start this stream afresh so the next step runs.

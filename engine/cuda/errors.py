@@ -1,6 +1,8 @@
 """Turn the kernel's error record into an exception that names the stuck instruction."""
 from __future__ import annotations
 
+import numpy as np
+
 from engine.instructions import opcodes as op
 from engine.scheduler.step_builder_cache import CompiledStream
 
@@ -37,3 +39,36 @@ def describe_failure(err: list[int], cs: CompiledStream) -> str:
         msg += (f"; block {err[9]} was stuck in {site} (pipeline position {err[10]}, parity {err[11]}, "
                 f"instruction #{err[12]})")
     return msg
+
+
+def diagnose_root_cause(words: np.ndarray, counter_names: list[str], period: list[int], reached: list[int]) -> str:
+    """The topologically first instruction that explains a stalled step, from the program that ran
+    (`words` [N, 32], any order) and this step's counter values (`reached[c]`, relative to the step
+    start): a wait no signal can satisfy, or an instruction whose waits were all met but whose signal
+    never came (stuck for another reason)."""
+    rows = words.reshape(-1, words.shape[-1])
+    rows = rows[rows[:, 0] != 0]
+    rows = rows[np.argsort(rows[:, 1], kind="stable")]  # instruction id = topological order
+    waits = [[(int(w[17 + 2 * k]), int(w[18 + 2 * k])) for k in range(int(w[16]))] for w in rows]
+    for w, wl in zip(rows, waits):
+        unmet = [(c, t) for c, t in wl if reached[c] < t]
+        if unmet and all(t > period[c] for c, t in unmet):
+            c, t = unmet[0]
+            return (f"root cause: instruction #{int(w[1])} {_opcode_name(int(w[0]))} waits for counter {c} "
+                    f"({counter_names[c]}) to reach {t}, but only {period[c]} signals exist per step")
+    for w, wl in zip(rows, waits):
+        sig = int(w[27])
+        if sig >= 0 and reached[sig] < period[sig] and all(reached[c] >= t for c, t in wl):
+            ready = [int(r[1]) for r, rl in zip(rows, waits)
+                     if int(r[27]) == sig and all(reached[c] >= t for c, t in rl)]
+            return (f"root cause: counter {sig} ({counter_names[sig]}) reached {reached[sig]}/{period[sig]} although "
+                    f"its signallers' dependencies were met; one of instructions {ready[:6]} "
+                    f"({_opcode_name(int(w[0]))}, layer {int(w[2])}) never finished")
+    return ""
+
+
+def _opcode_name(code: int) -> str:
+    try:
+        return op.Opcode(code).name
+    except ValueError:
+        return f"opcode {code}"

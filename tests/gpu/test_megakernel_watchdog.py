@@ -30,7 +30,7 @@ def test_planted_impossible_wait_names_the_instruction() -> None:
     saved = prog[target].clone()
     with torch.inference_mode():
         prog[target, 18] = 1 << 29  # first wait's target: never reached
-    with pytest.raises(MegakernelError, match=rf"#{instr_id} O_PROJ_RESIDUAL.*counter"):
+    with pytest.raises(MegakernelError, match=rf"root cause: instruction #{instr_id} O_PROJ_RESIDUAL waits for counter"):
         gpu.greedy(batch)
     with torch.inference_mode():
         prog[target] = saved
