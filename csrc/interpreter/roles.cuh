@@ -43,6 +43,26 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
   }
 }
 
+// Rows past what the page ring can hold are pulled into L2 as soon as the loader reaches the
+// instruction, usually while its consumers still wait on dependencies, so the ring refills from L2
+// instead of HBM. Capped so that all SMs together stay well inside L2.
+inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
+
+__device__ __forceinline__ void prefetch_beyond_ring(const WeightStream& ws, int n_pages, int rpp) {
+  if (n_pages <= NUM_PAGES) return;
+  const int first = NUM_PAGES * rpp, row_bytes = ws.row_elems * 2;
+  const int rows = min(ws.rows - first, L2_PREFETCH_CAP_BYTES / row_bytes);
+  if (ws.row_stride == ws.row_elems) {  // contiguous: 32 KiB pieces spread over the lanes
+    const long long bytes = (long long)rows * row_bytes;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(ws.base + (long long)first * ws.row_stride);
+    for (long long off = tk::lane_id() * 32768LL; off < bytes; off += 32 * 32768LL)
+      tk::bulk_prefetch_l2(base + off, (uint32_t)min(32768LL, bytes - off));
+  } else {
+    for (int r = tk::lane_id(); r < rows; r += 32)
+      tk::bulk_prefetch_l2(ws.base + (long long)(first + r) * ws.row_stride, row_bytes);
+  }
+}
+
 __device__ void run_loader(const Globals& g, const Shared& sm) {
   const int lane = tk::lane_id();
   uint32_t page_counter = 0;  // pages loaded since launch: ring slot and phase derive from it
@@ -57,6 +77,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
     const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
+    prefetch_beyond_ring(ws, n_pages, rpp);
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
       const int ring = page_counter % NUM_PAGES;
       const uint32_t round = page_counter / NUM_PAGES;

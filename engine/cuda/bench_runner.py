@@ -23,6 +23,7 @@ from models.llama.weights import LlamaWeights
 PAGE_SIZE = 16
 
 
+@torch.inference_mode()
 def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -> tuple[list[int], float]:
     total = len(prompt) + new_tokens
     table = list(range(-(-total // PAGE_SIZE)))
