@@ -19,14 +19,15 @@ from models.llama.weights import LlamaWeights
 
 # Larger `waves` cut ops into more, smaller instructions; tried in order until a stream fits the
 # interpreter's buffers (only batches of several tokens need more than the first).
-WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)
+WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 
 
 class CudaBackend(Backend):
     name = "cuda"
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "dynamic",
-                 num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, **split_kw: object) -> None:
+                 num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
+                 **split_kw: object) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
         self._device = torch.device("cuda", torch.cuda.current_device())
@@ -45,7 +46,7 @@ class CudaBackend(Backend):
         self.page_size = page_size
         self._split_kw = split_kw
         self._caches = [StreamCache(self.dims, page_size, BuildParams(
-            policy, SplitParams(num_sms=self.num_sms, waves=w, **split_kw),  # type: ignore[arg-type]
+            policy, SplitParams(num_sms=self.num_sms, waves=waves * w, **split_kw),  # type: ignore[arg-type]
             BuildParams.for_sms(self.num_sms).cost)) for w in WAVES_LADDER]
         self.timing = False
         self.last: DeviceStream | None = None

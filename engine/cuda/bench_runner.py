@@ -66,9 +66,14 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
 
 def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                       new_tokens: int) -> tuple[Sequence[int], float]:
+    # Tuning knobs for experiments (defaults are the engine's): schedule policy, instructions per op
+    # (`waves` x SMs) and the cap on split-KV attention partials.
     policy = os.environ.get("MEGAKERNEL_POLICY", "dynamic")
+    knobs: dict[str, object] = {"waves": float(os.environ.get("MEGAKERNEL_WAVES", "1"))}
+    if "MEGAKERNEL_ATTN_SPLITS" in os.environ:
+        knobs["max_attn_splits"] = int(os.environ["MEGAKERNEL_ATTN_SPLITS"])
     pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
-    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, policy=policy)
+    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, policy=policy, **knobs)
     return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 
