@@ -113,6 +113,10 @@ class DeviceStream:
             message = (root + "\n" if root else "") + describe_failure(status_host[: self.err_words].tolist(),
                                                                           self.compiled)
             message += self._unfinished_counters()
+            if self.dynamic:
+                expected = self.epoch * (self.queue_len + self.grid)
+                message += (f"\ndynamic queue head {int(self.queue_head.item())}, expected {expected} after "
+                            f"{self.epoch} launches (N={self.queue_len}, grid={self.grid})")
             message += self._block_progress(int(status_host[9]) if int(status_host[8]) else -1)
             # The aborted step left counters mid-way: start this stream afresh so the next step runs.
             self.counters.zero_()
