@@ -48,6 +48,20 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
 // instead of HBM. Capped so that all SMs together stay well inside L2.
 inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
 
+// L2 policy of weight loads. `normal` while the static-queue stall (docs/BENCHMARKS.md) is open: the
+// evict-first hint is one of the suspects and costs little to leave off.
+inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::normal;
+
+// Before the loader warp exits, wait until the consumers have released every page it loaded, so no
+// bulk copy is still in flight into this block's shared memory when its issuing warp is gone.
+__device__ __forceinline__ void drain_ring(const Globals& g, const Shared& sm, uint32_t loaded) {
+  const uint32_t first = loaded > NUM_PAGES ? loaded - NUM_PAGES : 0;
+  for (uint32_t n = first; n < loaded; ++n)
+    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[n % NUM_PAGES], (n / NUM_PAGES) & 1, nullptr,
+                                                 SITE_LOADER_PAGE_EMPTY, n)))
+      return;
+}
+
 __device__ __forceinline__ void prefetch_beyond_ring(const WeightStream& ws, int n_pages, int rpp) {
   if (n_pages <= NUM_PAGES) return;
   const int first = NUM_PAGES * rpp, row_bytes = ws.row_elems * 2;
@@ -70,7 +84,10 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
     const int slot = i % NUM_SLOTS;
     if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_LOADER_SLOT_FULL, i))) return;  // the whole warp leaves together
     const int* w = sm.slot(slot);
-    if (w[W_OPCODE] == OP_NOOP) return;
+    if (w[W_OPCODE] == OP_NOOP) {
+      drain_ring(g, sm, page_counter);
+      return;
+    }
     const WeightStream ws = weight_stream(g, w);
     if (lane == 0) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
@@ -90,11 +107,11 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       uint8_t* dst = sm.page(ring);
       if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy
         if (lane == 0)
-          tk::bulk_load<tk::cache_hint::evict_first>(dst, ws.base + (long long)row0 * ws.row_stride,
+          tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride,
                                                      rows * row_bytes, sm.page_full[ring]);
       } else {  // strided rows (a K-slice of W_down): one copy per row, spread over the lanes
         for (int r = lane; r < rows; r += 32)
-          tk::bulk_load<tk::cache_hint::evict_first>(dst + r * row_bytes,
+          tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes,
                                                      ws.base + (long long)(row0 + r) * ws.row_stride,
                                                      row_bytes, sm.page_full[ring]);
       }
