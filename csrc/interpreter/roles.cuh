@@ -48,9 +48,9 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
 // instead of HBM. Capped so that all SMs together stay well inside L2.
 inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
 
-// L2 policy of weight loads. `normal` while the static-queue stall (docs/BENCHMARKS.md) is open: the
-// evict-first hint is one of the suspects and costs little to leave off.
-inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::normal;
+// L2 policy of weight loads: streamed once per token, so evict them first. (Ruled out as the cause of
+// the open stall in docs/BENCHMARKS.md: the stall reproduces with the normal policy too.)
+inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::evict_first;
 
 // Before the loader warp exits, wait until the consumers have released every page it loaded, so no
 // bulk copy is still in flight into this block's shared memory when its issuing warp is gone.
