@@ -104,3 +104,14 @@ class CudaBackend(Backend):
     @torch.inference_mode()
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         return self._finish(self.run(batch))
+
+    def prefill(self, tokens: list[int], block_table: list[int], start: int = 0) -> int:
+        """Run one sequence's tokens through the kernel in chunks it can hold; returns the last
+        chunk's greedy id (benchmarks and profiles; the engine's scheduler chunks by itself)."""
+        last = -1
+        for begin in range(0, len(tokens), self.max_tokens_per_step):
+            chunk = tokens[begin:begin + self.max_tokens_per_step]
+            batch = StepBatch.build([chunk], [start + begin], [block_table], device=self._device,
+                                    page_size=self.page_size)
+            last = int(self.greedy(batch)[0])
+        return last

@@ -28,10 +28,7 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
     total = len(prompt) + new_tokens
     table = list(range(-(-total // PAGE_SIZE)))
     dev = backend.device
-    limit = backend.max_tokens_per_step
-    for start in range(0, len(prompt) - 1, limit):  # untimed prefill of all but the last prompt token
-        chunk = prompt[start:min(start + limit, len(prompt) - 1)]
-        backend.greedy(StepBatch.build([chunk], [start], [table], device=dev, page_size=PAGE_SIZE))
+    backend.prefill(prompt[:-1], table)  # untimed: all but the last prompt token
     first = StepBatch.build([[prompt[-1]]], [len(prompt) - 1], [table], device=dev, page_size=PAGE_SIZE)
     history = torch.zeros(new_tokens, dtype=torch.int32, device=dev)
     module, stream = backend.module, torch.cuda.current_stream()

@@ -43,11 +43,8 @@ def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, weights.config.vocab_size, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
-    limit = backend.max_tokens_per_step
-    for s in range(batch):  # prefill each sequence alone, in chunks the kernel holds
-        for start in range(0, prompt_len, limit):
-            chunk = prompts[s][start:start + limit]
-            backend.greedy(StepBatch.build([chunk], [start], [tables[s]], device=dev, page_size=page))
+    for s in range(batch):  # prefill each sequence alone
+        backend.prefill(prompts[s], tables[s])
     tokens = [p[-1] for p in prompts]
     records = []
     for step in range(steps):
