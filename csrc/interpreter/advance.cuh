@@ -12,6 +12,7 @@ inline constexpr int ERR_NO_PAGE = 4;  // the block table has no page for the ne
 __global__ void advance_decode(int* step_args, const int* out_tokens, int* history, int step, int* error) {
   const int S = step_args[SA_NUM_SEQS], s = threadIdx.x;
   if (s >= S) return;
+  if (*reinterpret_cast<volatile const int*>(error) != 0) return;  // the step failed: out_tokens invalid
   int* w = step_args;
   const int ps = w[SA_PAGE_SIZE], max_pages = w[SA_MAX_PAGES];
   const int tok = out_tokens[s];

@@ -28,8 +28,12 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
       tk::init_semaphore(sm.slot_free[i], 2);  // the loader and the consumers
     }
     tk::fence_semaphore_init();
+    // An earlier queued step failed (its error word is still set): run nothing and issue no copy, so
+    // the first failure's record survives and no block works on inconsistent counters.
+    reinterpret_cast<int*>(sm.scratch)[SCRATCH_FLOATS - 2] = aborted(g) ? 1 : 0;
   }
   __syncthreads();
+  if (reinterpret_cast<const int*>(sm.scratch)[SCRATCH_FLOATS - 2] != 0) return;  // block-uniform
   const int warp = tk::warp_id();
   if (warp < NUM_CONSUMER_WARPS) {
     run_consumers<TIMING>(g, sm);

@@ -52,14 +52,17 @@ inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
 // the open stall in docs/BENCHMARKS.md: the stall reproduces with the normal policy too.)
 inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::evict_first;
 
-// Before the loader warp exits, wait until the consumers have released every page it loaded, so no
-// bulk copy is still in flight into this block's shared memory when its issuing warp is gone.
-__device__ __forceinline__ void drain_ring(const Globals& g, const Shared& sm, uint32_t loaded) {
+// Before the loader exits (end of the queue or an abort) wait until every copy it issued has landed,
+// i.e. the page_full phase of its last min(NUM_PAGES, loaded) positions completed: a block must never
+// exit while a bulk copy still targets its shared memory and barriers. This ignores the abort flag on
+// purpose and is bounded by the watchdog time. (Position n + NUM_PAGES was never issued, so the parity
+// of position n is unambiguous.)
+__device__ __forceinline__ void drain_copies(const Globals& g, const Shared& sm, uint32_t loaded) {
   const uint32_t first = loaded > NUM_PAGES ? loaded - NUM_PAGES : 0;
+  const uint64_t start = tk::globaltimer();
   for (uint32_t n = first; n < loaded; ++n)
-    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[n % NUM_PAGES], (n / NUM_PAGES) & 1, nullptr,
-                                                 SITE_LOADER_PAGE_EMPTY, n)))
-      return;
+    while (!tk::try_wait(sm.page_full[n % NUM_PAGES], (n / NUM_PAGES) & 1))
+      if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) return;
 }
 
 __device__ __forceinline__ void prefetch_beyond_ring(const WeightStream& ws, int n_pages, int rpp) {
@@ -82,10 +85,14 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
   uint32_t page_counter = 0;  // pages loaded since launch: ring slot and phase derive from it
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
-    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_LOADER_SLOT_FULL, i))) return;  // the whole warp leaves together
+    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr,
+                                                 SITE_LOADER_SLOT_FULL, i))) {
+      drain_copies(g, sm, page_counter);  // the whole warp leaves together, after its copies landed
+      return;
+    }
     const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) {
-      drain_ring(g, sm, page_counter);
+      drain_copies(g, sm, page_counter);
       return;
     }
     const WeightStream ws = weight_stream(g, w);
@@ -98,7 +105,12 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
       const int ring = page_counter % NUM_PAGES;
       const uint32_t round = page_counter / NUM_PAGES;
-      if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w, SITE_LOADER_PAGE_EMPTY, page_counter))) return;  // the whole warp leaves together
+      if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w,
+                                                   SITE_LOADER_PAGE_EMPTY, page_counter))) {
+        drain_copies(g, sm, page_counter);
+        return;
+      }
+      if (lane == 0) g.progress[blockIdx.x * PROGRESS_WORDS + 5] = (int)page_counter;  // exact position
       const int row0 = p * rpp;
       const int rows = min(rpp, ws.rows - row0);
       const uint32_t row_bytes = ws.row_elems * 2;

@@ -140,18 +140,23 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
 // timed-out page wait) makes every consumer thread leave together instead of deadlocking the rest
 // on the next barrier.
 __device__ __forceinline__ bool consumer_all(bool ok) {
+  __syncwarp();  // reconverge first: a warp must never reach the barrier with some lanes missing
   int out;
   asm volatile(
       "{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n"
-      " bar.red.and.pred q, %2, %3, p;\n selp.s32 %0, 1, 0, q;\n}"
+      " barrier.red.and.pred q, %2, %3, p;\n selp.s32 %0, 1, 0, q;\n}"
       : "=r"(out)
       : "r"((int)ok), "r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS)
       : "memory");
   return out != 0;
 }
 
+// Thread 0 alone spins on counters right before several of these barriers, and lanes leave
+// per-lane mbarrier polls at different times: reconverge with __syncwarp, and use the non-.aligned
+// barrier forms, which count threads rather than assuming converged warps.
 __device__ __forceinline__ void consumer_sync() {
-  asm volatile("bar.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
+  __syncwarp();
+  asm volatile("barrier.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
 }
 
 // Loads of data other SMs wrote in this launch: bypass L1 so no stale line is ever read.

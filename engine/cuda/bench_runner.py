@@ -48,8 +48,9 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
             module.advance(ds.step_args.data_ptr(), ds.out_tokens.data_ptr(), history.data_ptr(), i,
                            ds.status.data_ptr(), 1, stream.cuda_stream)
 
-    queue_steps(prepare(), min(8, new_tokens))  # warm-up (the timed run rewrites the same positions)
-    torch.cuda.synchronize()
+    warm = prepare()
+    queue_steps(warm, min(8, new_tokens))  # warm-up (the timed run rewrites the same positions)
+    warm.check(warm.status.cpu())
     start_evt, end_evt = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ds = prepare()
     start_evt.record()

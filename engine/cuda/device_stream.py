@@ -132,7 +132,7 @@ class DeviceStream:
         p = self.progress[stuck_block].cpu().tolist()
         stage = {1: "waiting for dependencies", 2: "running", 3: "signalled"}.get(p[1], f"stage {p[1]}")
         return (f"\nblock {stuck_block}: consumers at instruction #{p[0]} ({stage}, ring position {p[2]}); "
-                f"loader at instruction #{p[4]} (ring position {p[3]})")
+                f"loader at instruction #{p[4]} (started at ring position {p[3]}, last page issued {p[5]})")
 
     def _unfinished_counters(self, limit: int = 8) -> str:
         """Counters the failed step left short of their per-step goal (the dependency picture)."""
