@@ -1,0 +1,55 @@
+"""The CUDA interpreter's constants (csrc/interpreter/opcodes.cuh, config.cuh) must equal the Python
+contract (engine/instructions) and the host code that reads the kernel's records (engine/cuda)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from engine.cuda import device_stream
+from engine.instructions import format as fmt
+from engine.instructions import layout
+from engine.instructions.opcodes import Opcode
+
+CSRC = Path(__file__).resolve().parents[2] / "csrc" / "interpreter"
+
+
+def _constants(name: str) -> dict[str, int]:
+    text = (CSRC / name).read_text()
+    out = {}
+    for key, value in re.findall(r"inline constexpr int (\w+) = (-?\d+);", text):
+        out[key] = int(value)
+    for group in re.findall(r"inline constexpr int ((?:\w+ = -?\d+, )+\w+ = -?\d+);", text):
+        for key, value in re.findall(r"(\w+) = (-?\d+)", group):
+            out[key] = int(value)
+    return out
+
+
+def test_opcodes_match_the_python_enum() -> None:
+    c = _constants("opcodes.cuh")
+    for op in Opcode:
+        name = "OP_NOOP" if op == Opcode.NOOP else f"OP_{op.name}"
+        assert c[name] == int(op), name
+    assert c["NUM_OPCODES"] == max(int(o) for o in Opcode) + 1
+
+
+def test_word_layout_matches_the_format() -> None:
+    c = _constants("opcodes.cuh")
+    assert c["FORMAT_VERSION"] == fmt.FORMAT_VERSION and c["WORDS"] == fmt.WORDS
+    for name in ("W_OPCODE", "W_ID", "W_LAYER", "W_OPERANDS", "W_NUM_WAITS", "W_WAITS", "MAX_WAITS"):
+        assert c[name] == getattr(fmt, name), name
+    assert c["W_SIGNAL_COUNTER"] == fmt.W_SIGNAL and c["W_SIGNAL_AMOUNT"] == fmt.W_SIGNAL_AMOUNT
+
+
+def test_step_args_header_matches_the_layout() -> None:
+    c = _constants("opcodes.cuh")
+    for name in ("SA_NUM_TOKENS", "SA_NUM_SEQS", "SA_MAX_PAGES", "SA_PAGE_SIZE", "SA_OFF_TOKEN_IDS",
+                 "SA_OFF_POSITIONS", "SA_OFF_SLOTS", "SA_OFF_QUERY_START", "SA_OFF_CONTEXT_LENS",
+                 "SA_OFF_BLOCK_TABLES"):
+        assert c[name] == getattr(layout, name), name
+
+
+def test_record_sizes_match_the_host_readers() -> None:
+    c = _constants("opcodes.cuh")
+    assert c["PROGRESS_WORDS"] == device_stream.PROGRESS_WORDS
+    assert c["TIMING_WORDS"] == 4  # start, dependencies met, end, SM id (engine/cuda/profile.py)
+    assert c["ERR_WORDS"] >= 13  # kind .. layer, then the stall record at words 8..12
