@@ -19,6 +19,9 @@ from models.llama.weights import LlamaWeights
 
 # Larger `waves` cut ops into more, smaller instructions; tried in order until a stream fits the
 # interpreter's buffers (only batches of several tokens need more than the first).
+# Split-KV attention only once a split has >= 8 pages to read: below that the reduce hop costs more
+# than the parallelism buys (docs/BENCHMARKS.md, knob sweep).
+DEFAULT_MIN_PAGES_PER_SPLIT = 8
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 
 
@@ -28,6 +31,7 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "dynamic",
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
                  **split_kw: object) -> None:
+        split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
         self._device = torch.device("cuda", torch.cuda.current_device())

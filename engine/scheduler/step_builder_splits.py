@@ -18,11 +18,14 @@ class SplitParams:
     waves: float = 1.0  # target instructions per op ≈ waves * num_sms
     mlp_slices: int | None = None  # None: about one slice per 2048 intermediate columns
     max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
+    # A split reads at least this many KV pages: short contexts get one attention instruction per
+    # (sequence, group) and no reduce hop (the GPU backend uses 8; measured in docs/BENCHMARKS.md).
+    min_pages_per_split: int = 1
     embed_bytes_per_instr: int = 1 << 18
 
     def __post_init__(self) -> None:
-        if self.num_sms < 1 or self.waves <= 0:
-            raise ValueError(f"SplitParams: num_sms must be >= 1 and waves > 0, got {self}")
+        if self.num_sms < 1 or self.waves <= 0 or self.min_pages_per_split < 1:
+            raise ValueError(f"SplitParams: num_sms and min_pages_per_split must be >= 1 and waves > 0, got {self}")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, max_context_
     want = math.ceil(p.num_sms / (shape.num_seqs * d.n_kv))
     pages = 1 << max(0, math.ceil(math.log2(max(1, max_context_pages))))
     cap = p.max_attn_splits if p.max_attn_splits is not None else want
-    return max(1, min(want, pages, cap))
+    return max(1, min(want, pages // p.min_pages_per_split, cap))
 
 
 def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> Plan:

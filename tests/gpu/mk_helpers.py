@@ -12,9 +12,11 @@ BUFFERS = ("hidden", "mid", "q", "attn_out", "act", "logits")
 
 
 def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int = 16) -> tuple[VMBackend, CudaBackend]:
-    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy)
+    # Identical split parameters on both sides, so both run the very same instruction tensors; one KV
+    # page per split keeps the split-KV + reduce path covered at these short contexts.
+    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, min_pages_per_split=1)
     vm = VMBackend(weights, num_pages=num_pages, page_size=page_size, num_sms=gpu.num_sms, policy=policy,
-                   check_races=False, weight_dtype=torch.bfloat16)
+                   check_races=False, weight_dtype=torch.bfloat16, min_pages_per_split=1)
     return vm, gpu
 
 

@@ -91,3 +91,16 @@ def test_llama_1b_decode_counts_and_makespan() -> None:
     floor_ns = weight_bytes / BuildParams().cost.hbm_bytes_per_ns
     assert 2.4e9 < weight_bytes < 2.6e9
     assert floor_ns < cs.schedule.timeline.makespan_ns < 2 * floor_ns
+
+
+def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
+    from engine.instructions.layout import ModelDims, StepShape
+    from engine.scheduler.step_builder_splits import SplitParams, num_attn_splits
+    from models.llama.presets import preset_config
+
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    shape = StepShape(1, 1, 16)
+    assert num_attn_splits(d, shape, SplitParams(), 3) == 4  # default: split every page bucket
+    assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 3) == 1
+    assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 10) == 2  # 16-page bucket / 8
+    assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 1000) == 17  # capped by SMs
