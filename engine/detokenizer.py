@@ -39,6 +39,15 @@ class IncrementalDetokenizer:
         self.text += delta
         return delta
 
+    def flush(self) -> str:
+        """At the end of a request: whatever is still held back (an incomplete multi-byte character
+        decodes to U+FFFD, as vLLM emits it), appended to the text."""
+        pending = self._decode(self._ids[self._prefix_offset :])[
+            len(self._decode(self._ids[self._prefix_offset : self._read_offset])) :]
+        self._prefix_offset = self._read_offset = len(self._ids)
+        self.text += pending
+        return pending
+
 
 def find_stop(text: str, delta_len: int, stops: tuple[str, ...]) -> tuple[int, str] | None:
     """Earliest stop string that ends inside the last `delta_len` chars: (start index, stop)."""

@@ -198,6 +198,8 @@ class LLMEngine:
             elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len:
                 state.finish_reason = "length"
         if state.finish_reason is not None:
+            if not isinstance(state.stop_reason, str):  # a stop string already cut the text
+                state.text += state.detokenizer.flush()
             status = (SequenceStatus.FINISHED_STOPPED if state.finish_reason == "stop"
                       else SequenceStatus.FINISHED_LENGTH)
             self.scheduler.finish(seq.seq_id, status)

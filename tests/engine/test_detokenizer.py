@@ -21,3 +21,16 @@ def test_find_stop_and_hold_back() -> None:
     assert find_stop("abcSTOPxSTOP", 5, ("STOP", "x")) == (7, "x")
     assert visible_text("abcdef", ("xyz",), finished=False) == "abcd"
     assert visible_text("abcdef", ("xyz",), finished=True) == "abcdef"
+
+
+def test_flush_emits_an_incomplete_character_at_the_end(tiny_checkpoint: str) -> None:
+    tok = load_tokenizer(tiny_checkpoint)
+    ids = tok.encode("ab 東", add_special_tokens=False)
+    # Find a prefix of the ids that ends inside the 3-byte character.
+    cut = next(k for k in range(1, len(ids) + 1) if tok.decode(ids[:k]).endswith("\ufffd"))
+    detok = IncrementalDetokenizer(tok, [], skip_special_tokens=True)
+    shown = "".join(detok.add(t) for t in ids[:cut])
+    assert "\ufffd" not in shown
+    tail = detok.flush()
+    assert shown + tail == tok.decode(ids[:cut]) and tail.endswith("\ufffd")
+    assert detok.flush() == ""
