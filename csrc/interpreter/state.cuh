@@ -103,12 +103,17 @@ enum WaitSite : int {
 };
 
 __device__ __forceinline__ void record_stall(const Globals& g, int site, uint32_t position, uint32_t parity,
-                                             const int* instr) {
+                                             const int* instr, const tk::semaphore& sem) {
   if (atomicCAS(g.error + 8, 0, site) != 0) return;
   g.error[9] = blockIdx.x;
   g.error[10] = (int)position;
   g.error[11] = (int)parity;
   g.error[12] = instr ? instr[W_ID] : -1;
+  // The raw mbarrier word (phase, pending arrivals, pending transaction bytes) tells a lost copy from
+  // a missing arrival in the post-mortem.
+  const uint64_t raw = *reinterpret_cast<const volatile uint64_t*>(&sem.word);
+  g.error[13] = (int)(raw & 0xffffffffu);
+  g.error[14] = (int)(raw >> 32);
 }
 
 // Bounded mbarrier wait for the intra-SM pipeline; gives up when another block aborted. Its limit is
@@ -124,12 +129,12 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
     if (tk::try_wait(sem, parity)) return true;
     if ((n & 15) == 15) {
       if (aborted(g)) {
-        if (tk::lane_id() == 0 && tk::globaltimer() - start > 1000000ull) record_stall(g, site, position, parity, instr);
+        if (tk::lane_id() == 0 && tk::globaltimer() - start > 1000000ull) record_stall(g, site, position, parity, instr, sem);
         return false;
       }
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns) * PIPELINE_TIMEOUT_FACTOR) {
         record_error(g, ERR_PIPELINE_TIMEOUT, instr, -1, 0, 0);
-        record_stall(g, site, position, parity, instr);
+        record_stall(g, site, position, parity, instr, sem);
         return false;
       }
     }

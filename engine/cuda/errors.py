@@ -37,7 +37,7 @@ def describe_failure(err: list[int], cs: CompiledStream) -> str:
     if len(err) > 12 and err[8]:
         site = SITES.get(err[8], f"site {err[8]}")
         msg += (f"; block {err[9]} was stuck in {site} (pipeline position {err[10]}, parity {err[11]}, "
-                f"instruction #{err[12]})")
+                f"instruction #{err[12]}, raw mbarrier word 0x{(err[14] & 0xffffffff):08x}{(err[13] & 0xffffffff):08x})")
     return msg
 
 
