@@ -50,8 +50,11 @@ def kv_bytes_per_page(config: LlamaConfig, page_size: int, dtype: torch.dtype) -
     return 2 * config.num_hidden_layers * config.num_key_value_heads * page_size * config.head_dim * elem
 
 
-def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device) -> tuple[int, int]:
-    """Returns (num_pages, max_model_len) for this engine."""
+def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device,
+                  reserve_bytes: int = 0) -> tuple[int, int]:
+    """Returns (num_pages, max_model_len) for this engine. `reserve_bytes` of free GPU memory are kept
+    back for what the backend allocates after the KV cache is sized (e.g. the cuda backend's packed
+    copy of the weights)."""
     per_page = kv_bytes_per_page(model, cfg.page_size, cfg.torch_dtype)
     want_len = cfg.max_model_len or model.max_position_embeddings
     if want_len > model.max_position_embeddings:
@@ -63,10 +66,12 @@ def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device) -
     else:
         if device.type == "cuda":
             free, _total = torch.cuda.mem_get_info(device)
-            budget = int(free * GPU_KV_MEMORY_FRACTION)
+            budget = int((free - reserve_bytes) * GPU_KV_MEMORY_FRACTION)
         else:
             budget = CPU_KV_BUDGET_BYTES
         pages_for_all = cfg.max_num_seqs * -(-want_len // cfg.page_size)
+        if budget < per_page:
+            raise ValueError(f"no memory left for the KV cache: budget {budget} bytes < one page ({per_page} bytes)")
         num_pages = max(1, min(budget // per_page, pages_for_all))
     capacity = num_pages * cfg.page_size
     if cfg.max_model_len is not None and cfg.max_model_len > capacity:

@@ -52,7 +52,9 @@ class LLMEngine:
         weights_device = self.choice.device if self.choice.name != "vm" else torch.device("cpu")
         weights = load_weights(model, self.config, dtype=cfg.torch_dtype, device=weights_device,
                                progress=cfg.progress)
-        self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device)
+        # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.
+        reserve = weights.num_bytes() if self.choice.name == "cuda" else 0
+        self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve)
         options: dict[str, object] = {}
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy

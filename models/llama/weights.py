@@ -8,7 +8,7 @@ tensor) raises `WeightLoadError` naming the tensor and the file. Never touches t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -53,6 +53,15 @@ class LlamaWeights:
     @property
     def device(self) -> torch.device:
         return self.embed_tokens.device
+
+    def num_bytes(self) -> int:
+        """Bytes held by the distinct weight tensors (a tied LM head counts once)."""
+        tensors = {id(t): t for t in (self.embed_tokens, self.norm, self.lm_head)}
+        for layer in self.layers:
+            for f in fields(layer):
+                t = getattr(layer, f.name)
+                tensors[id(t)] = t
+        return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 # HF tensor-name suffix inside "model.layers.{i}." -> LayerWeights field.

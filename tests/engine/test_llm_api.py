@@ -174,3 +174,19 @@ def test_missing_model_dir_names_the_path(tmp_path) -> None:
     missing = tmp_path / "no_such_model"
     with pytest.raises(FileNotFoundError, match="no_such_model"):
         LLM(str(missing), backend="torch")
+
+
+def test_weight_bytes_and_kv_reserve(tiny_checkpoint: str) -> None:
+    from engine.engine_config import EngineConfig, kv_bytes_per_page, size_kv_cache
+    from models.llama.config import LlamaConfig
+    from models.llama.init_random import random_state_dict
+    from models.llama.weights import expected_shapes, weights_from_state_dict
+
+    cfg = LlamaConfig.from_dir(tiny_checkpoint)
+    w = weights_from_state_dict(cfg, random_state_dict(cfg, seed=0), dtype=torch.float32)
+    n_params = sum(int(torch.tensor(s).prod()) for s in expected_shapes(cfg).values())
+    assert w.num_bytes() == 4 * n_params  # tied: the LM head is not counted twice
+    ec = EngineConfig(model=tiny_checkpoint, num_pages=None, max_num_seqs=4, max_model_len=256, page_size=16)
+    pages, max_len = size_kv_cache(ec, cfg, torch.device("cpu"))
+    assert pages == 4 * 16 and max_len == 256
+    assert kv_bytes_per_page(cfg, 16, torch.bfloat16) == 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * 16 * cfg.head_dim * 2
