@@ -17,7 +17,7 @@ from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, Str
 from models.llama.config import LlamaConfig
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
-from profiler.record import MetaValue, ProfileRecord
+from profiler.record import MetaValue, ProfileRecord, concat_records
 
 DEFAULT_PAGE_SIZE = 16
 
@@ -71,8 +71,4 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
                                       "num_sms": num_sms, "page_size": page_size}
         records.append(record_from_compiled(cs, meta, offset))
         offset = int(records[-1].end_ns.max()) + 1
-    first = records[0]
-    cat = lambda name: np.concatenate([getattr(r, name) for r in records])  # noqa: E731
-    return ProfileRecord(words=cat("words"), sm=cat("sm"), start_ns=cat("start_ns"), end_ns=cat("end_ns"),
-                         wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, simulated=True,
-                         bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names)
+    return concat_records(records)

@@ -114,6 +114,19 @@ class ProfileRecord:
         return self.words[:, 0]
 
 
+def concat_records(records: list[ProfileRecord]) -> ProfileRecord:
+    """Several steps' records as one (names, meta and `simulated` from the first)."""
+    if not records:
+        raise ProfileFormatError("concat_records: no records")
+    if len(records) == 1:
+        return records[0]
+    first = records[0]
+    cat = lambda name: np.concatenate([getattr(r, name) for r in records])  # noqa: E731
+    return ProfileRecord(words=cat("words"), sm=cat("sm"), start_ns=cat("start_ns"), end_ns=cat("end_ns"),
+                         wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, simulated=first.simulated,
+                         bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names)
+
+
 def save_npz(record: ProfileRecord, path: str | Path) -> Path:
     """Write `record` to `path` (raw.npz): the int arrays as-is plus one JSON header string."""
     path = Path(path)

@@ -26,9 +26,7 @@ def check_shape(preset: str) -> bool:
     table = list(range(4))
     mk = CudaBackend(weights, num_pages=4, page_size=PAGE_SIZE)
     prompt = list(range(100, 124))
-    for start in range(0, len(prompt), mk.max_tokens_per_step):
-        chunk = prompt[start:start + mk.max_tokens_per_step]
-        mk.greedy(StepBatch.build([chunk], [start], [table], device=dev, page_size=PAGE_SIZE))
+    mk.prefill(prompt, table)
     step = StepBatch.build([[7]], [len(prompt)], [table], device=dev, page_size=PAGE_SIZE)
     mk_logits = mk.forward(step)[0]
     ref = LlamaModel(weights)

@@ -15,7 +15,7 @@ from engine.backends.cuda_backend import CudaBackend
 from engine.bench.model_source import load_bench_weights
 from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
 from models.llama.step_batch import StepBatch
-from profiler.record import MetaValue, ProfileRecord
+from profiler.record import MetaValue, ProfileRecord, concat_records
 
 
 def record_from_timing(backend: CudaBackend, meta: dict[str, MetaValue]) -> ProfileRecord:
@@ -56,10 +56,4 @@ def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
                                           "steps": steps, "step": step, "policy": policy, "num_sms": backend.num_sms,
                                           "gpu": torch.cuda.get_device_name()}
             records.append(record_from_timing(backend, meta))
-    if len(records) == 1:
-        return records[0]
-    cat = lambda name: np.concatenate([getattr(r, name) for r in records])  # noqa: E731
-    first = records[0]
-    return ProfileRecord(words=cat("words"), sm=cat("sm"), start_ns=cat("start_ns"), end_ns=cat("end_ns"),
-                         wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, simulated=False,
-                         bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names)
+    return concat_records(records)
