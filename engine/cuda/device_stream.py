@@ -39,6 +39,7 @@ class DeviceStream:
     epoch: int = 0
     timing: torch.Tensor | None = None
     progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
+    _base_fields: dict[str, int | float] | None = field(default=None, repr=False)
     extra: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
@@ -77,22 +78,28 @@ class DeviceStream:
 
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
                dims: ModelDims, gu_tile: int, timeout_ns: int) -> dict[str, int | float]:
-        f: dict[str, int | float] = {name: t.data_ptr() for name, t in weights.items()}
-        f.update({name: t.data_ptr() for name, t in self.acts.items()})
-        f.update(k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(), out_tokens=self.out_tokens.data_ptr(),
-                 counters=self.counters.data_ptr(), counter_period=self.counter_period.data_ptr(),
-                 queue_head=self.queue_head.data_ptr(), step_args=self.step_args.data_ptr(),
-                 instructions=self.program.data_ptr(), error=self.status.data_ptr(),
-                 queue_len=self.queue_len, dynamic_queue=int(self.dynamic), epoch=self.epoch,
-                 hidden_size=dims.hidden, intermediate=dims.intermediate, layers=dims.layers,
-                 n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
-                 kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile, lm_blocks=self.compiled.stream.lm_blocks,
-                 eps=float(dims.eps), timeout_ns=int(timeout_ns))
+        """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
+        stream's life, so it is built once, not on every launch."""
+        if self._base_fields is None:
+            if self.progress is None:
+                self.progress = torch.zeros((self.grid, PROGRESS_WORDS), dtype=torch.int32,
+                                            device=self.status.device)
+            f: dict[str, int | float] = {name: t.data_ptr() for name, t in weights.items()}
+            f.update({name: t.data_ptr() for name, t in self.acts.items()})
+            f.update(k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(), out_tokens=self.out_tokens.data_ptr(),
+                     counters=self.counters.data_ptr(), counter_period=self.counter_period.data_ptr(),
+                     queue_head=self.queue_head.data_ptr(), step_args=self.step_args.data_ptr(),
+                     instructions=self.program.data_ptr(), error=self.status.data_ptr(),
+                     progress=self.progress.data_ptr(), queue_len=self.queue_len, dynamic_queue=int(self.dynamic),
+                     hidden_size=dims.hidden, intermediate=dims.intermediate, layers=dims.layers,
+                     n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
+                     kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
+                     lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns))
+            self._base_fields = f
+        f = dict(self._base_fields)
+        f["epoch"] = self.epoch
         if self.timing is not None:
             f["timing"] = self.timing.data_ptr()
-        if self.progress is None:
-            self.progress = torch.zeros((self.grid, PROGRESS_WORDS), dtype=torch.int32, device=self.status.device)
-        f["progress"] = self.progress.data_ptr()
         return f
 
     def before_launch(self) -> None:
