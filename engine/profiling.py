@@ -23,10 +23,12 @@ DEFAULT_PAGE_SIZE = 16
 
 
 def record_from_compiled(cs: CompiledStream, meta: dict[str, MetaValue], offset_ns: int = 0) -> ProfileRecord:
-    """One step's predicted timeline; rows follow the stream's topological order."""
+    """One step's predicted timeline; rows follow the stream's topological order. Like the GPU's
+    records, a span starts when the SM took the instruction, so it includes its dependency wait."""
     tl = cs.schedule.timeline
     return ProfileRecord(
-        words=cs.stream.words(), sm=tl.sm, start_ns=np.round(tl.start_ns).astype(np.int64) + offset_ns,
+        words=cs.stream.words(), sm=tl.sm,
+        start_ns=np.round(tl.start_ns - tl.wait_ns).astype(np.int64) + offset_ns,
         end_ns=np.round(tl.end_ns).astype(np.int64) + offset_ns, wait_ns=np.round(tl.wait_ns).astype(np.int64),
         opcode_names=OPCODE_NAMES, simulated=True,
         bytes_moved=np.array([c.weight_bytes + c.act_bytes for c in cs.costs], dtype=np.int64),

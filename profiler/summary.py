@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from profiler.phases import PhaseStats, layer_phases, render_phases
 from profiler.record import MetaValue, ProfileRecord
 
 
@@ -26,6 +27,9 @@ class OpcodeStats:
     mean_ns: float
     p50_ns: float
     p99_ns: float
+    wait_mean_ns: float  # of the span above: waiting for dependency counters
+    exec_mean_ns: float  # of the span above: dependencies met -> signal
+    exec_p99_ns: float
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Summary:
     last_done_sm: int
     total_bytes: int
     bandwidth_gb_s: float | None  # None when bytes_moved is unknown (all zero)
+    phases: list[PhaseStats]  # per-layer critical-path phases (profiler/phases.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -69,11 +74,14 @@ def summarize(record: ProfileRecord) -> Summary:
     start, end = record.start_ns, record.end_ns
     makespan = int(end.max() - start.min())
     dur = end - start
+    run = dur - record.wait_ns
     opcodes = []
     for op in np.unique(record.opcodes):
-        d = dur[record.opcodes == op]
+        sel = record.opcodes == op
+        d, r = dur[sel], run[sel]
         opcodes.append(OpcodeStats(record.opcode_names[int(op)], int(d.size), int(d.sum()), float(d.mean()),
-                                   float(np.percentile(d, 50)), float(np.percentile(d, 99))))
+                                   float(np.percentile(d, 50)), float(np.percentile(d, 99)),
+                                   float(record.wait_ns[sel].mean()), float(r.mean()), float(np.percentile(r, 99))))
     opcodes.sort(key=lambda o: (-o.total_ns, o.name))
     sms = np.unique(record.sm)
     busy, last_end = {}, {}
@@ -98,6 +106,7 @@ def summarize(record: ProfileRecord) -> Summary:
         last_done_sm=last_done,
         total_bytes=total_bytes,
         bandwidth_gb_s=total_bytes / makespan if total_bytes and makespan else None,  # B/ns == GB/s
+        phases=layer_phases(record),
     )
 
 
@@ -122,12 +131,16 @@ def render_text(s: Summary) -> str:
     lines.append("")
     name_w = max(6, *(len(o.name) for o in s.opcodes))
     lines.append(f"{'opcode':<{name_w}} {'count':>7} {'total µs':>11} {'share':>6} {'mean µs':>9} "
-                 f"{'p50 µs':>9} {'p99 µs':>9}")
+                 f"{'p50 µs':>9} {'p99 µs':>9} {'wait µs':>9} {'exec µs':>9} {'exec p99':>9}")
     all_time = sum(o.total_ns for o in s.opcodes) or 1
     for o in s.opcodes:
         lines.append(f"{o.name:<{name_w}} {o.count:>7} {us(o.total_ns):>11} {100 * o.total_ns / all_time:>5.1f}% "
-                     f"{us(o.mean_ns):>9} {us(o.p50_ns):>9} {us(o.p99_ns):>9}")
+                     f"{us(o.mean_ns):>9} {us(o.p50_ns):>9} {us(o.p99_ns):>9} {us(o.wait_mean_ns):>9} "
+                     f"{us(o.exec_mean_ns):>9} {us(o.exec_p99_ns):>9}")
     lines.append("")
+    if s.phases:
+        lines.extend(render_phases(s.phases))
+        lines.append("")
     lines.append("per-SM busy %:")
     cells = [f"SM {sm:03d} {100 * b:5.1f}" for sm, b in s.sm_busy.items()]
     lines.extend("  ".join(cells[i : i + 8]) for i in range(0, len(cells), 8))

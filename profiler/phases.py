@@ -1,0 +1,77 @@
+"""Per-layer phases: how long each op holds up the layer, measured where it matters (the last SM).
+
+A decode step is a chain of ops per layer (QKV -> attention -> O-proj -> gate/up -> down); every op
+waits for (a part of) the previous one, so the step's length is set by when the *last* instruction of
+each op ends. For each opcode this reports, averaged over layers:
+- `phase`: last end of this op - last end of the op before it in the layer (its share of the
+  critical path; the ops of a layer partition the layer's duration);
+- `ready lag`: first moment one of its instructions had its dependencies met - last end of the
+  previous op (how late the op's dependency release reaches the first waiting SM);
+- `exec`: mean time from dependencies met to signal (work after the wait, incl. epilogue).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.instructions.format import W_ID, W_LAYER, W_OPCODE
+from profiler.record import ProfileRecord
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    name: str
+    layers: int  # (step, layer) pairs this op appeared in
+    phase_ns: float
+    ready_lag_ns: float
+    exec_ns: float
+    exec_max_ns: float
+
+
+def layer_phases(record: ProfileRecord) -> list[PhaseStats]:
+    """Phases of the ops inside layers (layer >= 0), in the order they run; [] without layers.
+
+    Within a step, groups (layer, opcode) are chained in instruction order: a layer's first op is
+    measured from the previous layer's last op (or the embedding)."""
+    if record.words.shape[1] <= W_LAYER or record.num_instructions == 0:
+        return []
+    ids, layer, opcodes = record.words[:, W_ID], record.words[:, W_LAYER], record.words[:, W_OPCODE]
+    # A multi-step record is its steps' records back to back; instruction ids restart at each step.
+    step = np.concatenate([[0], np.cumsum(np.diff(ids) < 0)])
+    ready = record.start_ns + record.wait_ns
+    exec_ns = record.end_ns - ready
+    per_op: dict[int, list[tuple[float, float]]] = {}
+    for st in np.unique(step).tolist():
+        idx = np.flatnonzero(step == st)
+        groups: dict[tuple[int, int], np.ndarray] = {}
+        for key in {(int(a), int(b)) for a, b in zip(layer[idx], opcodes[idx])}:
+            groups[key] = idx[(layer[idx] == key[0]) & (opcodes[idx] == key[1])]
+        prev_end = None
+        for key in sorted(groups, key=lambda k: int(ids[groups[k]].min())):
+            sel = groups[key]
+            last_end = float(record.end_ns[sel].max())
+            if prev_end is not None and key[0] >= 0:
+                per_op.setdefault(key[1], []).append((last_end - prev_end, float(ready[sel].min()) - prev_end))
+            prev_end = last_end
+    first_id = {o: int(ids[opcodes == o].min()) for o in per_op}
+    out = []
+    for o in sorted(per_op, key=lambda k: first_id[k]):
+        sel = (opcodes == o) & (layer >= 0)
+        vals = np.array(per_op[o])
+        out.append(PhaseStats(record.opcode_names[int(o)], len(vals), float(vals[:, 0].mean()),
+                              float(vals[:, 1].mean()), float(exec_ns[sel].mean()), float(exec_ns[sel].max())))
+    return out
+
+
+def render_phases(phases: list[PhaseStats]) -> list[str]:
+    if not phases:
+        return []
+    us = lambda ns: f"{ns / 1e3:.3f}"  # noqa: E731
+    w = max(6, *(len(p.name) for p in phases))
+    lines = ["per-layer phases (mean over layers; phase = its share of the critical path):",
+             f"{'opcode':<{w}} {'layers':>6} {'phase µs':>9} {'ready lag µs':>12} {'exec µs':>9} {'exec max':>9}"]
+    for p in phases:
+        lines.append(f"{p.name:<{w}} {p.layers:>6} {us(p.phase_ns):>9} {us(p.ready_lag_ns):>12} "
+                     f"{us(p.exec_ns):>9} {us(p.exec_max_ns):>9}")
+    return lines
