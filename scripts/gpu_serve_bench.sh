@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine: `megakernel serve` (cuda backend, random Llama-3.2-1B-shape checkpoint) driven
+# by `megakernel bench-serve` at concurrency 1 and 8; JSON + server log under $OUT/serve.
+# The image there lacks the server's packages: carry them as wheels in .whl (docs/BENCHMARKS.md says how).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/serve"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+MODEL=${MODEL:-/tmp/mk-llama-1b}
+BACKEND=${BACKEND:-cuda}
+[ -f "$MODEL/config.json" ] || python3 -m engine.cli init-random --preset llama-3.2-1b --out "$MODEL" || exit 1
+python3 -m engine.cli serve --model "$MODEL" --backend "$BACKEND" --port 8011 --max-model-len 2048 \
+  --served-model-name llama-1b-random >"$OUT/serve/server.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null' EXIT
+for _ in $(seq 300); do
+  curl -sf http://127.0.0.1:8011/health >/dev/null && break
+  kill -0 $server 2>/dev/null || { echo "server died:"; tail -30 "$OUT/serve/server.log"; exit 1; }
+  sleep 1
+done
+status=0
+for cfg in "1 16" "8 64" "32 128"; do
+  set -- $cfg
+  echo "=== bench-serve concurrency $1, $2 prompts, 128 in / 128 out"
+  python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts "$2" --input-len 128 \
+    --output-len 128 --max-concurrency "$1" --seed 0 --output "$OUT/serve/bench_c$1.json" || status=1
+done
+curl -s http://127.0.0.1:8011/metrics | grep -E "^megakernel:(prompt_tokens|generation_tokens|kv_cache)" | head -5
+tail -5 "$OUT/serve/server.log"
+exit $status
