@@ -83,6 +83,7 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     const uint32_t n = cur.pages + p;
     if (p % NUM_CONSUMER_WARPS != warp) continue;
     const int ring = n % NUM_PAGES;
+    if (ok) ok = wait_page_issued(g, sm, n, instr);
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {

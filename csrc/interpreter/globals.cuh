@@ -47,6 +47,7 @@ struct Globals {
   int* progress;            // [grid, PROGRESS_WORDS]: where each block is (post-mortem of a failure)
   // scalars
   long long timeout_ns;
+  int l2_prefetch_bytes;  // per fetched instruction, by the controller (roles.cuh)
   int queue_len;
   int dynamic_queue;
   int epoch;

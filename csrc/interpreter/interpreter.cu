@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
       tk::init_semaphore(sm.slot_full[i], 1);  // the controller
       tk::init_semaphore(sm.slot_free[i], 2);  // the loader and the consumers
     }
+    *sm.ring_issued = 0;
     tk::fence_semaphore_init();
     // An earlier queued step failed (its error word is still set): run nothing and issue no copy, so
     // the first failure's record survives and no block works on inconsistent counters.
@@ -83,7 +84,7 @@ Globals globals_from_dict(const py::dict& d) {
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
-  MK_INT(gu_tile); MK_INT(lm_blocks);
+  MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
 #undef MK_INT
   g.timeout_ns = scalar_field<long long>(d, "timeout_ns");
   g.eps = scalar_field<float>(d, "eps");

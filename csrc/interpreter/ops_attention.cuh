@@ -25,6 +25,10 @@ __device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
   }
 }
 
+inline constexpr int KEYS_PER_STEP = 4;
+inline constexpr int ATTN_MERGE_FLOATS = NUM_CONSUMER_WARPS * MAX_GQA * (128 + 2);
+static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 <= X_FLOATS, "attention scratch must fit in shared x");
+
 // ATTN_PARTIAL: operands seq, kv_group, split, num_splits.
 template <int DPL>
 __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
@@ -36,10 +40,14 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const float scale = 1.0f / sqrtf((float)hd);
   float* merge = sm.x;  // [warp][h][hd + 2]: o[hd], m, l
+  float* q_sh = sm.x + ATTN_MERGE_FLOATS;  // [h][hd]: this token's queries (shared: saves registers)
   const int stride_h = hd + 2, stride_w = MAX_GQA * stride_h;
   for (int t = sa.query_start(s); t < sa.query_start(s + 1); ++t) {
+    for (int i = threadIdx.x; i < G * hd; i += CONSUMER_THREADS)
+      q_sh[i] = load_cg(g.q + (long long)t * qcols + grp * G * hd + i);
+    consumer_sync();
     const int kend = min(key_end, sa.position(t) + 1);
-    float qv[MAX_GQA][DPL], o[MAX_GQA][DPL], m[MAX_GQA], l[MAX_GQA];
+    float o[MAX_GQA][DPL], m[MAX_GQA], l[MAX_GQA];
 #pragma unroll
     for (int h = 0; h < MAX_GQA; ++h) {
       m[h] = -INFINITY;
@@ -47,28 +55,60 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
 #pragma unroll
       for (int d = 0; d < DPL; ++d) {
         o[h][d] = 0.f;
-        qv[h][d] = h < G ? load_cg(g.q + (long long)t * qcols + (grp * G + h) * hd + lane * DPL + d) : 0.f;
       }
     }
-    for (int j = key_begin + warp; j < kend; j += NUM_CONSUMER_WARPS) {
-      const int page = sa.block(s, j / ps);
-      const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
-      float kd[DPL], vd[DPL];
-      load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd);
-      load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd);
+    // KEYS_PER_STEP keys per warp per step, their loads all issued before any math: the loop is bound by
+    // global-load latency, and one key at a time left it fully serial (≈ 1 µs per key).
+    for (int j0 = key_begin; j0 < kend; j0 += KEYS_PER_STEP * NUM_CONSUMER_WARPS) {
+      float kd[KEYS_PER_STEP][DPL], vd[KEYS_PER_STEP][DPL];
+#pragma unroll
+      for (int u = 0; u < KEYS_PER_STEP; ++u) {
+        const int j = j0 + u * NUM_CONSUMER_WARPS + warp;
+        if (j < kend) {
+          const int page = sa.block(s, j / ps);
+          const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
+          load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd[u]);
+          load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd[u]);
+        } else {
+#pragma unroll
+          for (int d = 0; d < DPL; ++d) kd[u][d] = vd[u][d] = 0.f;
+        }
+      }
 #pragma unroll
       for (int h = 0; h < MAX_GQA; ++h) {
         if (h < G) {
-          float dot = 0.f;
+          float qv[DPL], sc[KEYS_PER_STEP];
 #pragma unroll
-          for (int d = 0; d < DPL; ++d) dot = fmaf(qv[h][d], kd[d], dot);
+          for (int d = 0; d < DPL; ++d) qv[d] = q_sh[h * hd + lane * DPL + d];
 #pragma unroll
-          for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(tk::FULL_MASK, dot, off);
-          const float sc = dot * scale, m_new = fmaxf(m[h], sc);
-          const float alpha = expf(m[h] - m_new), p = expf(sc - m_new);
-          l[h] = l[h] * alpha + p;
+          for (int u = 0; u < KEYS_PER_STEP; ++u) {
+            float dot = 0.f;
 #pragma unroll
-          for (int d = 0; d < DPL; ++d) o[h][d] = fmaf(o[h][d], alpha, p * vd[d]);
+            for (int d = 0; d < DPL; ++d) dot = fmaf(qv[d], kd[u][d], dot);
+            sc[u] = dot;
+          }
+#pragma unroll
+          for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+            for (int u = 0; u < KEYS_PER_STEP; ++u) sc[u] += __shfl_xor_sync(tk::FULL_MASK, sc[u], off);
+          float m_new = m[h];
+#pragma unroll
+          for (int u = 0; u < KEYS_PER_STEP; ++u) {
+            sc[u] = j0 + u * NUM_CONSUMER_WARPS + warp < kend ? sc[u] * scale : -INFINITY;
+            m_new = fmaxf(m_new, sc[u]);
+          }
+          if (m_new == -INFINITY) continue;  // no key of this step for this warp (uniform per warp)
+          const float alpha = expf(m[h] - m_new);
+          l[h] *= alpha;
+#pragma unroll
+          for (int d = 0; d < DPL; ++d) o[h][d] *= alpha;
+#pragma unroll
+          for (int u = 0; u < KEYS_PER_STEP; ++u) {
+            const float p = expf(sc[u] - m_new);
+            l[h] += p;
+#pragma unroll
+            for (int d = 0; d < DPL; ++d) o[h][d] = fmaf(p, vd[u][d], o[h][d]);
+          }
           m[h] = m_new;
         }
       }

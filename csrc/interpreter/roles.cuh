@@ -8,6 +8,7 @@
 
 #include "../tk/tma.cuh"
 #include "state.cuh"
+#include "l2_prefetch.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {
@@ -21,6 +22,10 @@ __device__ __forceinline__ const int* next_instruction(const Globals& g, int ind
       claimed = atomicAdd(g.queue_head, 1) - g.epoch * period;
     }
     claimed = __shfl_sync(tk::FULL_MASK, claimed, 0);
+    if (claimed < 0) {  // the queue head is behind this launch's epoch: never index before the queue
+      if (tk::lane_id() == 0) record_error(g, ERR_QUEUE_EPOCH, nullptr, -1, g.epoch, claimed);
+      return nullptr;
+    }
     return claimed < g.queue_len ? g.instructions + (long long)claimed * WORDS : nullptr;
   }
   if (index >= g.queue_len) return nullptr;
@@ -40,13 +45,9 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     __syncwarp();
     if (lane == 0) tk::arrive(sm.slot_full[slot]);
     if (!w) return;
+    prefetch_rows_l2(weight_stream(g, dst), 0, g.l2_prefetch_bytes);
   }
 }
-
-// Rows past what the page ring can hold are pulled into L2 as soon as the loader reaches the
-// instruction, usually while its consumers still wait on dependencies, so the ring refills from L2
-// instead of HBM. Capped so that all SMs together stay well inside L2.
-inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
 
 // L2 policy of weight loads: streamed once per token, so evict them first. (Ruled out as the cause of
 // the open stall in docs/BENCHMARKS.md: the stall reproduces with the normal policy too.)
@@ -63,21 +64,6 @@ __device__ __forceinline__ void drain_copies(const Globals& g, const Shared& sm,
   for (uint32_t n = first; n < loaded; ++n)
     while (!tk::try_wait(sm.page_full[n % NUM_PAGES], (n / NUM_PAGES) & 1))
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) return;
-}
-
-__device__ __forceinline__ void prefetch_beyond_ring(const WeightStream& ws, int n_pages, int rpp) {
-  if (n_pages <= NUM_PAGES) return;
-  const int first = NUM_PAGES * rpp, row_bytes = ws.row_elems * 2;
-  const int rows = min(ws.rows - first, L2_PREFETCH_CAP_BYTES / row_bytes);
-  if (ws.row_stride == ws.row_elems) {  // contiguous: 32 KiB pieces spread over the lanes
-    const long long bytes = (long long)rows * row_bytes;
-    const uint8_t* base = reinterpret_cast<const uint8_t*>(ws.base + (long long)first * ws.row_stride);
-    for (long long off = tk::lane_id() * 32768LL; off < bytes; off += 32 * 32768LL)
-      tk::bulk_prefetch_l2(base + off, (uint32_t)min(32768LL, bytes - off));
-  } else {
-    for (int r = tk::lane_id(); r < rows; r += 32)
-      tk::bulk_prefetch_l2(ws.base + (long long)(first + r) * ws.row_stride, row_bytes);
-  }
 }
 
 __device__ void run_loader(const Globals& g, const Shared& sm) {
@@ -101,7 +87,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
     const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
-    prefetch_beyond_ring(ws, n_pages, rpp);
+    if (n_pages > NUM_PAGES) prefetch_rows_l2(ws, NUM_PAGES * rpp, L2_PREFETCH_CAP_BYTES);
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
       const int ring = page_counter % NUM_PAGES;
       const uint32_t round = page_counter / NUM_PAGES;
@@ -114,7 +100,10 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       const int row0 = p * rpp;
       const int rows = min(rpp, ws.rows - row0);
       const uint32_t row_bytes = ws.row_elems * 2;
-      if (lane == 0) tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
+      if (lane == 0) {
+        tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
+        store_release_cta(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
+      }
       __syncwarp();
       uint8_t* dst = sm.page(ring);
       if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy

@@ -16,6 +16,7 @@ struct Shared {
   float* out;
   float* scratch;
   int* slots;  // [NUM_SLOTS][WORDS]
+  uint32_t* ring_issued;  // pages the loader has armed (arrive.expect_tx done) since launch
   tk::semaphore* page_full;
   tk::semaphore* page_empty;
   tk::semaphore* slot_full;
@@ -28,6 +29,7 @@ struct Shared {
     s.out = reinterpret_cast<float*>(base + SharedPlan::out);
     s.scratch = reinterpret_cast<float*>(base + SharedPlan::scratch);
     s.slots = reinterpret_cast<int*>(base + SharedPlan::slots);
+    s.ring_issued = reinterpret_cast<uint32_t*>(base + SharedPlan::ring_issued);
     auto* bars = reinterpret_cast<tk::semaphore*>(base + SharedPlan::barriers);
     s.page_full = bars;
     s.page_empty = bars + NUM_PAGES;
@@ -100,6 +102,7 @@ enum WaitSite : int {
   SITE_LOADER_PAGE_EMPTY = 3,
   SITE_CONSUMER_SLOT_FULL = 4,
   SITE_CONSUMER_PAGE_FULL = 5,
+  SITE_CONSUMER_PAGE_ISSUED = 6,
 };
 
 __device__ __forceinline__ void record_stall(const Globals& g, int site, uint32_t position, uint32_t parity,
@@ -135,6 +138,43 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns) * PIPELINE_TIMEOUT_FACTOR) {
         record_error(g, ERR_PIPELINE_TIMEOUT, instr, -1, 0, 0);
         record_stall(g, site, position, parity, instr, sem);
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t load_acquire_cta(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(tk::smem_addr(p)) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release_cta(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(tk::smem_addr(p)), "r"(v) : "memory");
+}
+
+// A parity wait only tells "the phase of this parity completed" apart from "the one before it".
+// Consumer warps take the pages of an instruction round-robin and drift apart, so a fast warp can
+// reach ring position n while position n - NUM_PAGES has not even been issued (a slow warp still holds
+// n - 2 * NUM_PAGES): its parity wait on n would then pass at once, on the wrong page, and the extra
+// page_empty arrival would desynchronise the ring for good (the LM-head stall of docs/BENCHMARKS.md).
+// Waiting first until the loader has armed position n makes the parity wait unambiguous.
+__device__ __forceinline__ bool wait_page_issued(const Globals& g, const Shared& sm, uint32_t position,
+                                                 const int* instr) {
+  if (load_acquire_cta(sm.ring_issued) > position) return true;
+  const uint64_t start = tk::globaltimer();
+  for (int n = 0;; ++n) {
+    if (load_acquire_cta(sm.ring_issued) > position) return true;
+    if ((n & 15) == 15) {
+      if (aborted(g)) return false;
+      if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns) * PIPELINE_TIMEOUT_FACTOR) {
+        record_error(g, ERR_PIPELINE_TIMEOUT, instr, -1, 0, 0);
+        if (atomicCAS(g.error + 8, 0, SITE_CONSUMER_PAGE_ISSUED) == 0) {
+          g.error[9] = blockIdx.x;
+          g.error[10] = (int)position;
+          g.error[12] = instr ? instr[W_ID] : -1;
+        }
         return false;
       }
     }

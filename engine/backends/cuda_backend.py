@@ -23,6 +23,10 @@ from models.llama.weights import LlamaWeights
 # than the parallelism buys (docs/BENCHMARKS.md, knob sweep).
 DEFAULT_MIN_PAGES_PER_SPLIT = 8
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
+# The controller warp pulls the first this-many KiB of each instruction's weights into L2 when it
+# fetches the instruction (up to NUM_SLOTS - 1 instructions before the loader needs them), so HBM keeps
+# streaming while SMs wait on dependencies. Bounded because 132 SMs x 3 instructions must fit in L2.
+DEFAULT_L2_PREFETCH_KB = 96
 
 
 class CudaBackend(Backend):
@@ -30,7 +34,7 @@ class CudaBackend(Backend):
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "dynamic",
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
-                 **split_kw: object) -> None:
+                 l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
@@ -44,6 +48,9 @@ class CudaBackend(Backend):
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
         self.policy = policy
         self.timeout_ns = timeout_ns
+        if l2_prefetch_kb < 0:
+            raise ValueError(f"l2_prefetch_kb must be >= 0, got {l2_prefetch_kb}")
+        self.l2_prefetch_bytes = l2_prefetch_kb * 1024
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -58,6 +65,10 @@ class CudaBackend(Backend):
     @property
     def device(self) -> torch.device:
         return self._device
+
+    def launch_fields(self, ds: DeviceStream) -> dict[str, int | float]:
+        return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
+                         self.l2_prefetch_bytes)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None
@@ -88,8 +99,7 @@ class CudaBackend(Backend):
             ds.enable_timing(self.timing)
         ds.upload_step_args()
         ds.before_launch()
-        launch(self.module, ds, ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile,
-                                          self.timeout_ns))
+        launch(self.module, ds, self.launch_fields(ds))
         ds.after_launch()
         self.last = ds
         return ds

@@ -42,8 +42,7 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
     def queue_steps(ds: DeviceStream, steps: int) -> None:
         for i in range(steps):
             ds.before_launch()
-            launch(module, ds, ds.fields(backend.weights, backend.kv.k, backend.kv.v, backend.dims,
-                                         backend.dims.gu_tile, backend.timeout_ns))
+            launch(module, ds, backend.launch_fields(ds))
             ds.after_launch()
             module.advance(ds.step_args.data_ptr(), ds.out_tokens.data_ptr(), history.data_ptr(), i,
                            ds.status.data_ptr(), 1, stream.cuda_stream)
@@ -65,9 +64,11 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
 def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                       new_tokens: int) -> tuple[Sequence[int], float]:
     # Tuning knobs for experiments (defaults are the engine's): schedule policy, instructions per op
-    # (`waves` x SMs) and the cap on split-KV attention partials.
+    # (`waves` x SMs), the controller's L2 prefetch per instruction and the cap on split-KV attention partials.
     policy = os.environ.get("MEGAKERNEL_POLICY", "dynamic")
     knobs: dict[str, object] = {"waves": float(os.environ.get("MEGAKERNEL_WAVES", "1"))}
+    if "MEGAKERNEL_L2_PREFETCH_KB" in os.environ:
+        knobs["l2_prefetch_kb"] = int(os.environ["MEGAKERNEL_L2_PREFETCH_KB"])
     if "MEGAKERNEL_ATTN_SPLITS" in os.environ:
         knobs["max_attn_splits"] = int(os.environ["MEGAKERNEL_ATTN_SPLITS"])
     pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)

@@ -77,7 +77,7 @@ class DeviceStream:
         self.step_args.copy_(self.compiled.step_args, non_blocking=False)
 
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
-               dims: ModelDims, gu_tile: int, timeout_ns: int) -> dict[str, int | float]:
+               dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int) -> dict[str, int | float]:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:
@@ -94,7 +94,8 @@ class DeviceStream:
                      hidden_size=dims.hidden, intermediate=dims.intermediate, layers=dims.layers,
                      n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
                      kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
-                     lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns))
+                     lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
+                     l2_prefetch_bytes=int(l2_prefetch_bytes))
             self._base_fields = f
         f = dict(self._base_fields)
         f["epoch"] = self.epoch

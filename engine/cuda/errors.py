@@ -7,12 +7,14 @@ from engine.instructions import opcodes as op
 from engine.scheduler.step_builder_cache import CompiledStream
 
 KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "intra-SM pipeline wait timed out",
+         4: "dynamic queue claim before this launch's queue (queue head / epoch out of step)",
          -1: "error record incomplete"}
 
 
 SITES = {1: "the controller's wait for a free instruction slot", 2: "the loader's wait for the next instruction",
          3: "the loader's wait for a free weight page", 4: "the consumers' wait for the next instruction",
-         5: "a consumer warp's wait for a loaded weight page"}
+         5: "a consumer warp's wait for a loaded weight page",
+         6: "a consumer warp's wait for the loader to issue a weight page"}
 
 
 class MegakernelError(RuntimeError):

@@ -1,0 +1,31 @@
+// l2_prefetch.cuh: pulling weight rows into L2 ahead of the page ring (no shared memory touched).
+#pragma once
+
+#include "../tk/tma.cuh"
+#include "weight_stream.cuh"
+
+namespace mk::vm {
+
+// Two L2 prefetches keep HBM busy while SMs wait on dependencies: the controller pulls the first
+// Globals::l2_prefetch_bytes of every instruction it fetches (up to NUM_SLOTS - 1 instructions ahead of
+// the loader), and the loader, on reaching an instruction, the rows past what the page ring holds
+// (capped here). Both bounded so that all SMs together stay well inside L2.
+inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
+
+// Pulls rows [first, first + cap_bytes) of an instruction's weights into L2 (lane-parallel).
+__device__ __forceinline__ void prefetch_rows_l2(const WeightStream& ws, int first, int cap_bytes) {
+  if (ws.rows <= first || cap_bytes <= 0) return;
+  const int row_bytes = ws.row_elems * 2;
+  const int rows = min(ws.rows - first, cap_bytes / row_bytes);
+  if (ws.row_stride == ws.row_elems) {  // contiguous: 32 KiB pieces spread over the lanes
+    const long long bytes = (long long)rows * row_bytes;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(ws.base + (long long)first * ws.row_stride);
+    for (long long off = tk::lane_id() * 32768LL; off < bytes; off += 32 * 32768LL)
+      tk::bulk_prefetch_l2(base + off, (uint32_t)min(32768LL, bytes - off));
+  } else {
+    for (int r = tk::lane_id(); r < rows; r += 32)
+      tk::bulk_prefetch_l2(ws.base + (long long)(first + r) * ws.row_stride, row_bytes);
+  }
+}
+
+}  // namespace mk::vm
