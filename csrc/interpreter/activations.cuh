@@ -1,36 +1,104 @@
 // activations.cuh: consumer-cooperative loads of an instruction's input rows into shared x, with
 // the RMSNorm recomputed per instruction (cheaper than another dependency: DESIGN §4).
+//
+// These loads sit on the critical path of every layer (they run right after a dependency wait, while
+// HBM is saturated by other SMs' weight streams, so each round trip costs ~1-2 µs). Each thread
+// therefore issues LOADS_IN_FLIGHT 16-byte loads before it uses any of them; rows that are not
+// 16-byte aligned take the scalar path.
 #pragma once
 
 #include "state.cuh"
 
 namespace mk::vm {
 
-// x[i][k] = src[row(i) * src_stride + col0 + k] for k < K (rows produced by other SMs: L2 loads).
+inline constexpr int LOADS_IN_FLIGHT = 4;
+
+__device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
+  return ((reinterpret_cast<uintptr_t>(p) & 15) | (n_floats & 3)) == 0;
+}
+
+// dst[k] = src[k] for k < n (src written by other SMs in this launch: L2 loads).
+__device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n) {
+  const int tid = threadIdx.x;
+  if (!aligned16(src, n) || !aligned16(dst, n)) {
+    for (int k = tid; k < n; k += CONSUMER_THREADS) dst[k] = load_cg(src + k);
+    return;
+  }
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  const int n4 = n / 4;
+  for (int base = tid; base < n4; base += LOADS_IN_FLIGHT * CONSUMER_THREADS) {
+    float4 v[LOADS_IN_FLIGHT];
+#pragma unroll
+    for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
+      const int i = base + u * CONSUMER_THREADS;
+      if (i < n4) v[u] = __ldcg(s4 + i);
+    }
+#pragma unroll
+    for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
+      const int i = base + u * CONSUMER_THREADS;
+      if (i < n4) d4[i] = v[u];
+    }
+  }
+}
+
+// x[i][k] = src[row(i) * src_stride + col0 + k] for k < K.
 template <typename RowOf>
 __device__ __forceinline__ void load_rows(const Shared& sm, const float* src, long long src_stride, int col0,
                                           int nx, int K, RowOf row_of) {
-  const int tid = threadIdx.x;
-  for (int i = 0; i < nx; ++i) {
-    const float* s = src + (long long)row_of(i) * src_stride + col0;
-    for (int k = tid; k < K; k += CONSUMER_THREADS) sm.x[i * K + k] = load_cg(s + k);
-  }
+  for (int i = 0; i < nx; ++i) copy_to_shared(sm.x + i * K, src + (long long)row_of(i) * src_stride + col0, K);
   consumer_sync();
 }
 
+// Sum of squares of src[0..n) while storing src[k] * w[k] into dst (both loads in flight together).
+__device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src, const bf16* w, int n) {
+  const int tid = threadIdx.x;
+  float ss = 0.f;
+  if (!aligned16(src, n) || !aligned16(dst, n) || (reinterpret_cast<uintptr_t>(w) & 7)) {
+    for (int k = tid; k < n; k += CONSUMER_THREADS) {
+      const float v = load_cg(src + k);
+      dst[k] = v * __bfloat162float(w[k]);
+      ss = fmaf(v, v, ss);
+    }
+    return ss;
+  }
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  const uint2* w4 = reinterpret_cast<const uint2*>(w);  // four bf16
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  const int n4 = n / 4;
+  for (int base = tid; base < n4; base += LOADS_IN_FLIGHT * CONSUMER_THREADS) {
+    float4 v[LOADS_IN_FLIGHT];
+    uint2 wv[LOADS_IN_FLIGHT];
+#pragma unroll
+    for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
+      const int i = base + u * CONSUMER_THREADS;
+      if (i < n4) {
+        v[u] = __ldcg(s4 + i);
+        wv[u] = w4[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
+      const int i = base + u * CONSUMER_THREADS;
+      if (i < n4) {
+        const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[u].x));
+        const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[u].y));
+        ss = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, ss))));
+        d4[i] = make_float4(v[u].x * w01.x, v[u].y * w01.y, v[u].z * w23.x, v[u].w * w23.y);
+      }
+    }
+  }
+  return ss;
+}
+
 // x[i][k] = w[k] * src_row(i)[k] * rsqrt(mean(src_row(i)^2) + eps), fp32, like the reference model.
+// The weight product is taken on the way in, so the second pass only rescales shared memory.
 template <typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,
                                                   const bf16* weight, RowOf row_of) {
   const int tid = threadIdx.x, H = g.hidden_size;
   for (int i = 0; i < nx; ++i) {
-    const float* s = src + (long long)row_of(i) * H;
-    float ss = 0.f;
-    for (int k = tid; k < H; k += CONSUMER_THREADS) {
-      const float v = load_cg(s + k);
-      sm.x[i * H + k] = v;
-      ss = fmaf(v, v, ss);
-    }
+    float ss = copy_scaled_sumsq(sm.x + i * H, src + (long long)row_of(i) * H, weight, H);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(tk::FULL_MASK, ss, o);
     if (tk::lane_id() == 0) sm.scratch[i * NUM_CONSUMER_WARPS + tk::warp_id()] = ss;
@@ -41,8 +109,7 @@ __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared
 #pragma unroll
     for (int w = 0; w < NUM_CONSUMER_WARPS; ++w) total += sm.scratch[i * NUM_CONSUMER_WARPS + w];
     const float inv = 1.0f / sqrtf(total / (float)H + g.eps);
-    for (int k = tid; k < H; k += CONSUMER_THREADS)
-      sm.x[i * H + k] = sm.x[i * H + k] * inv * __bfloat162float(weight[k]);
+    for (int k = tid; k < H; k += CONSUMER_THREADS) sm.x[i * H + k] *= inv;
   }
   consumer_sync();
 }

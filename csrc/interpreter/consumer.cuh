@@ -67,10 +67,9 @@ __device__ void run_consumers(const Globals& g, const Shared& sm) {
     consumer_sync();  // every consumer's global writes happen before the release below
     if (!ok) return;
     if (threadIdx.x == 0) {
-      if (w[W_SIGNAL_COUNTER] >= 0) {
-        __threadfence();
-        tk::signal_add(g.counters + w[W_SIGNAL_COUNTER], w[W_SIGNAL_AMOUNT]);
-      }
+      // No extra fence: the barrier above orders every consumer's writes before this thread's release,
+      // and release is cumulative in the PTX memory model (the same pattern as CUTLASS's barriers).
+      if (w[W_SIGNAL_COUNTER] >= 0) tk::signal_add(g.counters + w[W_SIGNAL_COUNTER], w[W_SIGNAL_AMOUNT]);
       tk::arrive(sm.slot_free[slot]);
       progress[1] = STAGE_SIGNALLED;
       if constexpr (TIMING) {

@@ -23,16 +23,22 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
   }
 }
 
-// Up to 4 rows of one page against NX activation rows.
+// Rows of one page handled per call: fewer for many activation rows, so the accumulators and the
+// activation vectors stay in registers (the kernel is capped at 168 registers per thread).
+template <int NX>
+inline constexpr int ROWS_PER_CALL = NX >= 8 ? 2 : 4;
+
+// Up to ROWS_PER_CALL<NX> rows of one page against NX activation rows.
 // NX is the compile-time bound on activation rows, nx <= NX the actual count: rows past nx are
 // neither read from x nor written to out (out is sized for nx rows only).
 template <int NX>
 __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int first, int nrows, int K,
                                          const float* x, int nx, float* out, int out_row0, int out_stride) {
   const int lane = tk::lane_id();
-  float acc[4][NX];
+  constexpr int R = ROWS_PER_CALL<NX>;
+  float acc[R][NX];
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NX; ++t) acc[r][t] = 0.f;
   for (int k = lane * 8; k < K; k += 256) {
@@ -50,7 +56,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
       xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
     }
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (r < nrows) {
         const uint4 raw = *reinterpret_cast<const uint4*>(page + (first + r) * row_bytes + k * 2);
         float wv[8];
@@ -63,7 +69,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
     }
   }
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NX; ++t) {
       float v = acc[r][t];
@@ -88,9 +94,9 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
-      for (int r = 0; r < rows; r += 4)
-        dot_rows<NX>(sm.page(ring), row_bytes, r, min(4, rows - r), ws.row_elems, sm.x, nx, sm.out, row0 + r,
-                     ws.rows);
+      for (int r = 0; r < rows; r += ROWS_PER_CALL<NX>)
+        dot_rows<NX>(sm.page(ring), row_bytes, r, min(ROWS_PER_CALL<NX>, rows - r), ws.row_elems, sm.x, nx,
+                     sm.out, row0 + r, ws.rows);
     }
     __syncwarp();
     if (lane == 0) tk::arrive(sm.page_empty[ring]);

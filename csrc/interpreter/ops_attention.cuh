@@ -27,7 +27,9 @@ __device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
 
 inline constexpr int KEYS_PER_STEP = 4;
 inline constexpr int ATTN_MERGE_FLOATS = NUM_CONSUMER_WARPS * MAX_GQA * (128 + 2);
-static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 <= X_FLOATS, "attention scratch must fit in shared x");
+inline constexpr int ATTN_TABLE_MAX = 4096;  // block-table entries cached per split (the rest read from global)
+static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 + ATTN_TABLE_MAX <= X_FLOATS,
+              "attention scratch must fit in shared x");
 
 // ATTN_PARTIAL: operands seq, kv_group, split, num_splits.
 template <int DPL>
@@ -42,6 +44,11 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   float* merge = sm.x;  // [warp][h][hd + 2]: o[hd], m, l
   float* q_sh = sm.x + ATTN_MERGE_FLOATS;  // [h][hd]: this token's queries (shared: saves registers)
   const int stride_h = hd + 2, stride_w = MAX_GQA * stride_h;
+  // This split's block-table entries, read once into shared memory together with the queries (below),
+  // so no key load waits behind a block-table load.
+  int* table = reinterpret_cast<int*>(q_sh + MAX_GQA * 128);
+  const int page_lo = key_begin / ps, n_table = min(ATTN_TABLE_MAX, (key_end + ps - 1) / ps - page_lo);
+  for (int i = threadIdx.x; i < n_table; i += CONSUMER_THREADS) table[i] = sa.block(s, page_lo + i);
   for (int t = sa.query_start(s); t < sa.query_start(s + 1); ++t) {
     for (int i = threadIdx.x; i < G * hd; i += CONSUMER_THREADS)
       q_sh[i] = load_cg(g.q + (long long)t * qcols + grp * G * hd + i);
@@ -65,7 +72,8 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
       for (int u = 0; u < KEYS_PER_STEP; ++u) {
         const int j = j0 + u * NUM_CONSUMER_WARPS + warp;
         if (j < kend) {
-          const int page = sa.block(s, j / ps);
+          const int pi = j / ps - page_lo;
+          const int page = pi < ATTN_TABLE_MAX ? table[pi] : sa.block(s, j / ps);
           const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
           load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd[u]);
           load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd[u]);

@@ -12,21 +12,32 @@ namespace mk::vm {
 __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
   const StepArgs sa{g.step_args};
   const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
+  const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
+  const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
+  // The epilogue's global reads (step args, RoPE frequency) are issued before the norm and the matvec
+  // when one pass covers every pair, so their latency hides behind that work.
+  const bool preload = T * pairs <= CONSUMER_THREADS;
+  int pre_slot = 0, pre_pos = 0;
+  float pre_freq = 0.f;
+  if (preload && threadIdx.x < T * pairs) {
+    const int t = threadIdx.x / pairs, r = row_begin + 2 * (threadIdx.x % pairs);
+    pre_slot = sa.slot(t);
+    pre_pos = sa.position(t);
+    if ((r % group_rows) / hd <= G) pre_freq = g.rope_inv_freq[(r % hd) / 2];
+  }
   load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   const WeightStream ws = weight_stream(g, w);
   if (!matvec(g, sm, cur, ws, T, w)) return false;
-  const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
-  const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
     const int t = idx / pairs, pr = idx % pairs;
     const int r = row_begin + 2 * pr;
     const int j = (r % group_rows) / hd, p = r % hd;  // p is even: (p, p+1) is a packed pair
     const float x0 = sm.out[t * rows + 2 * pr], x1 = sm.out[t * rows + 2 * pr + 1];
-    const int slot = sa.slot(t);
+    const int slot = preload ? pre_slot : sa.slot(t);
     const long long kv_row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
     if (j <= G) {  // q or k: rotate the pair, store at original dims i and i + hd/2
       const int i = p / 2;
-      const float a = (float)sa.position(t) * g.rope_inv_freq[i];
+      const float a = preload ? (float)pre_pos * pre_freq : (float)sa.position(t) * g.rope_inv_freq[i];
       float s, c;
       sincosf(a, &s, &c);
       const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
@@ -50,12 +61,17 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
 __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
   const StepArgs sa{g.step_args};
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
+  // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
+  const bool preload = T * rows <= CONSUMER_THREADS;
+  float resid = 0.f;
+  if (preload && threadIdx.x < T * rows)
+    resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
   load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
-    const float m = load_cg(g.hidden + at) + sm.out[t * rows + r];
+    const float m = (preload ? resid : load_cg(g.hidden + at)) + sm.out[t * rows + r];
     g.mid[at] = m;
     g.hidden[at] = m;
   }

@@ -27,12 +27,13 @@ WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 # fetches the instruction (up to NUM_SLOTS - 1 instructions before the loader needs them), so HBM keeps
 # streaming while SMs wait on dependencies. Bounded because 132 SMs x 3 instructions must fit in L2.
 DEFAULT_L2_PREFETCH_KB = 96
+DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = "dynamic",
+    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
                  l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from engine.backends import has_sm90_gpu
-from engine.backends.cuda_backend import CudaBackend
+from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
 from engine.bench.engines import register_engine_runner
 from engine.cuda.device_stream import DeviceStream, launch
 from models.llama.config import LlamaConfig
@@ -65,7 +65,7 @@ def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: li
                       new_tokens: int) -> tuple[Sequence[int], float]:
     # Tuning knobs for experiments (defaults are the engine's): schedule policy, instructions per op
     # (`waves` x SMs), the controller's L2 prefetch per instruction and the cap on split-KV attention partials.
-    policy = os.environ.get("MEGAKERNEL_POLICY", "dynamic")
+    policy = os.environ.get("MEGAKERNEL_POLICY", DEFAULT_POLICY)
     knobs: dict[str, object] = {"waves": float(os.environ.get("MEGAKERNEL_WAVES", "1"))}
     if "MEGAKERNEL_L2_PREFETCH_KB" in os.environ:
         knobs["l2_prefetch_kb"] = int(os.environ["MEGAKERNEL_L2_PREFETCH_KB"])

@@ -11,7 +11,7 @@ import argparse
 import numpy as np
 import torch
 
-from engine.backends.cuda_backend import CudaBackend
+from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
 from engine.bench.model_source import load_bench_weights
 from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
 from models.llama.step_batch import StepBatch
@@ -37,7 +37,7 @@ def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
                                        torch.bfloat16, dev)
     page = int(getattr(args, "page_size", None) or 16)
     batch, prompt_len, steps = int(args.batch), int(args.prompt_len), int(args.steps)
-    policy = getattr(args, "policy", None) or "dynamic"
+    policy = getattr(args, "policy", None) or DEFAULT_POLICY
     per_seq = -(-(prompt_len + steps + 1) // page)
     backend = CudaBackend(weights, num_pages=per_seq * batch, page_size=page, policy=policy)
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]

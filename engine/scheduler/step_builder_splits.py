@@ -52,7 +52,9 @@ def partition(lo: int, hi: int, parts: int, unit: int = 1) -> list[tuple[int, in
 
 
 def _count(units: int, target: float) -> int:
-    return max(1, min(units, math.ceil(target)))
+    # Rounded down: one instruction more than there are SMs makes a few SMs run two back to back, which
+    # doubles the op's critical path (measured: 136 QKV blocks on 132 SMs cost ≈ 7 µs per layer).
+    return max(1, min(units, math.floor(target + 1e-9)))
 
 
 def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> int:
