@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cstdint>
 
+#include "opcodes.cuh"
+
 namespace mk::vm {
 
 using bf16 = __nv_bfloat16;
@@ -41,13 +43,15 @@ struct Globals {
   const int* counter_period;
   int* queue_head;
   const int* step_args;
+  int sa_header[SA_HEADER_WORDS];  // = step_args[0:SA_HEADER_WORDS], fixed per stream (state.cuh)
   const int* instructions;  // static: [grid, queue_len, 32]; dynamic: [queue_len, 32]
   int* error;               // [ERR_WORDS]
   long long* timing;        // [num_instructions, TIMING_WORDS] or nullptr
   int* progress;            // [grid, PROGRESS_WORDS]: where each block is (post-mortem of a failure)
   // scalars
   long long timeout_ns;
-  int l2_prefetch_bytes;  // per fetched instruction, by the controller (roles.cuh)
+  int l2_prefetch_bytes;  // per fetched instruction, by the controller (l2_prefetch.cuh)
+  int l2_beyond_ring_bytes;  // per instruction past what the ring holds, by the loader (l2_prefetch.cuh)
   int queue_len;
   int dynamic_queue;
   int epoch;

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "advance.cuh"
 #include "consumer.cuh"
@@ -85,7 +86,12 @@ Globals globals_from_dict(const py::dict& d) {
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
+  MK_INT(l2_beyond_ring_bytes);
 #undef MK_INT
+  const auto header = scalar_field<std::vector<int>>(d, "sa_header");
+  if (header.size() != static_cast<size_t>(mk::vm::SA_HEADER_WORDS))
+    throw std::invalid_argument("megakernel launch: 'sa_header' must hold SA_HEADER_WORDS ints");
+  for (int i = 0; i < mk::vm::SA_HEADER_WORDS; ++i) g.sa_header[i] = header[i];
   g.timeout_ns = scalar_field<long long>(d, "timeout_ns");
   g.eps = scalar_field<float>(d, "eps");
   return g;

@@ -6,11 +6,11 @@
 
 namespace mk::vm {
 
-// Two L2 prefetches keep HBM busy while SMs wait on dependencies: the controller pulls the first
-// Globals::l2_prefetch_bytes of every instruction it fetches (up to NUM_SLOTS - 1 instructions ahead of
-// the loader), and the loader, on reaching an instruction, the rows past what the page ring holds
-// (capped here). Both bounded so that all SMs together stay well inside L2.
-inline constexpr int L2_PREFETCH_CAP_BYTES = 256 * 1024;
+// Two L2 prefetches try to keep HBM busy while SMs wait on dependencies: the controller pulls the
+// first Globals::l2_prefetch_bytes of every instruction it fetches (up to NUM_SLOTS - 1 instructions
+// ahead of the loader), and the loader, on reaching an instruction, the next
+// Globals::l2_beyond_ring_bytes past what the page ring holds. Both are host knobs (CudaBackend),
+// bounded so that all SMs together stay inside L2; their measured effect is in docs/BENCHMARKS.md.
 
 // Pulls rows [first, first + cap_bytes) of an instruction's weights into L2 (lane-parallel).
 __device__ __forceinline__ void prefetch_rows_l2(const WeightStream& ws, int first, int cap_bytes) {

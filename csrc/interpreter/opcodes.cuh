@@ -42,6 +42,7 @@ inline constexpr int SA_OFF_SLOTS = 7;
 inline constexpr int SA_OFF_QUERY_START = 8;
 inline constexpr int SA_OFF_CONTEXT_LENS = 9;
 inline constexpr int SA_OFF_BLOCK_TABLES = 10;
+inline constexpr int SA_HEADER_WORDS = 16;  // engine/instructions/layout.py STEP_ARGS_HEADER_WORDS
 
 // Error record written by the first failing block (error[0] != 0 also tells every block to stop).
 inline constexpr int ERR_NONE = 0;

@@ -34,7 +34,7 @@ static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 + ATTN_TABLE_MAX <= X_FLOATS,
 // ATTN_PARTIAL: operands seq, kv_group, split, num_splits.
 template <int DPL>
 __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int layer = w[W_LAYER], s = w[3], grp = w[4], split = w[5], nsplit = w[6];
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, qcols = g.n_heads * hd, ps = sa.page_size();
   const int T = sa.num_tokens(), C = sa.context_len(s), P = (C + ps - 1) / ps;
@@ -167,7 +167,7 @@ __device__ __forceinline__ void op_attn_partial(const Globals& g, const Shared& 
 
 // ATTN_REDUCE: operands seq, kv_group, num_splits. out = Σ_k e^{lse_k - M} o_k / Σ_k e^{lse_k - M}.
 __device__ void op_attn_reduce(const Globals& g, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int s = w[3], grp = w[4], nsplit = w[5], hd = g.head_dim, G = g.n_heads / g.n_kv;
   const int T = sa.num_tokens(), qcols = g.n_heads * hd, q0 = sa.query_start(s), nq = sa.query_start(s + 1) - q0;
   for (int idx = threadIdx.x; idx < nq * G * hd; idx += CONSUMER_THREADS) {
@@ -186,7 +186,7 @@ __device__ void op_attn_reduce(const Globals& g, const int* w) {
 
 // EMBED: operands tok_begin, tok_end. hidden[t] = embed[token_ids[t]] (fp32).
 __device__ void op_embed(const Globals& g, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int H = g.hidden_size, t0 = w[3], n = w[4] - w[3];
   for (int idx = threadIdx.x; idx < n * H; idx += CONSUMER_THREADS) {
     const int t = t0 + idx / H, k = idx % H;
@@ -196,7 +196,7 @@ __device__ void op_embed(const Globals& g, const int* w) {
 
 // ARGMAX_REDUCE: operand num_blocks. out_tokens[s] = argmax over the LM-head blocks (ties: smallest id).
 __device__ void op_argmax(const Globals& g, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int S = sa.num_seqs(), nb = w[3], warp = tk::warp_id(), lane = tk::lane_id();
   for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
     tk::value_index best{-INFINITY, 0x7fffffff};

@@ -10,7 +10,7 @@ namespace mk::vm {
 
 // RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group.
 __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
   const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
@@ -59,7 +59,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
 
 // O_PROJ_RESIDUAL: operands row_begin, row_end. mid = hidden + attn·Wo^T; hidden = mid.
 __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
   // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
   const bool preload = T * rows <= CONSUMER_THREADS;
@@ -80,7 +80,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, c
 
 // RMS_GATE_UP_SILU: operands i_begin, i_end, slice. act = silu(gate) * up over tile-interleaved rows.
 __device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
@@ -96,7 +96,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, 
 
 // DOWN_RESIDUAL: operands row_begin, row_end, k_begin, k_end, slice. hidden += act[:, k]·Wd[:, k]^T.
 __device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
@@ -109,7 +109,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, con
 
 // LM_HEAD: operands v_begin, v_end, block. Logits of each sequence's last token + block argmax.
 __device__ bool op_lm_head(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
-  const StepArgs sa{g.step_args};
+  const StepArgs sa(g);
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   if (!matvec(g, sm, cur, weight_stream(g, w), S, w)) return false;

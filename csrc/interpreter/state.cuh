@@ -41,19 +41,25 @@ struct Shared {
   __device__ const int* slot(int i) const { return slots + i * WORDS; }
 };
 
-// Read-only view of the step-args buffer (engine/instructions/step_args.py).
+// Read-only view of the step-args buffer (engine/instructions/step_args.py). The header (shape and
+// section offsets) is fixed for a stream's life, so it also travels as a kernel parameter
+// (Globals::sa_header): reading it from the parameter bank saves a dependent global load on every
+// access, which under full HBM load is a ≈1 µs round trip on the critical path.
 struct StepArgs {
-  const int* w;
-  __device__ int num_tokens() const { return w[SA_NUM_TOKENS]; }
-  __device__ int num_seqs() const { return w[SA_NUM_SEQS]; }
-  __device__ int max_pages() const { return w[SA_MAX_PAGES]; }
-  __device__ int page_size() const { return w[SA_PAGE_SIZE]; }
-  __device__ int token_id(int t) const { return w[w[SA_OFF_TOKEN_IDS] + t]; }
-  __device__ int position(int t) const { return w[w[SA_OFF_POSITIONS] + t]; }
-  __device__ int slot(int t) const { return w[w[SA_OFF_SLOTS] + t]; }
-  __device__ int query_start(int s) const { return w[w[SA_OFF_QUERY_START] + s]; }
-  __device__ int context_len(int s) const { return w[w[SA_OFF_CONTEXT_LENS] + s]; }
-  __device__ int block(int s, int i) const { return w[w[SA_OFF_BLOCK_TABLES] + s * max_pages() + i]; }
+  const Globals& g;  // header words read as g.sa_header[constant]: straight from the parameter bank
+  __device__ explicit StepArgs(const Globals& globals) : g(globals) {}
+  __device__ int num_tokens() const { return g.sa_header[SA_NUM_TOKENS]; }
+  __device__ int num_seqs() const { return g.sa_header[SA_NUM_SEQS]; }
+  __device__ int max_pages() const { return g.sa_header[SA_MAX_PAGES]; }
+  __device__ int page_size() const { return g.sa_header[SA_PAGE_SIZE]; }
+  __device__ int token_id(int t) const { return g.step_args[g.sa_header[SA_OFF_TOKEN_IDS] + t]; }
+  __device__ int position(int t) const { return g.step_args[g.sa_header[SA_OFF_POSITIONS] + t]; }
+  __device__ int slot(int t) const { return g.step_args[g.sa_header[SA_OFF_SLOTS] + t]; }
+  __device__ int query_start(int s) const { return g.step_args[g.sa_header[SA_OFF_QUERY_START] + s]; }
+  __device__ int context_len(int s) const { return g.step_args[g.sa_header[SA_OFF_CONTEXT_LENS] + s]; }
+  __device__ int block(int s, int i) const {
+    return g.step_args[g.sa_header[SA_OFF_BLOCK_TABLES] + s * max_pages() + i];
+  }
 };
 
 __device__ __forceinline__ bool aborted(const Globals& g) {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from engine.backends.base import Backend
-from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, launch
+from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, KernelFields, launch
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda_build import load_extension
 from engine.instructions.layout import ModelDims
@@ -23,10 +23,11 @@ from models.llama.weights import LlamaWeights
 # than the parallelism buys (docs/BENCHMARKS.md, knob sweep).
 DEFAULT_MIN_PAGES_PER_SPLIT = 8
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
-# The controller warp pulls the first this-many KiB of each instruction's weights into L2 when it
-# fetches the instruction (up to NUM_SLOTS - 1 instructions before the loader needs them), so HBM keeps
-# streaming while SMs wait on dependencies. Bounded because 132 SMs x 3 instructions must fit in L2.
-DEFAULT_L2_PREFETCH_KB = 96
+# L2 prefetch knobs (csrc/interpreter/l2_prefetch.cuh): the controller pulls the first
+# `l2_prefetch_kb` of each instruction it fetches, the loader the `l2_beyond_ring_kb` past the ring.
+# The controller's measured slower (1.32 vs 1.39 ms/token at 96 KiB, docs/BENCHMARKS.md): off by default.
+DEFAULT_L2_PREFETCH_KB = 0
+DEFAULT_L2_BEYOND_RING_KB = 256
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
@@ -35,7 +36,8 @@ class CudaBackend(Backend):
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
-                 l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, **split_kw: object) -> None:
+                 l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB,
+                 **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
@@ -49,9 +51,11 @@ class CudaBackend(Backend):
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
         self.policy = policy
         self.timeout_ns = timeout_ns
-        if l2_prefetch_kb < 0:
-            raise ValueError(f"l2_prefetch_kb must be >= 0, got {l2_prefetch_kb}")
+        if not 0 <= l2_prefetch_kb <= 4096 or not 0 <= l2_beyond_ring_kb <= 4096:
+            raise ValueError(f"l2_prefetch_kb / l2_beyond_ring_kb must be in [0, 4096], got "
+                             f"{l2_prefetch_kb} / {l2_beyond_ring_kb}")
         self.l2_prefetch_bytes = l2_prefetch_kb * 1024
+        self.l2_beyond_ring_bytes = l2_beyond_ring_kb * 1024
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -67,9 +71,9 @@ class CudaBackend(Backend):
     def device(self) -> torch.device:
         return self._device
 
-    def launch_fields(self, ds: DeviceStream) -> dict[str, int | float]:
+    def launch_fields(self, ds: DeviceStream) -> KernelFields:
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
-                         self.l2_prefetch_bytes)
+                         self.l2_prefetch_bytes, self.l2_beyond_ring_bytes)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None

@@ -13,8 +13,10 @@ import numpy as np
 import torch
 
 from engine.cuda.errors import MegakernelError, describe_failure, diagnose_root_cause
-from engine.instructions.layout import ModelDims, activation_specs
+from engine.instructions.layout import STEP_ARGS_HEADER_WORDS, ModelDims, activation_specs
 from engine.scheduler.step_builder_cache import CompiledStream
+
+KernelFields = dict[str, int | float | list[int]]  # Globals by member name (csrc/interpreter/globals.cuh)
 
 COUNTER_HEADROOM = 1 << 30
 PROGRESS_WORDS = 8  # csrc/interpreter/opcodes.cuh  # re-zero counters before epoch * period could overflow int32
@@ -39,7 +41,7 @@ class DeviceStream:
     epoch: int = 0
     timing: torch.Tensor | None = None
     progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
-    _base_fields: dict[str, int | float] | None = field(default=None, repr=False)
+    _base_fields: KernelFields | None = field(default=None, repr=False)
     extra: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
@@ -74,17 +76,25 @@ class DeviceStream:
         self.timing = torch.zeros((n, 4), dtype=torch.int64, device=self.status.device) if on else None
 
     def upload_step_args(self) -> None:
+        if self._base_fields is not None and self._header() != self._base_fields["sa_header"]:
+            raise MegakernelError("step-args header changed under a cached stream (the kernel takes it as a "
+                                  "launch parameter built once per stream)")
         self.step_args.copy_(self.compiled.step_args, non_blocking=False)
 
+    def _header(self) -> list[int]:
+        """The step-args header (shape and section offsets): fixed for the stream's life."""
+        return [int(v) for v in self.compiled.step_args[:STEP_ARGS_HEADER_WORDS].tolist()]
+
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
-               dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int) -> dict[str, int | float]:
+               dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int,
+               l2_beyond_ring_bytes: int) -> KernelFields:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:
             if self.progress is None:
                 self.progress = torch.zeros((self.grid, PROGRESS_WORDS), dtype=torch.int32,
                                             device=self.status.device)
-            f: dict[str, int | float] = {name: t.data_ptr() for name, t in weights.items()}
+            f: KernelFields = {name: t.data_ptr() for name, t in weights.items()}
             f.update({name: t.data_ptr() for name, t in self.acts.items()})
             f.update(k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(), out_tokens=self.out_tokens.data_ptr(),
                      counters=self.counters.data_ptr(), counter_period=self.counter_period.data_ptr(),
@@ -95,7 +105,8 @@ class DeviceStream:
                      n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
                      kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
-                     l2_prefetch_bytes=int(l2_prefetch_bytes))
+                     l2_prefetch_bytes=int(l2_prefetch_bytes), l2_beyond_ring_bytes=int(l2_beyond_ring_bytes),
+                     sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)
         f["epoch"] = self.epoch
@@ -155,5 +166,5 @@ class DeviceStream:
         return "\nunfinished counters (reached/goal this step): " + ", ".join(short[:limit]) + more
 
 
-def launch(module: ModuleType, ds: DeviceStream, fields: dict[str, int | float]) -> None:
+def launch(module: ModuleType, ds: DeviceStream, fields: KernelFields) -> None:
     module.launch(fields, ds.grid, torch.cuda.current_stream().cuda_stream)
