@@ -25,9 +25,11 @@ DEFAULT_MIN_PAGES_PER_SPLIT = 8
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 # L2 prefetch knobs (csrc/interpreter/l2_prefetch.cuh): the controller pulls the first
 # `l2_prefetch_kb` of each instruction it fetches, the loader the `l2_beyond_ring_kb` past the ring.
-# The controller's measured slower (1.32 vs 1.39 ms/token at 96 KiB, docs/BENCHMARKS.md): off by default.
+# Both measured slower on an H200 (1B decode: 1.39 -> 1.32 ms/token without the controller's 96 KiB,
+# 1.30 -> 1.13 without the loader's 256 KiB; docs/BENCHMARKS.md): prefetches queue in front of the
+# latency-bound loads of the critical path. Off by default, kept as knobs for other GPUs / models.
 DEFAULT_L2_PREFETCH_KB = 0
-DEFAULT_L2_BEYOND_RING_KB = 256
+DEFAULT_L2_BEYOND_RING_KB = 0
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
