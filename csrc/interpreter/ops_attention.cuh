@@ -37,7 +37,11 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int layer = w[W_LAYER], s = w[3], grp = w[4], split = w[5], nsplit = w[6];
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, qcols = g.n_heads * hd, ps = sa.page_size();
-  const int T = sa.num_tokens(), C = sa.context_len(s), P = (C + ps - 1) / ps;
+  // Global reads cost ≈1-2 µs each while other SMs saturate HBM, and attention sits on every layer's
+  // critical path: independent reads are issued together (context length and query range here, the
+  // position with the queries below) rather than one behind the other.
+  const int C = sa.context_len(s), q_first = sa.query_start(s), q_last = sa.query_start(s + 1);
+  const int T = sa.num_tokens(), P = (C + ps - 1) / ps;
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const float scale = 1.0f / sqrtf((float)hd);
@@ -49,11 +53,12 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   int* table = reinterpret_cast<int*>(q_sh + MAX_GQA * 128);
   const int page_lo = key_begin / ps, n_table = min(ATTN_TABLE_MAX, (key_end + ps - 1) / ps - page_lo);
   for (int i = threadIdx.x; i < n_table; i += CONSUMER_THREADS) table[i] = sa.block(s, page_lo + i);
-  for (int t = sa.query_start(s); t < sa.query_start(s + 1); ++t) {
+  for (int t = q_first; t < q_last; ++t) {
+    const int position = sa.position(t);
     for (int i = threadIdx.x; i < G * hd; i += CONSUMER_THREADS)
       q_sh[i] = load_cg(g.q + (long long)t * qcols + grp * G * hd + i);
     consumer_sync();
-    const int kend = min(key_end, sa.position(t) + 1);
+    const int kend = min(key_end, position + 1);
     float o[MAX_GQA][DPL], m[MAX_GQA], l[MAX_GQA];
 #pragma unroll
     for (int h = 0; h < MAX_GQA; ++h) {
