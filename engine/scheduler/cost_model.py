@@ -112,6 +112,10 @@ def simulate_static(queues: list[list[int]], instrs: list[op.Instruction], dur: 
                 heapq.heappush(heap, (max(free[s], r), s))
 
     waiters: dict[int, set[int]] = {}  # counter -> SMs whose head instruction waits on it
+    target_of: list[dict[int, int]] = [{} for _ in instrs]  # per instruction: counter -> smallest target
+    for i, ins in enumerate(instrs):
+        for w in ins.header.waits:
+            target_of[i][w.counter] = min(w.target, target_of[i].get(w.counter, w.target))
 
     def advance(s: int) -> None:
         if cursor[s] < len(queues[s]):
@@ -138,10 +142,13 @@ def simulate_static(queues: list[list[int]], instrs: list[op.Instruction], dur: 
         done += 1
         c = instrs[i].header.signal
         if c >= 0:
-            bisect.insort(signals.setdefault(c, []), end[i])
-            # A new signal can make (or make earlier) the heads waiting on c: re-evaluate them lazily.
+            ends_c = signals.setdefault(c, [])
+            bisect.insort(ends_c, end[i])
+            # A new signal can make (or make earlier) the heads waiting on c ready: re-evaluate them
+            # lazily, but only once c has as many signals as the head's wait needs (the rest is a no-op).
             for s2 in list(waiters.get(c, ())):
-                push(s2)
+                if len(ends_c) >= target_of[queues[s2][cursor[s2]]][c]:
+                    push(s2)
         advance(s)
     if done != n:
         raise RuntimeError(f"simulate_static: schedule deadlocks after {done} of {n} instructions")

@@ -7,7 +7,8 @@ can never deadlock; the dynamic list is topological, so claiming in order cannot
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,7 +26,16 @@ class Schedule:
     dynamic: bool
     queues: list[list[int]]  # static: flat indices per SM in run order; dynamic: []
     order: list[int]  # dynamic: claim order; static: concatenation of queues
-    timeline: Timeline  # predicted by the cost model
+    # The cost model's predicted timeline, simulated on first use: the GPU path never reads it, and
+    # the simulation is a good part of a stream build (paid by the first request of each batch shape).
+    simulate: Callable[[], Timeline] = field(repr=False)
+    _timeline: Timeline | None = field(default=None, repr=False)
+
+    @property
+    def timeline(self) -> Timeline:
+        if self._timeline is None:
+            self._timeline = self.simulate()
+        return self._timeline
 
     def tensor(self, words: np.ndarray) -> np.ndarray:
         """Static: int32 [num_sms, max_len, WORDS] NOOP-padded; dynamic: int32 [N, WORDS] in claim order."""
@@ -46,25 +56,40 @@ def critical_path(instrs: list[op.Instruction], dur: np.ndarray, sync_ns: float)
         for w in ins.header.waits:
             consumers.setdefault(w.counter, []).append(i)
     rank = np.zeros(len(instrs))
+    # Every signaller of c sees the same consumers: their best rank is computed once per counter, as
+    # soon as all of them are ranked (in built streams consumers follow all signallers of c).
+    tail_of: dict[int, float] = {}
+    first_consumer = {c: min(js) for c, js in consumers.items()}
     for i in reversed(range(len(instrs))):  # instrs are topologically ordered
         c = instrs[i].header.signal
-        tail = max((rank[j] for j in consumers.get(c, [])), default=0.0) + (sync_ns if c in consumers else 0.0)
+        if c in tail_of:
+            tail = tail_of[c]
+        else:
+            tail = max((rank[j] for j in consumers.get(c, [])), default=0.0) + (sync_ns if c in consumers else 0.0)
+            if first_consumer.get(c, -1) > i:
+                tail_of[c] = tail
         rank[i] = dur[i] + tail
     return rank
 
 
 def list_schedule(instrs: list[op.Instruction], dur: np.ndarray, p: CostParams) -> list[list[int]]:
     """Readiness-aware list scheduling: the earliest-free SM takes, among instructions already ready
-    by then, the one with the longest critical path (else the one that becomes ready first)."""
+    by then, the one with the longest critical path (else the one that becomes ready first).
+
+    A wait (c, t) is met when t signals to c have been scheduled, at the latest end among them: per
+    counter only the count and the running maximum end are kept, and waiters are grouped by target so
+    each signal touches only the waits it completes (this runs once per new batch shape, on the
+    serving path)."""
     n = len(instrs)
     rank = critical_path(instrs, dur, p.sync_ns)
-    waiting_on: dict[int, list[int]] = {}
+    waiting_on: dict[int, dict[int, list[int]]] = {}  # counter -> target -> waiting instructions
     unmet = np.zeros(n, np.int64)
     for i, ins in enumerate(instrs):
         for w in ins.header.waits:
-            waiting_on.setdefault(w.counter, []).append(i)
+            waiting_on.setdefault(w.counter, {}).setdefault(w.target, []).append(i)
         unmet[i] = len(ins.header.waits)
-    ends: dict[int, list[float]] = {}
+    signalled: dict[int, int] = {}
+    latest_end: dict[int, float] = {}
     ready_at = np.zeros(n)
     pending: list[tuple[float, float, int]] = [(0.0, -rank[i], i) for i in range(n) if unmet[i] == 0]
     heapq.heapify(pending)
@@ -86,16 +111,15 @@ def list_schedule(instrs: list[op.Instruction], dur: np.ndarray, p: CostParams) 
         heapq.heappush(sms, (end, s))
         c = instrs[i].header.signal
         if c >= 0:
-            lst = ends.setdefault(c, [])
-            lst.append(end)
-            lst.sort()
-            for j in waiting_on.get(c, []):
-                w = next(w for w in instrs[j].header.waits if w.counter == c)
-                if len(lst) == w.target:
-                    ready_at[j] = max(ready_at[j], lst[-1] + p.sync_ns)
-                    unmet[j] -= 1
-                    if unmet[j] == 0:
-                        heapq.heappush(pending, (ready_at[j], -rank[j], j))
+            count = signalled.get(c, 0) + 1
+            signalled[c] = count
+            latest = max(latest_end.get(c, end), end)
+            latest_end[c] = latest
+            for j in waiting_on.get(c, {}).get(count, ()):
+                ready_at[j] = max(ready_at[j], latest + p.sync_ns)
+                unmet[j] -= 1
+                if unmet[j] == 0:
+                    heapq.heappush(pending, (ready_at[j], -rank[j], j))
     return queues
 
 
@@ -106,12 +130,13 @@ def make_schedule(policy: str, instrs: list[op.Instruction], dur: np.ndarray, p:
     if policy == "rr":
         queues = [list(range(s, n, p.num_sms)) for s in range(p.num_sms)]
         return Schedule("rr", p.num_sms, False, queues, [i for q in queues for i in q],
-                        simulate_static(queues, instrs, dur, p))
+                        lambda: simulate_static(queues, instrs, dur, p))
     queues = list_schedule(instrs, dur, p)
     if policy == "lpt":
         return Schedule("lpt", p.num_sms, False, queues, [i for q in queues for i in q],
-                        simulate_static(queues, instrs, dur, p))
+                        lambda: simulate_static(queues, instrs, dur, p))
     # Dynamic: claim in the list scheduler's start order (topological: deps end before start).
     planned = simulate_static(queues, instrs, dur, p)
     order = sorted(range(n), key=lambda i: (planned.start_ns[i], i))
-    return Schedule("dynamic", p.num_sms, True, [], order, simulate_dynamic(order, instrs, dur, p, p.num_sms))
+    return Schedule("dynamic", p.num_sms, True, [], order,
+                    lambda: simulate_dynamic(order, instrs, dur, p, p.num_sms))
