@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: `megakernel serve` (cuda backend, random Llama-3.2-1B-shape checkpoint) driven
-# by `megakernel bench-serve` at concurrency 1 and 8; JSON + server log under $OUT/serve.
-# The image there lacks the server's packages: carry them as wheels in .whl (docs/BENCHMARKS.md says how).
+# by `megakernel bench-serve` at concurrency 1, 8 and 32; JSON + server log under $OUT/serve.
+# The image there lacks the server's packages: `scripts/fetch_server_wheels.sh` here, then carry .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/serve"
