@@ -79,7 +79,7 @@ def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: Bu
     ctx = [int(c) for c in batch.context_lens]
     costs = [instr_cost(i, dims, shape, ctx, params.cost) for i in stream.instrs]
     dur = np.array([c.time_ns(params.cost) for c in costs])
-    stream.instrs = [op.with_header(i, cost_ns=int(round(d))) for i, d in zip(stream.instrs, dur)]
+    stream.instrs = [op.with_cost(i, int(round(d))) for i, d in zip(stream.instrs, dur)]
     schedule = make_schedule(params.policy, stream.instrs, dur, params.cost)
     tensor = schedule.tensor(stream.words())
     step_args = encode_step_args(batch, shape, page_size)
