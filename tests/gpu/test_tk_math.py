@@ -8,13 +8,6 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def tk():
-    from engine.cuda_build import load_extension
-
-    return load_extension("mk_tk_tests")
-
-
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_row_reductions(tk, mode: int) -> None:
     r, c = tk.ROW_OPS_SHAPE

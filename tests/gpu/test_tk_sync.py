@@ -8,13 +8,6 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def tk():
-    from engine.cuda_build import load_extension
-
-    return load_extension("mk_tk_tests")
-
-
 def _sm_count() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count
 

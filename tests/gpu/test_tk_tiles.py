@@ -8,13 +8,6 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def tk():
-    from engine.cuda_build import load_extension
-
-    return load_extension("mk_tk_tests")
-
-
 @pytest.mark.parametrize("mode", [0, 1])
 def test_bf16_roundtrip_row_and_col_layouts(tk, mode: int) -> None:
     r, c = tk.ROUNDTRIP_SHAPE

@@ -8,13 +8,6 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def tk():
-    from engine.cuda_build import load_extension
-
-    return load_extension("mk_tk_tests")
-
-
 @pytest.mark.parametrize("hint", [0, 1, 2])
 @pytest.mark.parametrize("nbytes", [16, 4096 + 48, 96 * 1024])
 def test_bulk_copy(tk, hint: int, nbytes: int) -> None:
