@@ -102,7 +102,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       const uint32_t row_bytes = ws.row_elems * 2;
       if (lane == 0) {
         tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
-        store_release_cta(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
+        tk::store_release_shared(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
       }
       __syncwarp();
       uint8_t* dst = sm.page(ring);

@@ -150,16 +150,6 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
   }
 }
 
-__device__ __forceinline__ uint32_t load_acquire_cta(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(tk::smem_addr(p)) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_release_cta(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(tk::smem_addr(p)), "r"(v) : "memory");
-}
-
 // A parity wait only tells "the phase of this parity completed" apart from "the one before it".
 // Consumer warps take the pages of an instruction round-robin and drift apart, so a fast warp can
 // reach ring position n while position n - NUM_PAGES has not even been issued (a slow warp still holds
@@ -168,10 +158,10 @@ __device__ __forceinline__ void store_release_cta(uint32_t* p, uint32_t v) {
 // Waiting first until the loader has armed position n makes the parity wait unambiguous.
 __device__ __forceinline__ bool wait_page_issued(const Globals& g, const Shared& sm, uint32_t position,
                                                  const int* instr) {
-  if (load_acquire_cta(sm.ring_issued) > position) return true;
+  if (tk::load_acquire_shared(sm.ring_issued) > position) return true;
   const uint64_t start = tk::globaltimer();
   for (int n = 0;; ++n) {
-    if (load_acquire_cta(sm.ring_issued) > position) return true;
+    if (tk::load_acquire_shared(sm.ring_issued) > position) return true;
     if ((n & 15) == 15) {
       if (aborted(g)) return false;
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns) * PIPELINE_TIMEOUT_FACTOR) {

@@ -29,6 +29,18 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
+// The same pair at block scope on shared memory: a flag one warp publishes and other warps of the
+// block poll (the interpreter's weight ring, csrc/interpreter/state.cuh wait_page_issued).
+__device__ __forceinline__ void store_release_shared(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t load_acquire_shared(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(smem_addr(p)) : "memory");
+  return v;
+}
+
 // Relaxed read (polling without ordering; follow with load_acquire or a fence before using data).
 __device__ __forceinline__ int load_relaxed(const int* p) {
   int v;
