@@ -49,6 +49,8 @@ class ProfileRecord:
     bytes_moved:  int64 [N] HBM bytes read + written (0 if unknown); None means all unknown.
     meta:         free-form run description (model, backend, batch, steps, policy, num_sms, gpu...).
     operand_names: opcode -> names of words 1..k, used to decode args for tooltips and traces.
+    marks_ns:     int64 [N, M] raw sub-phase timestamps inside each instruction (GPU timing records,
+                  csrc/interpreter/marks.cuh; 0 = not reached); None when the source has none.
     """
 
     words: np.ndarray
@@ -61,6 +63,7 @@ class ProfileRecord:
     bytes_moved: np.ndarray | None = None
     meta: dict[str, MetaValue] = field(default_factory=dict)
     operand_names: dict[int, list[str]] = field(default_factory=dict)
+    marks_ns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # Frozen dataclass: normalise dtypes through object.__setattr__ once, here.
@@ -104,6 +107,11 @@ class ProfileRecord:
                 raise ProfileFormatError(f"ProfileRecord.meta[{k!r}]: keys must be str, values str/int/float")
         set_("meta", dict(self.meta))
         set_("simulated", bool(self.simulated))
+        if self.marks_ns is not None:
+            marks = _as_int_array("marks_ns", self.marks_ns, np.int64, 2)
+            if marks.shape[0] != n:
+                raise ProfileFormatError(f"ProfileRecord.marks_ns: {marks.shape[0]} rows != words rows {n}")
+            set_("marks_ns", marks)
 
     @property
     def num_instructions(self) -> int:
@@ -122,9 +130,11 @@ def concat_records(records: list[ProfileRecord]) -> ProfileRecord:
         return records[0]
     first = records[0]
     cat = lambda name: np.concatenate([getattr(r, name) for r in records])  # noqa: E731
+    marks = cat("marks_ns") if all(r.marks_ns is not None for r in records) else None
     return ProfileRecord(words=cat("words"), sm=cat("sm"), start_ns=cat("start_ns"), end_ns=cat("end_ns"),
                          wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, simulated=first.simulated,
-                         bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names)
+                         bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names,
+                         marks_ns=marks)
 
 
 def save_npz(record: ProfileRecord, path: str | Path) -> Path:
@@ -139,6 +149,8 @@ def save_npz(record: ProfileRecord, path: str | Path) -> Path:
         "meta": record.meta,
     }
     arrays = {name: getattr(record, name) for name in _ARRAYS}
+    if record.marks_ns is not None:
+        arrays["marks_ns"] = record.marks_ns
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:  # a file object stops numpy from appending ".npz" to odd names
         np.savez_compressed(f, header=np.array(json.dumps(header)), **arrays)
@@ -174,6 +186,7 @@ def load_npz(path: str | Path) -> ProfileRecord:
             simulated=header["simulated"],
             meta=header.get("meta", {}),
             operand_names={int(k): v for k, v in header.get("operand_names", {}).items()},
+            marks_ns=contents.get("marks_ns"),
         )
     except KeyError as e:
         raise ProfileFormatError(f"{path}: header is missing {e}") from e

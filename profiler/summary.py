@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from profiler.marks import MarkStats, mark_stats, render_marks
 from profiler.phases import PhaseStats, layer_phases, render_phases
 from profiler.record import MetaValue, ProfileRecord
 
@@ -48,6 +49,7 @@ class Summary:
     total_bytes: int
     bandwidth_gb_s: float | None  # None when bytes_moved is unknown (all zero)
     phases: list[PhaseStats]  # per-layer critical-path phases (profiler/phases.py)
+    marks: list[MarkStats]  # sub-phases inside instructions (profiler/marks.py); [] without marks
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -107,6 +109,7 @@ def summarize(record: ProfileRecord) -> Summary:
         total_bytes=total_bytes,
         bandwidth_gb_s=total_bytes / makespan if total_bytes and makespan else None,  # B/ns == GB/s
         phases=layer_phases(record),
+        marks=mark_stats(record),
     )
 
 
@@ -140,6 +143,9 @@ def render_text(s: Summary) -> str:
     lines.append("")
     if s.phases:
         lines.extend(render_phases(s.phases))
+        lines.append("")
+    if s.marks:
+        lines.extend(render_marks(s.marks))
         lines.append("")
     lines.append("per-SM busy %:")
     cells = [f"SM {sm:03d} {100 * b:5.1f}" for sm, b in s.sm_busy.items()]

@@ -41,16 +41,16 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, Ring
 }
 
 template <bool TIMING>
-__device__ void run_consumers(const Globals& g, const Shared& sm) {
+__device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm) {
   RingCursor cur;
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
     // Every consumer thread must leave together (a lone leaver would strand the others on a barrier).
     if (!consumer_all(wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_CONSUMER_SLOT_FULL, i)))
       return;
-    int w[WORDS];
-#pragma unroll
-    for (int k = 0; k < WORDS; ++k) w[k] = sm.slot(slot)[k];
+    // The words are read in place: the controller rewrites this slot only after the consumers' slot_free
+    // arrival below (a local copy of the 32 words lived in local memory, indexed at run time).
+    const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) return;
     long long t_start = 0, t_ready = 0;
     if constexpr (TIMING) t_start = (long long)tk::globaltimer();
@@ -69,11 +69,12 @@ __device__ void run_consumers(const Globals& g, const Shared& sm) {
     if (threadIdx.x == 0) {
       // No extra fence: the barrier above orders every consumer's writes before this thread's release,
       // and release is cumulative in the PTX memory model (the same pattern as CUTLASS's barriers).
+      const int id = w[W_ID];  // the slot may be rewritten once it is freed
       if (w[W_SIGNAL_COUNTER] >= 0) tk::signal_add(g.counters + w[W_SIGNAL_COUNTER], w[W_SIGNAL_AMOUNT]);
       tk::arrive(sm.slot_free[slot]);
       progress[1] = STAGE_SIGNALLED;
       if constexpr (TIMING) {
-        long long* rec = g.timing + (long long)w[W_ID] * TIMING_WORDS;
+        long long* rec = g.timing + (long long)id * TIMING_WORDS;
         rec[0] = t_start;
         rec[1] = t_ready;
         rec[2] = (long long)tk::globaltimer();

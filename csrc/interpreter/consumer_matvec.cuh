@@ -4,6 +4,7 @@
 // cross-warp reduction is needed. Lanes own 8 consecutive k (one 16-byte bf16 vector) per step.
 #pragma once
 
+#include "marks.cuh"
 #include "state.cuh"
 #include "weight_stream.cuh"
 
@@ -92,6 +93,7 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     if (ok) ok = wait_page_issued(g, sm, n, instr);
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
+    if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       for (int r = 0; r < rows; r += ROWS_PER_CALL<NX>)
@@ -102,7 +104,9 @@ __device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cu
     if (lane == 0) tk::arrive(sm.page_empty[ring]);
   }
   cur.pages += n_pages;
-  return consumer_all(ok);  // also the barrier before the epilogue reads shared `out`
+  const bool all_ok = consumer_all(ok);  // also the barrier before the epilogue reads shared `out`
+  if (threadIdx.x == 0) timing_mark(g, instr, MARK_COMPUTED);
+  return all_ok;
 }
 
 // Dispatch on the number of activation rows (1 for batch-1 decode keeps registers low).

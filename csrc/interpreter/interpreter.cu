@@ -135,5 +135,6 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("SHARED_BYTES") = mk::vm::SharedPlan::total;
   m.attr("ERR_WORDS") = mk::vm::ERR_WORDS;
   m.attr("TIMING_WORDS") = mk::vm::TIMING_WORDS;
+  m.attr("TIMING_MARK0") = mk::vm::TIMING_MARK0;
   m.attr("PROGRESS_WORDS") = mk::vm::PROGRESS_WORDS;
 }

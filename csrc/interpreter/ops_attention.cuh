@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../tk/reduce.cuh"
+#include "marks.cuh"
 #include "state.cuh"
 
 namespace mk::vm {
@@ -58,6 +59,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
     for (int i = threadIdx.x; i < G * hd; i += CONSUMER_THREADS)
       q_sh[i] = load_cg(g.q + (long long)t * qcols + grp * G * hd + i);
     consumer_sync();
+    if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_INPUT);
     const int kend = min(key_end, position + 1);
     float o[MAX_GQA][DPL], m[MAX_GQA], l[MAX_GQA];
 #pragma unroll
@@ -126,6 +128,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
         }
       }
     }
+    if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_LAST_PAGE);
 #pragma unroll
     for (int h = 0; h < MAX_GQA; ++h) {
       if (h < G) {
@@ -136,6 +139,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
       }
     }
     consumer_sync();
+    if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
     for (int idx = threadIdx.x; idx < G * hd; idx += CONSUMER_THREADS) {
       const int h = idx / hd, d = idx % hd;
       float M = -INFINITY;

@@ -26,6 +26,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
     if ((r % group_rows) / hd <= G) pre_freq = g.rope_inv_freq[(r % hd) / 2];
   }
   load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   const WeightStream ws = weight_stream(g, w);
   if (!matvec(g, sm, cur, ws, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
@@ -67,6 +68,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, c
   if (preload && threadIdx.x < T * rows)
     resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
   load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
@@ -83,6 +85,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, 
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
@@ -99,6 +102,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, con
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
@@ -112,6 +116,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, RingCursor& cur, 
   const StepArgs sa(g);
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec(g, sm, cur, weight_stream(g, w), S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;

@@ -9,6 +9,7 @@
 #include "../tk/tma.cuh"
 #include "state.cuh"
 #include "l2_prefetch.cuh"
+#include "marks.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {
@@ -117,6 +118,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
                                                      row_bytes, sm.page_full[ring]);
       }
       __syncwarp();
+      if (p == n_pages - 1 && lane == 0) timing_mark(g, w, MARK_LOADER);
     }
     if (lane == 0) tk::arrive(sm.slot_free[slot]);
   }

@@ -103,7 +103,7 @@ class CudaBackend(Backend):
         cs = self._compiled(batch)
         ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
         if (ds.timing is not None) != self.timing:
-            ds.enable_timing(self.timing)
+            ds.enable_timing(self.timing, self.module.TIMING_WORDS)
         ds.upload_step_args()
         ds.before_launch()
         launch(self.module, ds, self.launch_fields(ds))

@@ -71,9 +71,10 @@ class DeviceStream:
     def out_tokens(self) -> torch.Tensor:
         return self.status[self.err_words:]
 
-    def enable_timing(self, on: bool) -> None:
+    def enable_timing(self, on: bool, words: int) -> None:
+        """Allocate (or drop) the timing records: `words` int64 per instruction (the module's TIMING_WORDS)."""
         n = len(self.compiled.stream.instrs)
-        self.timing = torch.zeros((n, 4), dtype=torch.int64, device=self.status.device) if on else None
+        self.timing = torch.zeros((n, words), dtype=torch.int64, device=self.status.device) if on else None
 
     def upload_step_args(self) -> None:
         if self._base_fields is not None and self._header() != self._base_fields["sa_header"]:

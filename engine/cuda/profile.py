@@ -2,7 +2,7 @@
 
 Decode steps run with timing compiled in (the kernel's TIMING instantiation); each record holds
 %globaltimer at start, when its dependencies were satisfied, and at the end (after its counter
-signal), plus the SM id. Rows follow the stream's topological order (instruction id).
+signal), plus the SM id, then sub-phase marks (csrc/interpreter/marks.cuh, profiler/marks.py). Rows follow the stream's topological order (instruction id).
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def record_from_timing(backend: CudaBackend, meta: dict[str, MetaValue]) -> Prof
     costs = np.array([c.weight_bytes + c.act_bytes for c in cs.costs], dtype=np.int64)
     return ProfileRecord(words=cs.stream.words()[ran], sm=t[ran, 3], start_ns=t[ran, 0], end_ns=t[ran, 2],
                          wait_ns=np.maximum(t[ran, 1] - t[ran, 0], 0), opcode_names=OPCODE_NAMES,
-                         simulated=False, bytes_moved=costs[ran], meta=dict(meta), operand_names=OPERAND_NAMES)
+                         simulated=False, bytes_moved=costs[ran], meta=dict(meta), operand_names=OPERAND_NAMES,
+                         marks_ns=t[ran, backend.module.TIMING_MARK0:])
 
 
 def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:

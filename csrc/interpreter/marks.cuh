@@ -1,0 +1,30 @@
+// marks.cuh: sub-phase timestamps inside an instruction, for `megakernel profile` (timing records on).
+// They answer "where inside its exec time does an op spend" — activation load, waiting for weight
+// pages, the matvec, the epilogue — which the start/ready/end words alone cannot. A mark costs one
+// predicated-off branch when timing is off (Globals::timing is a kernel parameter).
+//
+// Matvec ops:  MARK_INPUT   activations in shared x (norm done)
+//              MARK_LAST_PAGE  the instruction's last weight page became ready for its consumer warp
+//              MARK_COMPUTED   matvec done (every warp)
+//              MARK_LOADER     the loader issued the instruction's last page
+// Attention:   MARK_INPUT   queries and block table in shared memory
+//              MARK_LAST_PAGE  warp 0 finished its keys
+//              MARK_COMPUTED   warps merged
+#pragma once
+
+#include "globals.cuh"
+#include "opcodes.cuh"
+#include "../tk/util.cuh"
+
+namespace mk::vm {
+
+enum TimingMark : int { MARK_INPUT = 0, MARK_LAST_PAGE = 1, MARK_COMPUTED = 2, MARK_LOADER = 3 };
+static_assert(TIMING_MARK0 + MARK_LOADER < TIMING_WORDS, "marks must fit in the timing record");
+
+// Called by one thread per site; each site is reached once per instruction.
+__device__ __forceinline__ void timing_mark(const Globals& g, const int* w, int mark) {
+  if (g.timing == nullptr) return;
+  g.timing[(long long)w[W_ID] * TIMING_WORDS + TIMING_MARK0 + mark] = (long long)tk::globaltimer();
+}
+
+}  // namespace mk::vm
