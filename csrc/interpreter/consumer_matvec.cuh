@@ -81,7 +81,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
 }
 
 template <int NX>
-__device__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cur, const WeightStream& ws,
+__device__ __noinline__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cur, const WeightStream& ws,
                               int nx, const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const int n_pages = ws.num_pages(), rpp = ws.rows_per_page(), row_bytes = ws.row_elems * 2;

@@ -27,8 +27,32 @@ __device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
 }
 
 inline constexpr int KEYS_PER_STEP = 4;
-inline constexpr int ATTN_MERGE_FLOATS = NUM_CONSUMER_WARPS * MAX_GQA * (128 + 2);
 inline constexpr int ATTN_TABLE_MAX = 4096;  // block-table entries cached per split (the rest read from global)
+
+// Keys first, first + NUM_CONSUMER_WARPS, ... (KEYS_PER_STEP of them) of one KV group into registers,
+// lane-owned dims; keys at or past `end` read nothing and come back as zeros. `table` caches the
+// block-table entries from page `page_lo` on (ATTN_TABLE_MAX of them; the rest come from global).
+template <int DPL>
+__device__ __forceinline__ void load_keys(const Globals& g, const int* table, const StepArgs& sa, int s, int layer,
+                                          int grp, int page_lo, int first, int end, float (&kd)[KEYS_PER_STEP][DPL],
+                                          float (&vd)[KEYS_PER_STEP][DPL]) {
+  const int ps = sa.page_size(), hd = g.head_dim, lane = tk::lane_id();
+#pragma unroll
+  for (int u = 0; u < KEYS_PER_STEP; ++u) {
+    const int j = first + u * NUM_CONSUMER_WARPS;
+    if (j < end) {
+      const int pi = j / ps - page_lo;
+      const int page = pi < ATTN_TABLE_MAX ? table[pi] : sa.block(s, j / ps);
+      const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
+      load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd[u]);
+      load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd[u]);
+    } else {
+#pragma unroll
+      for (int d = 0; d < DPL; ++d) kd[u][d] = vd[u][d] = 0.f;
+    }
+  }
+}
+inline constexpr int ATTN_MERGE_FLOATS = NUM_CONSUMER_WARPS * MAX_GQA * (128 + 2);
 static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 + ATTN_TABLE_MAX <= X_FLOATS,
               "attention scratch must fit in shared x");
 
@@ -61,83 +85,73 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
     consumer_sync();
     if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_INPUT);
     const int kend = min(key_end, position + 1);
-    float o[MAX_GQA][DPL], m[MAX_GQA], l[MAX_GQA];
+    // Each warp's running (o, m, l) per head lives in its merge slot: lane-owned dims of o, and m, l
+    // (the same in every lane) at [hd], [hd + 1]. Keeping it there instead of in registers lets the head
+    // loop stay rolled: the unrolled MAX_GQA x DPL version was ~56 KB of code per head size, and the
+    // whole hot path of a layer must fit the SM's instruction cache (docs/PROFILING.md).
+    for (int h = 0; h < G; ++h) {
+      float* st = merge + warp * stride_w + h * stride_h;
 #pragma unroll
-    for (int h = 0; h < MAX_GQA; ++h) {
-      m[h] = -INFINITY;
-      l[h] = 0.f;
-#pragma unroll
-      for (int d = 0; d < DPL; ++d) {
-        o[h][d] = 0.f;
-      }
+      for (int d = 0; d < DPL; ++d) st[lane * DPL + d] = 0.f;
+      if (lane == 0) { st[hd] = -INFINITY; st[hd + 1] = 0.f; }
     }
-    // KEYS_PER_STEP keys per warp per step, their loads all issued before any math: the loop is bound by
-    // global-load latency, and one key at a time left it fully serial (≈ 1 µs per key).
-    for (int j0 = key_begin; j0 < kend; j0 += KEYS_PER_STEP * NUM_CONSUMER_WARPS) {
-      float kd[KEYS_PER_STEP][DPL], vd[KEYS_PER_STEP][DPL];
+    __syncwarp();
+    // KEYS_PER_STEP keys per warp per step; the next step's keys and values are loaded before this
+    // step's math, so the loop pays one global round trip in total rather than one per step.
+    constexpr int STEP = KEYS_PER_STEP * NUM_CONSUMER_WARPS;
+    float kd[KEYS_PER_STEP][DPL], vd[KEYS_PER_STEP][DPL];
+    load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, key_begin + warp, kend, kd, vd);
+    for (int j0 = key_begin; j0 < kend; j0 += STEP) {
+      float kn[KEYS_PER_STEP][DPL], vn[KEYS_PER_STEP][DPL];
+      load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, j0 + STEP + warp, kend, kn, vn);
+#pragma unroll 1
+      for (int h = 0; h < G; ++h) {
+        float* st = merge + warp * stride_w + h * stride_h;
+        float qv[DPL], sc[KEYS_PER_STEP];
 #pragma unroll
-      for (int u = 0; u < KEYS_PER_STEP; ++u) {
-        const int j = j0 + u * NUM_CONSUMER_WARPS + warp;
-        if (j < kend) {
-          const int pi = j / ps - page_lo;
-          const int page = pi < ATTN_TABLE_MAX ? table[pi] : sa.block(s, j / ps);
-          const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
-          load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd[u]);
-          load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd[u]);
-        } else {
+        for (int d = 0; d < DPL; ++d) qv[d] = q_sh[h * hd + lane * DPL + d];
 #pragma unroll
-          for (int d = 0; d < DPL; ++d) kd[u][d] = vd[u][d] = 0.f;
+        for (int u = 0; u < KEYS_PER_STEP; ++u) {
+          float dot = 0.f;
+#pragma unroll
+          for (int d = 0; d < DPL; ++d) dot = fmaf(qv[d], kd[u][d], dot);
+          sc[u] = dot;
         }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+          for (int u = 0; u < KEYS_PER_STEP; ++u) sc[u] += __shfl_xor_sync(tk::FULL_MASK, sc[u], off);
+        const float m_old = st[hd], l_old = st[hd + 1];
+        float m_new = m_old;
+#pragma unroll
+        for (int u = 0; u < KEYS_PER_STEP; ++u) {
+          sc[u] = j0 + u * NUM_CONSUMER_WARPS + warp < kend ? sc[u] * scale : -INFINITY;
+          m_new = fmaxf(m_new, sc[u]);
+        }
+        if (m_new == -INFINITY) continue;  // no key of this step for this warp (uniform per warp)
+        const float alpha = expf(m_old - m_new);
+        float l = l_old * alpha, o[DPL];
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) o[d] = st[lane * DPL + d] * alpha;
+#pragma unroll
+        for (int u = 0; u < KEYS_PER_STEP; ++u) {
+          const float p = expf(sc[u] - m_new);
+          l += p;
+#pragma unroll
+          for (int d = 0; d < DPL; ++d) o[d] = fmaf(p, vd[u][d], o[d]);
+        }
+        __syncwarp();  // every lane has read m_old and l_old
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) st[lane * DPL + d] = o[d];
+        if (lane == 0) { st[hd] = m_new; st[hd + 1] = l; }
+        __syncwarp();
       }
 #pragma unroll
-      for (int h = 0; h < MAX_GQA; ++h) {
-        if (h < G) {
-          float qv[DPL], sc[KEYS_PER_STEP];
+      for (int u = 0; u < KEYS_PER_STEP; ++u)
 #pragma unroll
-          for (int d = 0; d < DPL; ++d) qv[d] = q_sh[h * hd + lane * DPL + d];
-#pragma unroll
-          for (int u = 0; u < KEYS_PER_STEP; ++u) {
-            float dot = 0.f;
-#pragma unroll
-            for (int d = 0; d < DPL; ++d) dot = fmaf(qv[d], kd[u][d], dot);
-            sc[u] = dot;
-          }
-#pragma unroll
-          for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-            for (int u = 0; u < KEYS_PER_STEP; ++u) sc[u] += __shfl_xor_sync(tk::FULL_MASK, sc[u], off);
-          float m_new = m[h];
-#pragma unroll
-          for (int u = 0; u < KEYS_PER_STEP; ++u) {
-            sc[u] = j0 + u * NUM_CONSUMER_WARPS + warp < kend ? sc[u] * scale : -INFINITY;
-            m_new = fmaxf(m_new, sc[u]);
-          }
-          if (m_new == -INFINITY) continue;  // no key of this step for this warp (uniform per warp)
-          const float alpha = expf(m[h] - m_new);
-          l[h] *= alpha;
-#pragma unroll
-          for (int d = 0; d < DPL; ++d) o[h][d] *= alpha;
-#pragma unroll
-          for (int u = 0; u < KEYS_PER_STEP; ++u) {
-            const float p = expf(sc[u] - m_new);
-            l[h] += p;
-#pragma unroll
-            for (int d = 0; d < DPL; ++d) o[h][d] = fmaf(p, vd[u][d], o[h][d]);
-          }
-          m[h] = m_new;
-        }
-      }
+        for (int d = 0; d < DPL; ++d) { kd[u][d] = kn[u][d]; vd[u][d] = vn[u][d]; }
     }
     if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_LAST_PAGE);
-#pragma unroll
-    for (int h = 0; h < MAX_GQA; ++h) {
-      if (h < G) {
-        float* dst = merge + warp * stride_w + h * stride_h;
-#pragma unroll
-        for (int d = 0; d < DPL; ++d) dst[lane * DPL + d] = o[h][d];
-        if (lane == 0) { dst[hd] = m[h]; dst[hd + 1] = l[h]; }
-      }
-    }
     consumer_sync();
     if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
     for (int idx = threadIdx.x; idx < G * hd; idx += CONSUMER_THREADS) {
