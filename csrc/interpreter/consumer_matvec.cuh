@@ -4,6 +4,7 @@
 // cross-warp reduction is needed. Lanes own 8 consecutive k (one 16-byte bf16 vector) per step.
 #pragma once
 
+#include "../tk/shared_vec.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 #include "weight_stream.cuh"
@@ -36,6 +37,7 @@ template <int NX>
 __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int first, int nrows, int K,
                                          const float* x, int nx, float* out, int out_row0, int out_stride) {
   const int lane = tk::lane_id();
+  const uint32_t x_addr = tk::smem_addr(x), page_addr = tk::smem_addr(page);  // explicit ld.shared (shared_vec.cuh)
   constexpr int R = ROWS_PER_CALL<NX>;
   float acc[R][NX];
 #pragma unroll
@@ -51,15 +53,16 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
         for (int e = 0; e < 8; ++e) xv[t][e] = 0.f;
         continue;
       }
-      const float4 a = *reinterpret_cast<const float4*>(x + t * K + k);
-      const float4 b = *reinterpret_cast<const float4*>(x + t * K + k + 4);
+      const uint32_t xa = x_addr + (uint32_t)(t * K + k) * 4;
+      const float4 a = tk::load_shared_f4(xa);
+      const float4 b = tk::load_shared_f4(xa + 16);
       xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
       xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r < nrows) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(page + (first + r) * row_bytes + k * 2);
+        const uint4 raw = tk::load_shared_u4(page_addr + (uint32_t)((first + r) * row_bytes + k * 2));
         float wv[8];
         bf16x8_to_float(raw, wv);
 #pragma unroll
@@ -80,9 +83,13 @@ __device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int
     }
 }
 
+// Not inlined: the five weight-streaming opcodes share one copy of this loop per NX (the hot code of a
+// layer then stays small). `sm` is taken by value on purpose: a reference would make the caller keep
+// its Shared in memory, and every shared-memory access through it, in every opcode, would become a
+// generic load (measured: 7 % slower per token). Inside, the dot products load by shared address.
 template <int NX>
-__device__ __noinline__ bool consume_pages(const Globals& g, const Shared& sm, RingCursor& cur, const WeightStream& ws,
-                              int nx, const int* instr) {
+__device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, RingCursor& cur, const WeightStream ws,
+                                           int nx, const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const int n_pages = ws.num_pages(), rpp = ws.rows_per_page(), row_bytes = ws.row_elems * 2;
   bool ok = true;

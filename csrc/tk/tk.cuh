@@ -2,6 +2,7 @@
 #pragma once
 
 #include "util.cuh"
+#include "shared_vec.cuh"
 #include "alloc.cuh"
 #include "mbarrier.cuh"
 #include "atomics.cuh"

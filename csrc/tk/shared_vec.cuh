@@ -1,0 +1,25 @@
+// shared_vec.cuh: 16-byte loads from shared memory by shared-window address (ld.shared.v4).
+//
+// A plain C++ load through a pointer into dynamic shared memory compiles to ld.shared only while the
+// compiler can trace the pointer back to the `extern __shared__` array; once the pointer crosses a
+// non-inlined call it becomes a generic load (slower: generic-to-shared resolution on every access).
+// These take the address in the shared window (tk::smem_addr) so the state space is never lost.
+#pragma once
+
+#include "util.cuh"
+
+namespace mk::tk {
+
+__device__ __forceinline__ uint4 load_shared_u4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ float4 load_shared_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+
+}  // namespace mk::tk
