@@ -2,14 +2,16 @@
 
 The phase table (profiler/phases.py) says which op holds a layer up; this says where inside that
 op's exec time (dependencies met -> signal) the time goes. Per opcode, mean µs of:
-- `input`:   dependencies met -> activations in shared memory (global reads + norm);
-- `weights`: input ready -> the last weight page ready for its warp (waiting on the HBM stream;
-             attention: the key/value loop of warp 0);
-- `compute`: -> every warp done with the matvec (attention: the merge);
-- `epilogue`: -> counter signalled (outputs written);
+- `input`:      dependencies met -> activations in shared memory (global reads + norm);
+- `1st page`:   input ready -> the first weight page ready for warp 0;
+- `weights`:    input ready -> the last weight page ready for its warp (waiting on the HBM stream;
+                attention: warp 0's key/value loop);
+- `last page`:  that warp's dot products over the last page (the per-page math of one warp);
+- `join`:       -> every warp done, after the consumer barrier (attention: last page -> all warps' keys);
+- `epilogue`:   -> counter signalled (outputs written, release);
 - `loader lead`: dependencies met - the loader issued the last page (> 0: the ring had every page
                  requested before the op could start).
-An interval whose marks were not both reached is left out of its mean.
+An interval whose two marks were not both reached is left out of its mean.
 """
 from __future__ import annotations
 
@@ -20,8 +22,19 @@ import numpy as np
 from engine.instructions.format import W_OPCODE
 from profiler.record import ProfileRecord
 
-MARK_INPUT, MARK_LAST_PAGE, MARK_COMPUTED, MARK_LOADER = 0, 1, 2, 3
-INTERVALS = ("input", "weights", "compute", "epilogue", "loader lead")
+MARK_INPUT, MARK_LAST_PAGE, MARK_COMPUTED, MARK_LOADER, MARK_LAST_DONE, MARK_FIRST_PAGE = range(6)
+READY, END = "ready", "end"
+# (name, from, to): a mark index or READY / END
+INTERVAL_SPEC: tuple[tuple[str, int | str, int | str], ...] = (
+    ("input", READY, MARK_INPUT),
+    ("1st page", MARK_INPUT, MARK_FIRST_PAGE),
+    ("weights", MARK_INPUT, MARK_LAST_PAGE),
+    ("last page", MARK_LAST_PAGE, MARK_LAST_DONE),
+    ("join", MARK_LAST_DONE, MARK_COMPUTED),
+    ("epilogue", MARK_COMPUTED, END),
+    ("loader lead", MARK_LOADER, READY),
+)
+INTERVALS = tuple(name for name, _, _ in INTERVAL_SPEC)
 
 
 @dataclass(frozen=True)
@@ -37,9 +50,10 @@ def _mean(a: np.ndarray, b: np.ndarray) -> float | None:
 
 
 def mark_stats(record: ProfileRecord) -> list[MarkStats]:
-    """Per opcode (in order of first appearance) the mean sub-phase intervals; [] without marks."""
+    """Per opcode (in order of first appearance) the mean sub-phase intervals; [] without marks.
+    Records with fewer mark columns than an interval needs leave that interval unmeasured."""
     marks = record.marks_ns
-    if marks is None or marks.shape[1] <= MARK_LOADER or record.num_instructions == 0:
+    if marks is None or record.num_instructions == 0:
         return []
     ops = record.words[:, W_OPCODE]
     ready = record.start_ns + record.wait_ns
@@ -47,12 +61,13 @@ def mark_stats(record: ProfileRecord) -> list[MarkStats]:
     out = []
     for o in ops[np.sort(first)].tolist():
         sel = ops == o
-        m, r, e = marks[sel], ready[sel], record.end_ns[sel]
+        m = marks[sel]
         if not (m != 0).any():
             continue
-        means = (_mean(r, m[:, MARK_INPUT]), _mean(m[:, MARK_INPUT], m[:, MARK_LAST_PAGE]),
-                 _mean(m[:, MARK_LAST_PAGE], m[:, MARK_COMPUTED]), _mean(m[:, MARK_COMPUTED], e),
-                 _mean(m[:, MARK_LOADER], r))
+        column = {READY: ready[sel], END: record.end_ns[sel]}
+        zeros = np.zeros(int(sel.sum()), np.int64)
+        at = lambda k: column[k] if isinstance(k, str) else (m[:, k] if k < m.shape[1] else zeros)  # noqa: E731
+        means = tuple(_mean(at(a), at(b)) for _, a, b in INTERVAL_SPEC)
         out.append(MarkStats(record.opcode_names[int(o)], int(sel.sum()), means))
     return out
 

@@ -101,6 +101,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
+    if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       for (int r = 0; r < rows; r += ROWS_PER_CALL<NX>)
@@ -109,6 +110,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
     }
     __syncwarp();
     if (lane == 0) tk::arrive(sm.page_empty[ring]);
+    if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_DONE);
   }
   cur.pages += n_pages;
   const bool all_ok = consumer_all(ok);  // also the barrier before the epilogue reads shared `out`

@@ -3,13 +3,15 @@
 // pages, the matvec, the epilogue — which the start/ready/end words alone cannot. A mark costs one
 // predicated-off branch when timing is off (Globals::timing is a kernel parameter).
 //
-// Matvec ops:  MARK_INPUT   activations in shared x (norm done)
-//              MARK_LAST_PAGE  the instruction's last weight page became ready for its consumer warp
-//              MARK_COMPUTED   matvec done (every warp)
+// Matvec ops:  MARK_INPUT      activations in shared x (norm done)
+//              MARK_FIRST_PAGE the instruction's first weight page became ready for its warp (warp 0)
+//              MARK_LAST_PAGE  the instruction's last weight page became ready for its warp
+//              MARK_LAST_DONE  that warp finished the last page's dot products
+//              MARK_COMPUTED   matvec done (every warp, after the consumer barrier)
 //              MARK_LOADER     the loader issued the instruction's last page
-// Attention:   MARK_INPUT   queries and block table in shared memory
+// Attention:   MARK_INPUT      queries and block table in shared memory
 //              MARK_LAST_PAGE  warp 0 finished its keys
-//              MARK_COMPUTED   warps merged
+//              MARK_COMPUTED   every warp finished its keys (the merge and the output follow)
 #pragma once
 
 #include "globals.cuh"
@@ -18,8 +20,11 @@
 
 namespace mk::vm {
 
-enum TimingMark : int { MARK_INPUT = 0, MARK_LAST_PAGE = 1, MARK_COMPUTED = 2, MARK_LOADER = 3 };
-static_assert(TIMING_MARK0 + MARK_LOADER < TIMING_WORDS, "marks must fit in the timing record");
+enum TimingMark : int {
+  MARK_INPUT = 0, MARK_LAST_PAGE = 1, MARK_COMPUTED = 2, MARK_LOADER = 3, MARK_LAST_DONE = 4, MARK_FIRST_PAGE = 5,
+  NUM_MARKS
+};
+static_assert(TIMING_MARK0 + NUM_MARKS <= TIMING_WORDS, "marks must fit in the timing record");
 
 // Called by one thread per site; each site is reached once per instruction.
 __device__ __forceinline__ void timing_mark(const Globals& g, const int* w, int mark) {

@@ -59,7 +59,7 @@ inline constexpr int STAGE_WAITING = 1, STAGE_RUNNING = 2, STAGE_SIGNALLED = 3;
 
 // Timing record per instruction (int64): start, dependencies satisfied, end, SM id, then the
 // sub-phase marks of marks.cuh (0 = not reached). Only written when Globals::timing is set.
-inline constexpr int TIMING_WORDS = 8;
+inline constexpr int TIMING_WORDS = 12;
 inline constexpr int TIMING_MARK0 = 4;  // first sub-phase mark word
 
 }  // namespace mk::vm
