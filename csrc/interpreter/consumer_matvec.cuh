@@ -30,57 +30,91 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
 template <int NX>
 inline constexpr int ROWS_PER_CALL = NX >= 8 ? 2 : 4;
 
+// k-steps (of 256 columns) handled per loop iteration: two for few activation rows, so that the next
+// step's shared loads are in flight while this step's FMAs run (registers allow it only for NX <= 2).
+template <int NX>
+inline constexpr int K_STEPS_PER_ITER = NX <= 2 ? 2 : 1;
+
 // Up to ROWS_PER_CALL<NX> rows of one page against NX activation rows.
 // NX is the compile-time bound on activation rows, nx <= NX the actual count: rows past nx are
-// neither read from x nor written to out (out is sized for nx rows only).
-template <int NX>
-__device__ __forceinline__ void dot_rows(const uint8_t* page, int row_bytes, int first, int nrows, int K,
-                                         const float* x, int nx, float* out, int out_row0, int out_stride) {
+// neither read from x nor written to out (out is sized for nx rows only). FULL: nrows == R (no row
+// guards: the common case). Every shared load of an iteration is issued before its math, so a warp
+// pays one shared-memory latency per iteration instead of one per row (the guarded per-row version
+// measured 2.1 µs per 16 KB page and made the consumers a co-bottleneck of the weight stream).
+template <int NX, bool FULL>
+__device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int first, int nrows, int K,
+                                         uint32_t x_addr, int nx, float* out, int out_row0, int out_stride) {
   const int lane = tk::lane_id();
-  const uint32_t x_addr = tk::smem_addr(x), page_addr = tk::smem_addr(page);  // explicit ld.shared (shared_vec.cuh)
-  constexpr int R = ROWS_PER_CALL<NX>;
-  float acc[R][NX];
+  constexpr int R = ROWS_PER_CALL<NX>, U = K_STEPS_PER_ITER<NX>;
+  float acc[U][R][NX];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int t = 0; t < NX; ++t) acc[r][t] = 0.f;
-  for (int k = lane * 8; k < K; k += 256) {
-    float xv[NX][8];
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int t = 0; t < NX; ++t) {
-      if (t >= nx) {
+      for (int t = 0; t < NX; ++t) acc[u][r][t] = 0.f;
+  for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
+    uint4 raw[U][R];
+    float4 xa[U][NX], xb[U][NX];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) xv[t][e] = 0.f;
-        continue;
+    for (int u = 0; u < U; ++u) {
+      const int k = k0 + 256 * u;
+      const bool in_k = U == 1 || k < K;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        raw[u][r] = tk::load_shared_u4_if(page_addr + (uint32_t)((first + r) * row_bytes + k * 2),
+                                          in_k && (FULL || r < nrows));
+#pragma unroll
+      for (int t = 0; t < NX; ++t) {
+        const uint32_t xaddr = x_addr + (uint32_t)(t * K + k) * 4;
+        xa[u][t] = tk::load_shared_f4_if(xaddr, in_k && t < nx);
+        xb[u][t] = tk::load_shared_f4_if(xaddr + 16, in_k && t < nx);
       }
-      const uint32_t xa = x_addr + (uint32_t)(t * K + k) * 4;
-      const float4 a = tk::load_shared_f4(xa);
-      const float4 b = tk::load_shared_f4(xa + 16);
-      xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
-      xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r < nrows) {
-        const uint4 raw = tk::load_shared_u4(page_addr + (uint32_t)((first + r) * row_bytes + k * 2));
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
         float wv[8];
-        bf16x8_to_float(raw, wv);
+        bf16x8_to_float(raw[u][r], wv);
 #pragma unroll
-        for (int t = 0; t < NX; ++t)
+        for (int t = 0; t < NX; ++t) {
+          const float xv[8] = {xa[u][t].x, xa[u][t].y, xa[u][t].z, xa[u][t].w,
+                               xb[u][t].x, xb[u][t].y, xb[u][t].z, xb[u][t].w};
+          // two partial sums per step: halves the dependent FMA chain
+          float lo = fmaf(wv[0], xv[0], acc[u][r][t]), hi = wv[4] * xv[4];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][t] = fmaf(wv[e], xv[t][e], acc[r][t]);
+          for (int e = 1; e < 4; ++e) {
+            lo = fmaf(wv[e], xv[e], lo);
+            hi = fmaf(wv[e + 4], xv[e + 4], hi);
+          }
+          acc[u][r][t] = lo + hi;
+        }
       }
-    }
   }
+  // Every row's butterfly first, then the stores: a store branch between them would serialise them.
+  float v[R][NX];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NX; ++t) {
-      float v = acc[r][t];
+      v[r][t] = acc[0][r][t];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(tk::FULL_MASK, v, o);
-      if (lane == 0 && r < nrows && t < nx) out[t * out_stride + out_row0 + r] = v;
+      for (int u = 1; u < U; ++u) v[r][t] += acc[u][r][t];
     }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NX; ++t) v[r][t] += __shfl_xor_sync(tk::FULL_MASK, v[r][t], o);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NX; ++t)
+        if ((FULL || r < nrows) && t < nx) out[t * out_stride + out_row0 + r] = v[r][t];
+  }
 }
 
 // Not inlined: the five weight-streaming opcodes share one copy of this loop per NX (the hot code of a
@@ -104,9 +138,13 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
     if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
-      for (int r = 0; r < rows; r += ROWS_PER_CALL<NX>)
-        dot_rows<NX>(sm.page(ring), row_bytes, r, min(ROWS_PER_CALL<NX>, rows - r), ws.row_elems, sm.x, nx,
-                     sm.out, row0 + r, ws.rows);
+      const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
+      constexpr int R = ROWS_PER_CALL<NX>;
+      int r = 0;
+      for (; r + R <= rows; r += R)
+        dot_rows<NX, true>(page_addr, row_bytes, r, R, ws.row_elems, x_addr, nx, sm.out, row0 + r, ws.rows);
+      if (r < rows)
+        dot_rows<NX, false>(page_addr, row_bytes, r, rows - r, ws.row_elems, x_addr, nx, sm.out, row0 + r, ws.rows);
     }
     __syncwarp();
     if (lane == 0) tk::arrive(sm.page_empty[ring]);

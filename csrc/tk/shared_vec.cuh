@@ -22,4 +22,20 @@ __device__ __forceinline__ float4 load_shared_f4(uint32_t addr) {
   return v;
 }
 
+// Predicated forms: zeros when `pred` is false, and no branch either way (a guarded load that the
+// compiler turns into a branch serialises the loads around it).
+__device__ __forceinline__ uint4 load_shared_u4_if(uint32_t addr, bool pred) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+               : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w) : "r"(addr), "r"((int)pred));
+  return v;
+}
+
+__device__ __forceinline__ float4 load_shared_f4_if(uint32_t addr, bool pred) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n}"
+               : "+f"(v.x), "+f"(v.y), "+f"(v.z), "+f"(v.w) : "r"(addr), "r"((int)pred));
+  return v;
+}
+
 }  // namespace mk::tk
