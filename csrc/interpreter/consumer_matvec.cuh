@@ -15,13 +15,14 @@ struct RingCursor {
   uint32_t pages = 0;  // pages consumed since launch (same count the loader keeps)
 };
 
+// bf16 is the top half of an fp32: the low element of a packed pair is `word << 16`, the high one
+// `word & 0xffff0000` (one integer op per element; the intrinsic pair-conversion takes three per pair).
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(h[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
 }
 
@@ -35,12 +36,58 @@ inline constexpr int ROWS_PER_CALL = NX >= 8 ? 2 : 4;
 template <int NX>
 inline constexpr int K_STEPS_PER_ITER = NX <= 2 ? 2 : 1;
 
+// acc[r][t] += W[row r][k..k+8) . x[t][k..k+8) for the vectors of one k-step already in registers.
+template <int NX, int R>
+__device__ __forceinline__ void fma_step(float (&acc)[R][NX], const uint4 (&raw)[R], const float4 (&xa)[NX],
+                                         const float4 (&xb)[NX]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float wv[8];
+    bf16x8_to_float(raw[r], wv);
+#pragma unroll
+    for (int t = 0; t < NX; ++t) {
+      // two partial sums: halves the dependent FMA chain
+      float lo = fmaf(wv[0], xa[t].x, acc[r][t]), hi = wv[4] * xb[t].x;
+      lo = fmaf(wv[1], xa[t].y, lo);
+      hi = fmaf(wv[5], xb[t].y, hi);
+      lo = fmaf(wv[2], xa[t].z, lo);
+      hi = fmaf(wv[6], xb[t].z, hi);
+      lo = fmaf(wv[3], xa[t].w, lo);
+      hi = fmaf(wv[7], xb[t].w, hi);
+      acc[r][t] = lo + hi;
+    }
+  }
+}
+
+// Loads one k-step's vectors (lane-owned columns k..k+8): weight rows first..first+R of the page and
+// NX activation rows. GUARD: predicated on k < K, r < nrows and t < nx (zeros outside); without it
+// every load is unconditional (the caller knows all lanes are in range) except activation rows past
+// nx when NX > 1, which may lie outside shared x.
+template <int NX, int R, bool GUARD>
+__device__ __forceinline__ void load_step(uint4 (&raw)[R], float4 (&xa)[NX], float4 (&xb)[NX], uint32_t page_addr,
+                                          int row_bytes, int first, int nrows, int K, uint32_t x_addr, int nx, int k) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const uint32_t a = page_addr + (uint32_t)((first + r) * row_bytes + k * 2);
+    raw[r] = GUARD ? tk::load_shared_u4_if(a, k < K && r < nrows) : tk::load_shared_u4(a);
+  }
+#pragma unroll
+  for (int t = 0; t < NX; ++t) {
+    const uint32_t a = x_addr + (uint32_t)(t * K + k) * 4;
+    const bool need_guard = GUARD || NX > 1;
+    const bool in = (!GUARD || k < K) && t < nx;
+    xa[t] = need_guard ? tk::load_shared_f4_if(a, in) : tk::load_shared_f4(a);
+    xb[t] = need_guard ? tk::load_shared_f4_if(a + 16, in) : tk::load_shared_f4(a + 16);
+  }
+}
+
 // Up to ROWS_PER_CALL<NX> rows of one page against NX activation rows.
 // NX is the compile-time bound on activation rows, nx <= NX the actual count: rows past nx are
-// neither read from x nor written to out (out is sized for nx rows only). FULL: nrows == R (no row
-// guards: the common case). Every shared load of an iteration is issued before its math, so a warp
-// pays one shared-memory latency per iteration instead of one per row (the guarded per-row version
-// measured 2.1 µs per 16 KB page and made the consumers a co-bottleneck of the weight stream).
+// neither read from x nor written to out (out is sized for nx rows only). FULL: nrows == R.
+// Every shared load of an iteration is issued before its math, so a warp pays one shared-memory
+// latency per iteration instead of one per row (the per-row guarded version measured 2.1 µs per
+// 16 KB page, which made the consumers a co-bottleneck of the weight stream). The main loop covers
+// the k-range every lane has in full, unguarded; a guarded tail takes the rest.
 template <int NX, bool FULL>
 __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int first, int nrows, int K,
                                          uint32_t x_addr, int nx, float* out, int out_row0, int out_stride) {
@@ -53,44 +100,22 @@ __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int 
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int t = 0; t < NX; ++t) acc[u][r][t] = 0.f;
-  for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
+  int kb = 0;
+  for (; kb + 256 * U <= K; kb += 256 * U) {
     uint4 raw[U][R];
     float4 xa[U][NX], xb[U][NX];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = k0 + 256 * u;
-      const bool in_k = U == 1 || k < K;
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        raw[u][r] = tk::load_shared_u4_if(page_addr + (uint32_t)((first + r) * row_bytes + k * 2),
-                                          in_k && (FULL || r < nrows));
-#pragma unroll
-      for (int t = 0; t < NX; ++t) {
-        const uint32_t xaddr = x_addr + (uint32_t)(t * K + k) * 4;
-        xa[u][t] = tk::load_shared_f4_if(xaddr, in_k && t < nx);
-        xb[u][t] = tk::load_shared_f4_if(xaddr + 16, in_k && t < nx);
-      }
-    }
-#pragma unroll
     for (int u = 0; u < U; ++u)
+      load_step<NX, R, !FULL>(raw[u], xa[u], xb[u], page_addr, row_bytes, first, nrows, K, x_addr, nx,
+                              kb + 256 * u + lane * 8);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float wv[8];
-        bf16x8_to_float(raw[u][r], wv);
-#pragma unroll
-        for (int t = 0; t < NX; ++t) {
-          const float xv[8] = {xa[u][t].x, xa[u][t].y, xa[u][t].z, xa[u][t].w,
-                               xb[u][t].x, xb[u][t].y, xb[u][t].z, xb[u][t].w};
-          // two partial sums per step: halves the dependent FMA chain
-          float lo = fmaf(wv[0], xv[0], acc[u][r][t]), hi = wv[4] * xv[4];
-#pragma unroll
-          for (int e = 1; e < 4; ++e) {
-            lo = fmaf(wv[e], xv[e], lo);
-            hi = fmaf(wv[e + 4], xv[e + 4], hi);
-          }
-          acc[u][r][t] = lo + hi;
-        }
-      }
+    for (int u = 0; u < U; ++u) fma_step<NX, R>(acc[u], raw[u], xa[u], xb[u]);
+  }
+  for (; kb < K; kb += 256) {
+    uint4 raw[R];
+    float4 xa[NX], xb[NX];
+    load_step<NX, R, true>(raw, xa, xb, page_addr, row_bytes, first, nrows, K, x_addr, nx, kb + lane * 8);
+    fma_step<NX, R>(acc[0], raw, xa, xb);
   }
   // Every row's butterfly first, then the stores: a store branch between them would serialise them.
   float v[R][NX];
