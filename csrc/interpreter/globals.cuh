@@ -52,6 +52,7 @@ struct Globals {
   long long timeout_ns;
   int l2_prefetch_bytes;  // per fetched instruction, by the controller (l2_prefetch.cuh)
   int l2_beyond_ring_bytes;  // per instruction past what the ring holds, by the loader (l2_prefetch.cuh)
+  int l2_beyond_ring_ops;    // bit (1 << opcode): the opcodes that get the loader's prefetch
   int queue_len;
   int dynamic_queue;
   int epoch;

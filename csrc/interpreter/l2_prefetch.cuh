@@ -9,7 +9,9 @@ namespace mk::vm {
 // Two L2 prefetches try to keep HBM busy while SMs wait on dependencies: the controller pulls the
 // first Globals::l2_prefetch_bytes of every instruction it fetches (up to NUM_SLOTS - 1 instructions
 // ahead of the loader), and the loader, on reaching an instruction, the next
-// Globals::l2_beyond_ring_bytes past what the page ring holds. Both are host knobs (CudaBackend),
+// Globals::l2_beyond_ring_bytes past what the page ring holds (only for the opcodes in
+// Globals::l2_beyond_ring_ops: those whose loads start while the SM's consumers are still on latency-bound
+// ops, so the prefetch fills idle HBM time instead of queueing behind a running weight stream). Both are host knobs (CudaBackend),
 // bounded so that all SMs together stay inside L2; their measured effect is in docs/BENCHMARKS.md.
 
 // Pulls rows [first, first + cap_bytes) of an instruction's weights into L2 (lane-parallel).

@@ -88,7 +88,8 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
     const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
-    if (n_pages > NUM_PAGES) prefetch_rows_l2(ws, NUM_PAGES * rpp, g.l2_beyond_ring_bytes);
+    if (n_pages > NUM_PAGES && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
+      prefetch_rows_l2(ws, NUM_PAGES * rpp, g.l2_beyond_ring_bytes);
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
       const int ring = page_counter % NUM_PAGES;
       const uint32_t round = page_counter / NUM_PAGES;

@@ -10,6 +10,7 @@ from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, KernelFi
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda_build import load_extension
 from engine.instructions.layout import ModelDims
+from engine.instructions.opcodes import opcode_mask
 from engine.instructions.packing import pack_weights
 from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
 from engine.scheduler.step_builder_splits import SplitParams
@@ -30,6 +31,9 @@ WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 # latency-bound loads of the critical path. Off by default, kept as knobs for other GPUs / models.
 DEFAULT_L2_PREFETCH_KB = 0
 DEFAULT_L2_BEYOND_RING_KB = 0
+# Opcodes whose weights get the loader's prefetch past the ring: gate/up is the one the loader reaches
+# while QKV, attention and O-proj (latency-bound, little streaming) run.
+DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
@@ -39,6 +43,7 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
                  l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB,
+                 l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
                  **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
@@ -58,6 +63,7 @@ class CudaBackend(Backend):
                              f"{l2_prefetch_kb} / {l2_beyond_ring_kb}")
         self.l2_prefetch_bytes = l2_prefetch_kb * 1024
         self.l2_beyond_ring_bytes = l2_beyond_ring_kb * 1024
+        self.l2_beyond_ring_ops = opcode_mask(l2_beyond_ring_ops)
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -75,7 +81,7 @@ class CudaBackend(Backend):
 
     def launch_fields(self, ds: DeviceStream) -> KernelFields:
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
-                         self.l2_prefetch_bytes, self.l2_beyond_ring_bytes)
+                         self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None

@@ -71,6 +71,8 @@ def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: li
         knobs["l2_prefetch_kb"] = int(os.environ["MEGAKERNEL_L2_PREFETCH_KB"])
     if "MEGAKERNEL_L2_BEYOND_RING_KB" in os.environ:
         knobs["l2_beyond_ring_kb"] = int(os.environ["MEGAKERNEL_L2_BEYOND_RING_KB"])
+    if "MEGAKERNEL_L2_BEYOND_RING_OPS" in os.environ:  # comma-separated opcode names
+        knobs["l2_beyond_ring_ops"] = tuple(n for n in os.environ["MEGAKERNEL_L2_BEYOND_RING_OPS"].split(",") if n)
     if "MEGAKERNEL_ATTN_SPLITS" in os.environ:
         knobs["max_attn_splits"] = int(os.environ["MEGAKERNEL_ATTN_SPLITS"])
     pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)

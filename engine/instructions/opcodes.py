@@ -159,6 +159,15 @@ OPCODE_CLASSES: dict[int, type] = {
                                RmsGateUpSilu, DownResidual, LmHead, ArgmaxReduce)
 }
 OPCODE_NAMES: dict[int, str] = {int(op): op.name for op in Opcode}
+
+
+def opcode_mask(names: tuple[str, ...] | list[str]) -> int:
+    """Bit (1 << opcode) per named opcode, for kernel knobs that apply to some opcodes only."""
+    by_name = {op.name: int(op) for op in Opcode}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"unknown opcode name(s) {unknown}; known: {sorted(by_name)}")
+    return sum(1 << by_name[n] for n in set(names))
 # Names of words 1.. for the profiler's tooltips: id, layer, then the operands.
 OPERAND_NAMES: dict[int, list[str]] = {
     op: ["id", "layer", *cls.OPERANDS] for op, cls in OPCODE_CLASSES.items()

@@ -9,6 +9,7 @@ from engine.cuda import device_stream
 from engine.instructions import format as fmt
 from engine.instructions import layout
 from engine.instructions.opcodes import Opcode
+from profiler import marks as profiler_marks
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc" / "interpreter"
 
@@ -51,5 +52,10 @@ def test_step_args_header_matches_the_layout() -> None:
 def test_record_sizes_match_the_host_readers() -> None:
     c = _constants("opcodes.cuh")
     assert c["PROGRESS_WORDS"] == device_stream.PROGRESS_WORDS
-    assert c["TIMING_WORDS"] == 4  # start, dependencies met, end, SM id (engine/cuda/profile.py)
+    # start, dependencies met, end, SM id (engine/cuda/profile.py), then the marks (profiler/marks.py)
+    assert c["TIMING_MARK0"] == 4
+    marks = dict(re.findall(r"(MARK_\w+) = (\d+)", (CSRC / "marks.cuh").read_text()))
+    for name in ("MARK_INPUT", "MARK_LAST_PAGE", "MARK_COMPUTED", "MARK_LOADER", "MARK_LAST_DONE", "MARK_FIRST_PAGE"):
+        assert int(marks[name]) == getattr(profiler_marks, name), name
+    assert c["TIMING_WORDS"] >= c["TIMING_MARK0"] + len(marks)
     assert c["ERR_WORDS"] >= 13  # kind .. layer, then the stall record at words 8..12

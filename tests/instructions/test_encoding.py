@@ -65,3 +65,11 @@ def test_header_validation() -> None:
 
 def test_names_cover_every_opcode() -> None:
     assert set(op.OPCODE_NAMES) == {int(o) for o in op.Opcode} == set(op.OPERAND_NAMES)
+
+
+def test_opcode_mask_sets_one_bit_per_named_opcode_and_names_unknown_ones() -> None:
+    mask = op.opcode_mask(("RMS_GATE_UP_SILU", "LM_HEAD", "LM_HEAD"))
+    assert mask == (1 << int(op.Opcode.RMS_GATE_UP_SILU)) | (1 << int(op.Opcode.LM_HEAD))
+    assert op.opcode_mask(()) == 0
+    with pytest.raises(ValueError, match="GATE_UP"):
+        op.opcode_mask(("GATE_UP",))
