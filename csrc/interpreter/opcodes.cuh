@@ -4,7 +4,7 @@
 
 namespace mk::vm {
 
-inline constexpr int FORMAT_VERSION = 1;
+inline constexpr int FORMAT_VERSION = 2;
 inline constexpr int WORDS = 32;
 
 // Opcodes (word 0).

@@ -56,12 +56,14 @@ inline constexpr int ATTN_MERGE_FLOATS = NUM_CONSUMER_WARPS * MAX_GQA * (128 + 2
 static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 + ATTN_TABLE_MAX <= X_FLOATS,
               "attention scratch must fit in shared x");
 
-// ATTN_PARTIAL: operands seq, kv_group, split, num_splits.
+// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
 template <int DPL>
 __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int layer = w[W_LAYER], s = w[3], grp = w[4], split = w[5], nsplit = w[6];
-  const int hd = g.head_dim, G = g.n_heads / g.n_kv, qcols = g.n_heads * hd, ps = sa.page_size();
+  const int hd = g.head_dim, qcols = g.n_heads * hd, ps = sa.page_size();
+  // This instruction's heads: NH of them, the first being global head `head0` (its group's first + h0).
+  const int head0 = grp * (g.n_heads / g.n_kv) + w[7], NH = w[8] - w[7];
   // Global reads cost ≈1-2 µs each while other SMs saturate HBM, and attention sits on every layer's
   // critical path: independent reads are issued together (context length and query range here, the
   // position with the queries below) rather than one behind the other.
@@ -80,8 +82,8 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   for (int i = threadIdx.x; i < n_table; i += CONSUMER_THREADS) table[i] = sa.block(s, page_lo + i);
   for (int t = q_first; t < q_last; ++t) {
     const int position = sa.position(t);
-    for (int i = threadIdx.x; i < G * hd; i += CONSUMER_THREADS)
-      q_sh[i] = load_cg(g.q + (long long)t * qcols + grp * G * hd + i);
+    for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
+      q_sh[i] = load_cg(g.q + (long long)t * qcols + head0 * hd + i);
     consumer_sync();
     if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_INPUT);
     const int kend = min(key_end, position + 1);
@@ -89,7 +91,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
     // (the same in every lane) at [hd], [hd + 1]. Keeping it there instead of in registers lets the head
     // loop stay rolled: the unrolled MAX_GQA x DPL version was ~56 KB of code per head size, and the
     // whole hot path of a layer must fit the SM's instruction cache (docs/PROFILING.md).
-    for (int h = 0; h < G; ++h) {
+    for (int h = 0; h < NH; ++h) {
       float* st = merge + warp * stride_w + h * stride_h;
 #pragma unroll
       for (int d = 0; d < DPL; ++d) st[lane * DPL + d] = 0.f;
@@ -105,7 +107,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
       float kn[KEYS_PER_STEP][DPL], vn[KEYS_PER_STEP][DPL];
       load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, j0 + STEP + warp, kend, kn, vn);
 #pragma unroll 1
-      for (int h = 0; h < G; ++h) {
+      for (int h = 0; h < NH; ++h) {
         float* st = merge + warp * stride_w + h * stride_h;
         float qv[DPL], sc[KEYS_PER_STEP];
 #pragma unroll
@@ -154,7 +156,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
     if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_LAST_PAGE);
     consumer_sync();
     if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
-    for (int idx = threadIdx.x; idx < G * hd; idx += CONSUMER_THREADS) {
+    for (int idx = threadIdx.x; idx < NH * hd; idx += CONSUMER_THREADS) {
       const int h = idx / hd, d = idx % hd;
       float M = -INFINITY;
       for (int wi = 0; wi < NUM_CONSUMER_WARPS; ++wi) M = fmaxf(M, merge[wi * stride_w + h * stride_h + hd]);
@@ -170,7 +172,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
         out = O / L;
         lse = M + logf(L);
       }
-      const int head = grp * G + h;
+      const int head = head0 + h;
       if (nsplit == 1) {
         g.attn_out[(long long)t * qcols + head * hd + d] = out;
       } else {

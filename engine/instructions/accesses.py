@@ -70,7 +70,8 @@ def _attn(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
     d, a, layer = b.dims, b.args, i.header.layer
     t0, t1 = _seq_tokens(b, i.seq)
     G, hd, g = d.gqa, d.head_dim, i.kv_group
-    cols = (g * G * hd, (g + 1) * G * hd)
+    heads = (g * G + i.head_begin, g * G + i.head_end)
+    cols = (heads[0] * hd, heads[1] * hd)
     C, ps = a.context_lens[i.seq], a.page_size
     lo, hi = split_pages(C, ps, i.split, i.num_splits)
     slots = [int(a.block_tables[i.seq, j]) * ps + r for j in range(lo, hi) for r in range(min(ps, C - j * ps))]
@@ -82,7 +83,7 @@ def _attn(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
         out.append(Access("attn_out", "w", (box((t0, t1), cols),)))
     else:
         out.append(Access("o_part", "w", (box((i.split, i.split + 1), (t0, t1), cols),)))
-        out.append(Access("lse_part", "w", (box((i.split, i.split + 1), (t0, t1), (g * G, (g + 1) * G)),)))
+        out.append(Access("lse_part", "w", (box((i.split, i.split + 1), (t0, t1), heads),)))
     return out
 
 

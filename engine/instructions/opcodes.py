@@ -67,15 +67,19 @@ class RmsQkvRopeAppend:
 
 @dataclass(frozen=True)
 class AttnPartial:
-    """Causal attention of sequence `seq`'s new tokens for the q heads of `kv_group` over split
-    `split` of `num_splits` of its KV pages (range computed from context_lens at run time)."""
+    """Causal attention of sequence `seq`'s new tokens for q heads [head_begin, head_end) of `kv_group`
+    (indices within the group's G heads) over split `split` of `num_splits` of its KV pages (range
+    computed from context_lens at run time). Cutting a group's heads over several instructions puts
+    otherwise idle SMs to work on short contexts, at the price of reading the group's K/V once each."""
 
     OPCODE: ClassVar[Opcode] = Opcode.ATTN_PARTIAL
-    OPERANDS: ClassVar[tuple[str, ...]] = ("seq", "kv_group", "split", "num_splits")
+    OPERANDS: ClassVar[tuple[str, ...]] = ("seq", "kv_group", "split", "num_splits", "head_begin", "head_end")
     seq: int
     kv_group: int
     split: int
     num_splits: int
+    head_begin: int
+    head_end: int
     header: Header = field(default_factory=Header)
 
 

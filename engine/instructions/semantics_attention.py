@@ -17,13 +17,19 @@ def group_cols(d, g: int) -> slice:  # noqa: ANN001
     return slice(g * d.gqa * d.head_dim, (g + 1) * d.gqa * d.head_dim)
 
 
+def head_cols(d, i: op.AttnPartial) -> slice:  # noqa: ANN001
+    """Columns of q / attn_out / o_part holding heads [head_begin, head_end) of the instruction's group."""
+    first = i.kv_group * d.gqa
+    return slice((first + i.head_begin) * d.head_dim, (first + i.head_end) * d.head_dim)
+
+
 def _partial(i: op.AttnPartial, b):  # noqa: ANN001, ANN202
     d, a, layer = b.dims, b.args, i.header.layer
     q0, q1 = a.query_start[i.seq], a.query_start[i.seq + 1]
     C, ps = a.context_lens[i.seq], a.page_size
     lo, hi = split_pages(C, ps, i.split, i.num_splits)
-    n, G, hd = q1 - q0, d.gqa, d.head_dim
-    q = b.get("q")[q0:q1, group_cols(d, i.kv_group)].view(n, G, hd).transpose(0, 1)  # [G, n, hd]
+    n, G, hd = q1 - q0, i.head_end - i.head_begin, d.head_dim
+    q = b.get("q")[q0:q1, head_cols(d, i)].view(n, G, hd).transpose(0, 1)  # [G, n, hd]
     key_pos = torch.arange(lo * ps, min(hi * ps, C))
     pages = a.block_tables[i.seq, key_pos // ps]
     rows = key_pos % ps
@@ -44,12 +50,13 @@ def _partial(i: op.AttnPartial, b):  # noqa: ANN001, ANN202
 def attn_partial(i: op.AttnPartial, b) -> None:  # noqa: ANN001
     d = b.dims
     q0, q1, o, lse = _partial(i, b)
-    cols = group_cols(d, i.kv_group)
+    cols = head_cols(d, i)
     if i.num_splits == 1:
         b.get("attn_out")[q0:q1, cols] = o
         return
     b.get("o_part")[i.split, q0:q1, cols] = o
-    b.get("lse_part")[i.split, q0:q1, i.kv_group * d.gqa:(i.kv_group + 1) * d.gqa] = lse
+    first = i.kv_group * d.gqa
+    b.get("lse_part")[i.split, q0:q1, first + i.head_begin:first + i.head_end] = lse
 
 
 def attn_reduce(i: op.AttnReduce, b) -> None:  # noqa: ANN001

@@ -51,9 +51,9 @@ def instr_cost(i: op.Instruction, d: ModelDims, shape: StepShape, context_lens: 
         return InstrCost(r * H * wb, T * H * 4 + T * r * 4, 2 * T * r * H)
     if isinstance(i, op.AttnPartial):
         ctx = context_lens[i.seq] if i.seq < len(context_lens) else q_len
-        keys = max(1, ctx // i.num_splits)
-        return InstrCost(2 * keys * d.head_dim * p.kv_bytes, 2 * q_len * d.gqa * d.head_dim * 4,
-                         4 * q_len * d.gqa * keys * d.head_dim)
+        keys, heads = max(1, ctx // i.num_splits), i.head_end - i.head_begin
+        return InstrCost(2 * keys * d.head_dim * p.kv_bytes, 2 * q_len * heads * d.head_dim * 4,
+                         4 * q_len * heads * keys * d.head_dim)
     if isinstance(i, op.AttnReduce):
         return InstrCost(0, (i.num_splits + 1) * q_len * d.gqa * (d.head_dim + 1) * 4, 0)
     if isinstance(i, op.OProjResidual):

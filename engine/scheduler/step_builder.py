@@ -66,7 +66,7 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
         if signal != NO_COUNTER:
             signals[signal] = signals.get(signal, 0) + 1
 
-    L, S, ns = dims.layers, shape.num_seqs, plan.num_splits
+    L, S, ns, nh = dims.layers, shape.num_seqs, plan.num_splits, len(plan.attn_heads)
     c_embed = ctr("EMBED")
     for a, b in plan.embed:
         emit(op.Embed, -1, [], c_embed, tok_begin=a, tok_end=b)
@@ -82,13 +82,15 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
             for g in range(dims.n_kv):
                 c_part = c_attn if ns == 1 else ctr(f"ATTN_PART[{layer}][{s}][{g}]")
                 for k in range(ns):
-                    emit(op.AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part,
-                         seq=s, kv_group=g, split=k, num_splits=ns)
+                    for h0, h1 in plan.attn_heads:
+                        emit(op.AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part,
+                             seq=s, kv_group=g, split=k, num_splits=ns, head_begin=h0, head_end=h1)
                 if ns > 1:
-                    emit(op.AttnReduce, layer, [(c_part, ns)], c_attn, seq=s, kv_group=g, num_splits=ns)
+                    emit(op.AttnReduce, layer, [(c_part, ns * nh)], c_attn, seq=s, kv_group=g, num_splits=ns)
         c_o = ctr(f"OPROJ[{layer}]")
+        attn_done = S * dims.n_kv * (1 if ns > 1 else nh)
         for a, b in plan.o_proj:
-            emit(op.OProjResidual, layer, [(c_attn, S * dims.n_kv)], c_o, row_begin=a, row_end=b)
+            emit(op.OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
         c_gu = [ctr(f"GATE_UP[{layer}][{j}]") for j in range(len(plan.slices))]
         for a, b, j in plan.gate_up:
             emit(op.RmsGateUpSilu, layer, [(c_o, len(plan.o_proj))], c_gu[j], i_begin=a, i_end=b, slice=j)

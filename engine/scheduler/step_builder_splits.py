@@ -18,6 +18,9 @@ class SplitParams:
     waves: float = 1.0  # target instructions per op ≈ waves * num_sms
     mlp_slices: int | None = None  # None: about one slice per 2048 intermediate columns
     max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
+    # Cut each KV group's G query heads over up to this many attention instructions when SMs would
+    # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
+    max_attn_head_chunks: int | None = None
     # A split reads at least this many KV pages: short contexts get one attention instruction per
     # (sequence, group) and no reduce hop (the GPU backend uses 8; measured in docs/BENCHMARKS.md).
     min_pages_per_split: int = 1
@@ -35,6 +38,7 @@ class Plan:
     embed: tuple[tuple[int, int], ...]
     qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
     num_splits: int
+    attn_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group, one attention instruction each
     o_proj: tuple[tuple[int, int], ...]
     slices: tuple[tuple[int, int], ...]  # MLP K-slices of the intermediate dim
     gate_up: tuple[tuple[int, int, int], ...]  # (i_begin, i_end, slice)
@@ -66,6 +70,13 @@ def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, max_context_
     return max(1, min(want, pages // p.min_pages_per_split, cap))
 
 
+def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, num_splits: int) -> list[tuple[int, int]]:
+    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split) allow."""
+    free = p.num_sms // (shape.num_seqs * d.n_kv * num_splits)
+    cap = p.max_attn_head_chunks if p.max_attn_head_chunks is not None else d.gqa
+    return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
+
+
 def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> Plan:
     target = p.waves * p.num_sms
     tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
@@ -89,5 +100,6 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages:
 
     va = pow2_align(d.vocab)
     lm_head = partition(0, d.vocab, _count(d.vocab // va, target), va)
-    return Plan(tuple(embed), tuple(qkv), num_attn_splits(d, shape, p, max_context_pages), tuple(o_proj),
+    ns = num_attn_splits(d, shape, p, max_context_pages)
+    return Plan(tuple(embed), tuple(qkv), ns, tuple(attn_head_chunks(d, shape, p, ns)), tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head))

@@ -104,3 +104,22 @@ def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
     assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 3) == 1
     assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 10) == 2  # 16-page bucket / 8
     assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 1000) == 17  # capped by SMs
+
+
+@pytest.mark.parametrize("num_sms,batch,cap,want", [
+    (132, 1, None, 4),   # 2 groups x 1 seq leave 130 SMs idle: one instruction per head
+    (8, 1, None, 2),     # 8 SMs / (2 groups x 2 KV splits): two head ranges per group and split
+    (132, 1, 1, 1),      # capped: one instruction per group (the layout before head chunks)
+    (132, 66, None, 1),  # 66 seqs x 2 groups fill 132 SMs already
+])
+def test_attention_heads_are_cut_only_onto_idle_sms(num_sms: int, batch: int, cap: int | None, want: int) -> None:
+    cfg = small_config(heads=8, kv_heads=2)  # G = 4
+    cs = _compile(cfg, "rr", num_sms, batch=batch, context=9, max_attn_head_chunks=cap)
+    attn = [i for i in cs.stream.instrs if isinstance(i, op.AttnPartial) and i.header.layer == 0]
+    per_group = {(i.seq, i.kv_group, i.split) for i in attn}
+    assert len(attn) == len(per_group) * want
+    for key in per_group:  # the ranges of one (seq, group, split) tile the group's heads exactly once
+        ranges = sorted((i.head_begin, i.head_end) for i in attn if (i.seq, i.kv_group, i.split) == key)
+        assert ranges[0][0] == 0 and ranges[-1][1] == 4 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    o_wait = next(i for i in cs.stream.instrs if isinstance(i, op.OProjResidual)).header.waits[0]
+    assert o_wait.target == cs.stream.counter_period[o_wait.counter]  # O-proj waits for every attention instruction

@@ -50,3 +50,12 @@ def test_odd_dims_and_many_splits() -> None:
     cfg = small_config(hidden=40, heads=2, kv_heads=1, head_dim=20, inter=52, vocab=99)
     w = random_weights(cfg, seed=11)
     run_pair(cfg, w, [[None]] + [[1]] * 3, prompt_lens=[45], num_sms=24, page_size=4)
+
+
+@pytest.mark.parametrize("chunks", [1, 2, None])
+def test_attention_head_chunks_with_kv_splits(chunks: int | None) -> None:
+    """Head ranges x KV splits x reduce: GQA 4, two sequences, many SMs, races checked."""
+    cfg = small_config(heads=8, kv_heads=2, head_dim=32)
+    w = random_weights(cfg, seed=5)
+    run_pair(cfg, w, [[None, None], [1, 1], [1, 1]], prompt_lens=[30, 19], num_sms=64,
+             max_attn_head_chunks=chunks, min_pages_per_split=1)
