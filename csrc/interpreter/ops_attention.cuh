@@ -26,19 +26,22 @@ __device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
   }
 }
 
-inline constexpr int KEYS_PER_STEP = 4;
+// Keys per warp per step: 8 while a lane holds at most 2 dims of a key (head_dim <= 64), else 4 (the
+// double-buffered K/V registers grow with both). 8 warps x 8 keys cover a 64-token context in one step.
+template <int DPL>
+inline constexpr int KEYS_PER_STEP = DPL <= 2 ? 8 : 4;
 inline constexpr int ATTN_TABLE_MAX = 4096;  // block-table entries cached per split (the rest read from global)
 
-// Keys first, first + NUM_CONSUMER_WARPS, ... (KEYS_PER_STEP of them) of one KV group into registers,
+// Keys first, first + NUM_CONSUMER_WARPS, ... (KEYS_PER_STEP<DPL> of them) of one KV group into registers,
 // lane-owned dims; keys at or past `end` read nothing and come back as zeros. `table` caches the
 // block-table entries from page `page_lo` on (ATTN_TABLE_MAX of them; the rest come from global).
 template <int DPL>
 __device__ __forceinline__ void load_keys(const Globals& g, const int* table, const StepArgs& sa, int s, int layer,
-                                          int grp, int page_lo, int first, int end, float (&kd)[KEYS_PER_STEP][DPL],
-                                          float (&vd)[KEYS_PER_STEP][DPL]) {
+                                          int grp, int page_lo, int first, int end, float (&kd)[KEYS_PER_STEP<DPL>][DPL],
+                                          float (&vd)[KEYS_PER_STEP<DPL>][DPL]) {
   const int ps = sa.page_size(), hd = g.head_dim, lane = tk::lane_id();
 #pragma unroll
-  for (int u = 0; u < KEYS_PER_STEP; ++u) {
+  for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
     const int j = first + u * NUM_CONSUMER_WARPS;
     if (j < end) {
       const int pi = j / ps - page_lo;
@@ -98,22 +101,22 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
       if (lane == 0) { st[hd] = -INFINITY; st[hd + 1] = 0.f; }
     }
     __syncwarp();
-    // KEYS_PER_STEP keys per warp per step; the next step's keys and values are loaded before this
+    // KEYS_PER_STEP<DPL> keys per warp per step; the next step's keys and values are loaded before this
     // step's math, so the loop pays one global round trip in total rather than one per step.
-    constexpr int STEP = KEYS_PER_STEP * NUM_CONSUMER_WARPS;
-    float kd[KEYS_PER_STEP][DPL], vd[KEYS_PER_STEP][DPL];
+    constexpr int STEP = KEYS_PER_STEP<DPL> * NUM_CONSUMER_WARPS;
+    float kd[KEYS_PER_STEP<DPL>][DPL], vd[KEYS_PER_STEP<DPL>][DPL];
     load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, key_begin + warp, kend, kd, vd);
     for (int j0 = key_begin; j0 < kend; j0 += STEP) {
-      float kn[KEYS_PER_STEP][DPL], vn[KEYS_PER_STEP][DPL];
+      float kn[KEYS_PER_STEP<DPL>][DPL], vn[KEYS_PER_STEP<DPL>][DPL];
       load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, j0 + STEP + warp, kend, kn, vn);
 #pragma unroll 1
       for (int h = 0; h < NH; ++h) {
         float* st = merge + warp * stride_w + h * stride_h;
-        float qv[DPL], sc[KEYS_PER_STEP];
+        float qv[DPL], sc[KEYS_PER_STEP<DPL>];
 #pragma unroll
         for (int d = 0; d < DPL; ++d) qv[d] = q_sh[h * hd + lane * DPL + d];
 #pragma unroll
-        for (int u = 0; u < KEYS_PER_STEP; ++u) {
+        for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
           float dot = 0.f;
 #pragma unroll
           for (int d = 0; d < DPL; ++d) dot = fmaf(qv[d], kd[u][d], dot);
@@ -122,11 +125,11 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-          for (int u = 0; u < KEYS_PER_STEP; ++u) sc[u] += __shfl_xor_sync(tk::FULL_MASK, sc[u], off);
+          for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) sc[u] += __shfl_xor_sync(tk::FULL_MASK, sc[u], off);
         const float m_old = st[hd], l_old = st[hd + 1];
         float m_new = m_old;
 #pragma unroll
-        for (int u = 0; u < KEYS_PER_STEP; ++u) {
+        for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
           sc[u] = j0 + u * NUM_CONSUMER_WARPS + warp < kend ? sc[u] * scale : -INFINITY;
           m_new = fmaxf(m_new, sc[u]);
         }
@@ -136,7 +139,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
 #pragma unroll
         for (int d = 0; d < DPL; ++d) o[d] = st[lane * DPL + d] * alpha;
 #pragma unroll
-        for (int u = 0; u < KEYS_PER_STEP; ++u) {
+        for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
           const float p = expf(sc[u] - m_new);
           l += p;
 #pragma unroll
@@ -149,7 +152,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
         __syncwarp();
       }
 #pragma unroll
-      for (int u = 0; u < KEYS_PER_STEP; ++u)
+      for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u)
 #pragma unroll
         for (int d = 0; d < DPL; ++d) { kd[u][d] = kn[u][d]; vd[u][d] = vn[u][d]; }
     }
