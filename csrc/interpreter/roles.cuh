@@ -98,6 +98,19 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
         drain_copies(g, sm, page_counter);
         return;
       }
+      // Cap on copies in flight: wait until position n - cap has landed before issuing n. Every SM's
+      // outstanding copies queue in the same memory system as the latency-bound reads of the critical
+      // path (norm inputs, residuals, KV); beyond the bandwidth-delay product they only add queueing.
+      // (n - cap + NUM_PAGES > n is not issued yet, so that position's parity is unambiguous.)
+      const int cap = g.max_inflight_pages;
+      if (cap > 0 && cap < NUM_PAGES && page_counter >= (uint32_t)cap) {
+        const uint32_t old = page_counter - cap;
+        if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old % NUM_PAGES], (old / NUM_PAGES) & 1, w,
+                                                     SITE_LOADER_PAGE_EMPTY, old))) {
+          drain_copies(g, sm, page_counter);
+          return;
+        }
+      }
       if (lane == 0) g.progress[blockIdx.x * PROGRESS_WORDS + 5] = (int)page_counter;  // exact position
       const int row0 = p * rpp;
       const int rows = min(rpp, ws.rows - row0);

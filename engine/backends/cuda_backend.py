@@ -34,6 +34,8 @@ DEFAULT_L2_BEYOND_RING_KB = 0
 # Opcodes whose weights get the loader's prefetch past the ring: gate/up is the one the loader reaches
 # while QKV, attention and O-proj (latency-bound, little streaming) run.
 DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
+# Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds).
+DEFAULT_MAX_INFLIGHT_PAGES = 0
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
@@ -44,6 +46,7 @@ class CudaBackend(Backend):
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
                  l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB,
                  l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
+                 max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES,
                  **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
@@ -64,6 +67,9 @@ class CudaBackend(Backend):
         self.l2_prefetch_bytes = l2_prefetch_kb * 1024
         self.l2_beyond_ring_bytes = l2_beyond_ring_kb * 1024
         self.l2_beyond_ring_ops = opcode_mask(l2_beyond_ring_ops)
+        if max_inflight_pages < 0:
+            raise ValueError(f"max_inflight_pages must be >= 0, got {max_inflight_pages}")
+        self.max_inflight_pages = max_inflight_pages
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -81,7 +87,8 @@ class CudaBackend(Backend):
 
     def launch_fields(self, ds: DeviceStream) -> KernelFields:
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
-                         self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops)
+                         self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops,
+                         self.max_inflight_pages)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None

@@ -88,7 +88,7 @@ class DeviceStream:
 
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
                dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int,
-               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int) -> KernelFields:
+               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int = 0) -> KernelFields:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:
@@ -107,7 +107,7 @@ class DeviceStream:
                      kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
                      l2_prefetch_bytes=int(l2_prefetch_bytes), l2_beyond_ring_bytes=int(l2_beyond_ring_bytes),
-                     l2_beyond_ring_ops=int(l2_beyond_ring_ops),
+                     l2_beyond_ring_ops=int(l2_beyond_ring_ops), max_inflight_pages=int(max_inflight_pages),
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)
