@@ -13,9 +13,16 @@ inline constexpr int LOADER_WARP = NUM_CONSUMER_WARPS + 1;      // streams weigh
 inline constexpr int BLOCK_THREADS = (NUM_CONSUMER_WARPS + 2) * 32;
 
 inline constexpr int PAGE_BYTES = 16384;  // one weight page; a weight row must fit in one page
-inline constexpr int NUM_PAGES = 9;       // the weight ring, shared by consecutive instructions
 inline constexpr int NUM_SLOTS = 4;       // instructions fetched ahead
-inline constexpr int X_FLOATS = 16384;    // activations of the current instruction (fp32)
+// The weight ring (shared by consecutive instructions) and the activations of the current instruction
+// (fp32 x) share one pool: the ring takes Globals::ring_pages pages from its front, x the rest. With
+// MIN_RING_PAGES x has X_FLOATS (8 tokens of a 2048-wide model); a stream whose inputs are narrower
+// (batch-1 decode needs a few thousand floats) gives the difference to the ring: more weight bytes
+// buffered while the latency-bound ops run. The host picks ring_pages per stream (engine/cuda/limits.py).
+inline constexpr int MIN_RING_PAGES = 9;
+inline constexpr int MAX_RING_PAGES = 12;
+inline constexpr int X_FLOATS = 16384;    // x at MIN_RING_PAGES
+inline constexpr int POOL_BYTES = MIN_RING_PAGES * PAGE_BYTES + X_FLOATS * 4;
 inline constexpr int OUT_FLOATS = 4096;   // matvec results of the current instruction (fp32)
 inline constexpr int SCRATCH_FLOATS = 128;
 inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one matvec handles at once
@@ -24,18 +31,20 @@ inline constexpr int MAX_GQA = 8;
 inline constexpr int CONSUMER_BARRIER = 1;  // named barrier id for the consumer warps
 
 struct SharedPlan {
-  static constexpr int pages = 0;
-  static constexpr int x = pages + NUM_PAGES * PAGE_BYTES;
-  static constexpr int out = x + X_FLOATS * 4;
+  static constexpr int pages = 0;  // ring pages, then x (runtime split: x_floats())
+  static constexpr int out = pages + POOL_BYTES;
   static constexpr int scratch = out + OUT_FLOATS * 4;
   static constexpr int slots = scratch + SCRATCH_FLOATS * 4;
   static constexpr int ring_issued = slots + NUM_SLOTS * 32 * 4;  // one u32, padded to 16 bytes
   static constexpr int barriers = ring_issued + 16;
   // full/empty per page, full/free per slot
-  static constexpr int total = barriers + (2 * NUM_PAGES + 2 * NUM_SLOTS) * 8;
+  static constexpr int total = barriers + (2 * MAX_RING_PAGES + 2 * NUM_SLOTS) * 8;
 };
+// Floats of x when the ring has `ring_pages` pages (the host never picks a ring that leaves x too small).
+__host__ __device__ constexpr int x_floats(int ring_pages) { return (POOL_BYTES - ring_pages * PAGE_BYTES) / 4; }
+static_assert(x_floats(MIN_RING_PAGES) == X_FLOATS && x_floats(MAX_RING_PAGES) > 0, "pool split");
 static_assert(SharedPlan::total <= 227 * 1024, "shared-memory plan exceeds the 227 KiB per block");
-static_assert(SharedPlan::x % 1024 == 0 && SharedPlan::barriers % 8 == 0, "alignment");
+static_assert(PAGE_BYTES % 1024 == 0 && SharedPlan::barriers % 8 == 0, "alignment");
 static_assert(PAGE_BYTES % 16 == 0, "bulk copies move 16-byte multiples");
 
 }  // namespace mk::vm

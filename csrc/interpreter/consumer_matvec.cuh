@@ -155,9 +155,9 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
   for (int p = 0; p < n_pages; ++p) {
     const uint32_t n = cur.pages + p;
     if (p % NUM_CONSUMER_WARPS != warp) continue;
-    const int ring = n % NUM_PAGES;
+    const int ring = n % sm.ring_pages;
     if (ok) ok = wait_page_issued(g, sm, n, instr);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / NUM_PAGES) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / sm.ring_pages) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
     if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);

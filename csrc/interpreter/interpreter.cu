@@ -18,9 +18,9 @@ namespace mk::vm {
 template <bool TIMING>
 __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_constant__ Globals g) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  const Shared sm = Shared::carve(smem);
+  const Shared sm = Shared::carve(smem, g.ring_pages);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < NUM_PAGES; ++i) {
+    for (int i = 0; i < sm.ring_pages; ++i) {
       tk::init_semaphore(sm.page_full[i], 1);   // the loader's arrive.expect_tx (+ TMA bytes)
       tk::init_semaphore(sm.page_empty[i], 1);  // the consumer warp that read the page
     }
@@ -86,7 +86,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
-  MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages);
+  MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
 #undef MK_INT
   const auto header = scalar_field<std::vector<int>>(d, "sa_header");
   if (header.size() != static_cast<size_t>(mk::vm::SA_HEADER_WORDS))
@@ -99,6 +99,8 @@ Globals globals_from_dict(const py::dict& d) {
 
 void launch(const py::dict& fields, int grid, uintptr_t stream) {
   const Globals g = globals_from_dict(fields);
+  if (g.ring_pages < mk::vm::MIN_RING_PAGES || g.ring_pages > mk::vm::MAX_RING_PAGES)
+    throw std::invalid_argument("megakernel launch: 'ring_pages' must be in [MIN_RING_PAGES, MAX_RING_PAGES]");
   const size_t smem = mk::vm::SharedPlan::total;
   auto* kernel = g.timing ? &mk::vm::megakernel<true> : &mk::vm::megakernel<false>;
   MK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -126,7 +128,8 @@ PYBIND11_MODULE(mk_interpreter, m) {
         "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
   m.attr("FORMAT_VERSION") = mk::vm::FORMAT_VERSION;
   m.attr("PAGE_BYTES") = mk::vm::PAGE_BYTES;
-  m.attr("NUM_PAGES") = mk::vm::NUM_PAGES;
+  m.attr("MIN_RING_PAGES") = mk::vm::MIN_RING_PAGES;
+  m.attr("MAX_RING_PAGES") = mk::vm::MAX_RING_PAGES;
   m.attr("X_FLOATS") = mk::vm::X_FLOATS;
   m.attr("OUT_FLOATS") = mk::vm::OUT_FLOATS;
   m.attr("MAX_TOKENS_PER_MATVEC") = mk::vm::MAX_TOKENS_PER_MATVEC;

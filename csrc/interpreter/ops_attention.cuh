@@ -34,9 +34,9 @@ inline constexpr int ATTN_TABLE_MAX = 4096;  // block-table entries cached per s
 
 // Keys first, first + NUM_CONSUMER_WARPS, ... (KEYS_PER_STEP<DPL> of them) of one KV group into registers,
 // lane-owned dims; keys at or past `end` read nothing and come back as zeros. `table` caches the
-// block-table entries from page `page_lo` on (ATTN_TABLE_MAX of them; the rest come from global).
+// block-table entries from page `page_lo` on (table_cap of them; the rest come from global).
 template <int DPL>
-__device__ __forceinline__ void load_keys(const Globals& g, const int* table, const StepArgs& sa, int s, int layer,
+__device__ __forceinline__ void load_keys(const Globals& g, const int* table, int table_cap, const StepArgs& sa, int s, int layer,
                                           int grp, int page_lo, int first, int end, float (&kd)[KEYS_PER_STEP<DPL>][DPL],
                                           float (&vd)[KEYS_PER_STEP<DPL>][DPL]) {
   const int ps = sa.page_size(), hd = g.head_dim, lane = tk::lane_id();
@@ -45,7 +45,7 @@ __device__ __forceinline__ void load_keys(const Globals& g, const int* table, co
     const int j = first + u * NUM_CONSUMER_WARPS;
     if (j < end) {
       const int pi = j / ps - page_lo;
-      const int page = pi < ATTN_TABLE_MAX ? table[pi] : sa.block(s, j / ps);
+      const int page = pi < table_cap ? table[pi] : sa.block(s, j / ps);
       const long long row = ((((long long)layer * g.kv_num_pages + page) * g.n_kv + grp) * ps + j % ps) * hd;
       load_head_dims<DPL>(g.k_cache + row + lane * DPL, kd[u]);
       load_head_dims<DPL>(g.v_cache + row + lane * DPL, vd[u]);
@@ -55,9 +55,14 @@ __device__ __forceinline__ void load_keys(const Globals& g, const int* table, co
     }
   }
 }
-inline constexpr int ATTN_MERGE_FLOATS = NUM_CONSUMER_WARPS * MAX_GQA * (128 + 2);
-static_assert(ATTN_MERGE_FLOATS + MAX_GQA * 128 + ATTN_TABLE_MAX <= X_FLOATS,
-              "attention scratch must fit in shared x");
+// Shared x during attention: merge [warp][head][hd + 2] (o, m, l), the queries [head][hd], then as many
+// block-table entries as fit (at most ATTN_TABLE_MAX; the rest are read from global). The host checks
+// attn_scratch_floats(NH, hd) + 1 <= x (engine/cuda/limits.py).
+__host__ __device__ constexpr int attn_scratch_floats(int heads, int hd) {
+  return NUM_CONSUMER_WARPS * heads * (hd + 2) + heads * hd;
+}
+static_assert(attn_scratch_floats(MAX_GQA, 128) + ATTN_TABLE_MAX <= X_FLOATS,
+              "attention scratch of a full group must fit in x at the smallest ring");
 
 // ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
 template <int DPL>
@@ -75,13 +80,14 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const float scale = 1.0f / sqrtf((float)hd);
+  const int stride_h = hd + 2, stride_w = NH * stride_h;
   float* merge = sm.x;  // [warp][h][hd + 2]: o[hd], m, l
-  float* q_sh = sm.x + ATTN_MERGE_FLOATS;  // [h][hd]: this token's queries (shared: saves registers)
-  const int stride_h = hd + 2, stride_w = MAX_GQA * stride_h;
+  float* q_sh = sm.x + NUM_CONSUMER_WARPS * stride_w;  // [h][hd]: this token's queries (shared: saves registers)
   // This split's block-table entries, read once into shared memory together with the queries (below),
   // so no key load waits behind a block-table load.
-  int* table = reinterpret_cast<int*>(q_sh + MAX_GQA * 128);
-  const int page_lo = key_begin / ps, n_table = min(ATTN_TABLE_MAX, (key_end + ps - 1) / ps - page_lo);
+  int* table = reinterpret_cast<int*>(q_sh + NH * hd);
+  const int table_cap = min(ATTN_TABLE_MAX, sm.x_floats - attn_scratch_floats(NH, hd));
+  const int page_lo = key_begin / ps, n_table = min(table_cap, (key_end + ps - 1) / ps - page_lo);
   for (int i = threadIdx.x; i < n_table; i += CONSUMER_THREADS) table[i] = sa.block(s, page_lo + i);
   for (int t = q_first; t < q_last; ++t) {
     const int position = sa.position(t);
@@ -105,10 +111,10 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
     // step's math, so the loop pays one global round trip in total rather than one per step.
     constexpr int STEP = KEYS_PER_STEP<DPL> * NUM_CONSUMER_WARPS;
     float kd[KEYS_PER_STEP<DPL>][DPL], vd[KEYS_PER_STEP<DPL>][DPL];
-    load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, key_begin + warp, kend, kd, vd);
+    load_keys<DPL>(g, table, table_cap, sa, s, layer, grp, page_lo, key_begin + warp, kend, kd, vd);
     for (int j0 = key_begin; j0 < kend; j0 += STEP) {
       float kn[KEYS_PER_STEP<DPL>][DPL], vn[KEYS_PER_STEP<DPL>][DPL];
-      load_keys<DPL>(g, table, sa, s, layer, grp, page_lo, j0 + STEP + warp, kend, kn, vn);
+      load_keys<DPL>(g, table, table_cap, sa, s, layer, grp, page_lo, j0 + STEP + warp, kend, kn, vn);
 #pragma unroll 1
       for (int h = 0; h < NH; ++h) {
         float* st = merge + warp * stride_w + h * stride_h;

@@ -55,15 +55,15 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
 inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::evict_first;
 
 // Before the loader exits (end of the queue or an abort) wait until every copy it issued has landed,
-// i.e. the page_full phase of its last min(NUM_PAGES, loaded) positions completed: a block must never
+// i.e. the page_full phase of its last min(R, loaded) positions completed (R = ring pages): a block must never
 // exit while a bulk copy still targets its shared memory and barriers. This ignores the abort flag on
-// purpose and is bounded by the watchdog time. (Position n + NUM_PAGES was never issued, so the parity
+// purpose and is bounded by the watchdog time. (Position n + R was never issued, so the parity
 // of position n is unambiguous.)
 __device__ __forceinline__ void drain_copies(const Globals& g, const Shared& sm, uint32_t loaded) {
-  const uint32_t first = loaded > NUM_PAGES ? loaded - NUM_PAGES : 0;
+  const uint32_t R = sm.ring_pages, first = loaded > R ? loaded - R : 0;
   const uint64_t start = tk::globaltimer();
   for (uint32_t n = first; n < loaded; ++n)
-    while (!tk::try_wait(sm.page_full[n % NUM_PAGES], (n / NUM_PAGES) & 1))
+    while (!tk::try_wait(sm.page_full[n % R], (n / R) & 1))
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) return;
 }
 
@@ -88,11 +88,12 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
     const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
-    if (n_pages > NUM_PAGES && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
-      prefetch_rows_l2(ws, NUM_PAGES * rpp, g.l2_beyond_ring_bytes);
+    const uint32_t R = sm.ring_pages;
+    if (n_pages > (int)R && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
+      prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes);
     for (int p = 0; p < n_pages; ++p, ++page_counter) {
-      const int ring = page_counter % NUM_PAGES;
-      const uint32_t round = page_counter / NUM_PAGES;
+      const int ring = page_counter % R;
+      const uint32_t round = page_counter / R;
       if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w,
                                                    SITE_LOADER_PAGE_EMPTY, page_counter))) {
         drain_copies(g, sm, page_counter);
@@ -101,11 +102,11 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       // Cap on copies in flight: wait until position n - cap has landed before issuing n. Every SM's
       // outstanding copies queue in the same memory system as the latency-bound reads of the critical
       // path (norm inputs, residuals, KV); beyond the bandwidth-delay product they only add queueing.
-      // (n - cap + NUM_PAGES > n is not issued yet, so that position's parity is unambiguous.)
+      // (n - cap + R > n is not issued yet, so that position's parity is unambiguous.)
       const int cap = g.max_inflight_pages;
-      if (cap > 0 && cap < NUM_PAGES && page_counter >= (uint32_t)cap) {
+      if (cap > 0 && cap < (int)R && page_counter >= (uint32_t)cap) {
         const uint32_t old = page_counter - cap;
-        if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old % NUM_PAGES], (old / NUM_PAGES) & 1, w,
+        if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old % R], (old / R) & 1, w,
                                                      SITE_LOADER_PAGE_EMPTY, old))) {
           drain_copies(g, sm, page_counter);
           return;

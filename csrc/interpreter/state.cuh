@@ -21,20 +21,24 @@ struct Shared {
   tk::semaphore* page_empty;
   tk::semaphore* slot_full;
   tk::semaphore* slot_free;
+  int ring_pages;  // pages in the weight ring (Globals::ring_pages)
+  int x_floats;    // floats of x (the rest of the pool)
 
-  __device__ static Shared carve(uint8_t* base) {
+  __device__ static Shared carve(uint8_t* base, int ring_pages) {
     Shared s;
+    s.ring_pages = ring_pages;
+    s.x_floats = mk::vm::x_floats(ring_pages);
     s.pages = base + SharedPlan::pages;
-    s.x = reinterpret_cast<float*>(base + SharedPlan::x);
+    s.x = reinterpret_cast<float*>(base + SharedPlan::pages + ring_pages * PAGE_BYTES);
     s.out = reinterpret_cast<float*>(base + SharedPlan::out);
     s.scratch = reinterpret_cast<float*>(base + SharedPlan::scratch);
     s.slots = reinterpret_cast<int*>(base + SharedPlan::slots);
     s.ring_issued = reinterpret_cast<uint32_t*>(base + SharedPlan::ring_issued);
     auto* bars = reinterpret_cast<tk::semaphore*>(base + SharedPlan::barriers);
     s.page_full = bars;
-    s.page_empty = bars + NUM_PAGES;
-    s.slot_full = bars + 2 * NUM_PAGES;
-    s.slot_free = bars + 2 * NUM_PAGES + NUM_SLOTS;
+    s.page_empty = bars + MAX_RING_PAGES;
+    s.slot_full = bars + 2 * MAX_RING_PAGES;
+    s.slot_free = bars + 2 * MAX_RING_PAGES + NUM_SLOTS;
     return s;
   }
   __device__ uint8_t* page(int i) const { return pages + i * PAGE_BYTES; }
@@ -152,8 +156,8 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
 
 // A parity wait only tells "the phase of this parity completed" apart from "the one before it".
 // Consumer warps take the pages of an instruction round-robin and drift apart, so a fast warp can
-// reach ring position n while position n - NUM_PAGES has not even been issued (a slow warp still holds
-// n - 2 * NUM_PAGES): its parity wait on n would then pass at once, on the wrong page, and the extra
+// reach ring position n while position n - R has not even been issued (R = ring pages; a slow warp still
+// holds n - 2R): its parity wait on n would then pass at once, on the wrong page, and the extra
 // page_empty arrival would desynchronise the ring for good (the LM-head stall of docs/BENCHMARKS.md).
 // Waiting first until the loader has armed position n makes the parity wait unambiguous.
 __device__ __forceinline__ bool wait_page_issued(const Globals& g, const Shared& sm, uint32_t position,

@@ -100,12 +100,13 @@ class CudaBackend(Backend):
                 continue
             if cs.backend_state is None:
                 try:
-                    self.limits.check_stream(cs.words, batch.num_tokens, batch.num_seqs)
+                    ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims)
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False
                     continue
-                cs.backend_state = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS)
+                cs.backend_state = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS,
+                                                       ring_pages)
             return cs
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))

@@ -38,6 +38,7 @@ class DeviceStream:
     dynamic: bool
     err_words: int
     max_period: int
+    ring_pages: int  # weight-ring pages this stream runs with (engine/cuda/limits.py fit_stream)
     epoch: int = 0
     timing: torch.Tensor | None = None
     progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
@@ -45,7 +46,8 @@ class DeviceStream:
     extra: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
-    def create(cs: CompiledStream, dims: ModelDims, device: torch.device, err_words: int) -> DeviceStream:
+    def create(cs: CompiledStream, dims: ModelDims, device: torch.device, err_words: int,
+               ring_pages: int) -> DeviceStream:
         stream = cs.stream
         period = torch.as_tensor(stream.counter_period, dtype=torch.int32)
         acts: dict[str, torch.Tensor] = {}
@@ -65,7 +67,8 @@ class DeviceStream:
             step_args=cs.step_args.to(device), acts=acts,
             status=torch.zeros(err_words + cs.shape.num_seqs, dtype=torch.int32, device=device),
             grid=cs.schedule.num_sms, queue_len=int(tensor.shape[0] if dynamic else tensor.shape[1]),
-            dynamic=dynamic, err_words=err_words, max_period=int(period.max().item()) if len(period) else 1)
+            dynamic=dynamic, err_words=err_words, max_period=int(period.max().item()) if len(period) else 1,
+            ring_pages=ring_pages)
 
     @property
     def out_tokens(self) -> torch.Tensor:
@@ -108,6 +111,7 @@ class DeviceStream:
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
                      l2_prefetch_bytes=int(l2_prefetch_bytes), l2_beyond_ring_bytes=int(l2_beyond_ring_bytes),
                      l2_beyond_ring_ops=int(l2_beyond_ring_ops), max_inflight_pages=int(max_inflight_pages),
+                     ring_pages=self.ring_pages,
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)

@@ -18,15 +18,27 @@ class UnsupportedOnGPU(ValueError):
 @dataclass(frozen=True)
 class InterpreterLimits:
     page_bytes: int
-    x_floats: int
+    x_floats: int  # activation floats at the smallest ring (min_ring_pages)
     out_floats: int
     max_tokens_per_matvec: int
     max_gqa: int
+    min_ring_pages: int
+    max_ring_pages: int
+    consumer_warps: int
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
         return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
-                                 module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA)
+                                 module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
+                                 module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS)
+
+    def x_floats_at(self, ring_pages: int) -> int:
+        """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
+        return self.x_floats - (ring_pages - self.min_ring_pages) * self.page_bytes // 4
+
+    def attn_scratch_floats(self, heads: int, head_dim: int) -> int:
+        """Shared x an ATTN_PARTIAL of `heads` heads needs besides its block-table cache (ops_attention.cuh)."""
+        return self.consumer_warps * heads * (head_dim + 2) + heads * head_dim
 
     def check_model(self, d: ModelDims) -> None:
         if d.head_dim not in (32, 64, 128):
@@ -50,16 +62,24 @@ class InterpreterLimits:
         widest = max(d.hidden, d.q_cols, slice_width)
         return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))
 
-    def check_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int) -> None:
-        """Every weight-streaming instruction's rows fit the out buffer and its K fits a page."""
+    def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims) -> int:
+        """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
+        page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
+        the widest input (batch-1 decode needs a few thousand floats, so its ring grows)."""
+        x_need = 1
         for w in words:
             code = int(w[0])
             a = w[3:]
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
-            if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.O_PROJ_RESIDUAL, op.Opcode.LM_HEAD):
-                rows, k = int(a[1] - a[0]), None
+            if code == op.Opcode.ATTN_PARTIAL:
+                x_need = max(x_need, self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1)
+                continue
+            if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD):
+                rows, k = int(a[1] - a[0]), d.hidden
+            elif code == op.Opcode.O_PROJ_RESIDUAL:
+                rows, k = int(a[1] - a[0]), d.q_cols
             elif code == op.Opcode.RMS_GATE_UP_SILU:
-                rows, k = 2 * int(a[1] - a[0]), None
+                rows, k = 2 * int(a[1] - a[0]), d.hidden
             elif code == op.Opcode.DOWN_RESIDUAL:
                 rows, k = int(a[1] - a[0]), int(a[3] - a[2])
                 if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or nx * k > self.x_floats:
@@ -67,6 +87,12 @@ class InterpreterLimits:
                                            f"(8-aligned, <= {self.page_bytes // 2} wide, tokens*K <= {self.x_floats})")
             else:
                 continue
+            x_need = max(x_need, nx * k)
             if nx * rows > self.out_floats:
                 raise UnsupportedOnGPU(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens exceeds the "
                                        f"out buffer ({self.out_floats} floats)")
+        if x_need > self.x_floats:
+            raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
+                                   f"({self.x_floats} floats)")
+        spare_pages = (self.x_floats - x_need) * 4 // self.page_bytes
+        return min(self.max_ring_pages, self.min_ring_pages + spare_pages)

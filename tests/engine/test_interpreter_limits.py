@@ -1,0 +1,58 @@
+"""The host's fit check and ring sizing (engine/cuda/limits.py) against the kernel's shared-memory plan
+(csrc/interpreter/config.cuh, parsed here, so the test follows the kernel's constants)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from engine.cuda.limits import InterpreterLimits, UnsupportedOnGPU
+from engine.instructions.layout import ModelDims
+from engine.profiling import decode_batch
+from engine.scheduler.step_builder_cache import BuildParams, compile_stream
+from models.llama.presets import preset_config
+from models.llama.step_batch import StepBatch
+
+CONFIG = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "config.cuh"
+
+
+def _limits() -> InterpreterLimits:
+    c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", CONFIG.read_text())}
+    return InterpreterLimits(c["PAGE_BYTES"], c["X_FLOATS"], c["OUT_FLOATS"], c["MAX_TOKENS_PER_MATVEC"],
+                             c["MAX_GQA"], c["MIN_RING_PAGES"], c["MAX_RING_PAGES"], c["NUM_CONSUMER_WARPS"])
+
+
+def _fit(preset: str, batch: StepBatch) -> tuple[int, InterpreterLimits]:
+    d = ModelDims.from_config(preset_config(preset))
+    cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8))
+    lim = _limits()
+    return lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d), lim
+
+
+def test_batch1_decode_gets_the_largest_ring_and_its_inputs_still_fit() -> None:
+    ring, lim = _fit("llama-3.2-1b", decode_batch(1, 33, 16))
+    assert ring == lim.max_ring_pages > lim.min_ring_pages
+    assert lim.x_floats_at(ring) >= 2048  # hidden, the attention output and a 2048-wide down slice
+
+
+def test_a_full_token_budget_keeps_the_smallest_ring() -> None:
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    lim = _limits()
+    t = lim.max_tokens(d)
+    ring, _ = _fit("llama-3.2-1b", StepBatch.build([list(range(1, t + 1))], [0], [list(range(4))], page_size=16))
+    assert ring == lim.min_ring_pages and t * d.hidden <= lim.x_floats_at(ring)
+
+
+@pytest.mark.parametrize("ring", [9, 10, 11, 12])
+def test_x_shrinks_by_one_page_per_ring_page(ring: int) -> None:
+    lim = _limits()
+    assert lim.x_floats_at(ring) == lim.x_floats - (ring - lim.min_ring_pages) * lim.page_bytes // 4 > 0
+
+
+def test_inputs_wider_than_x_are_a_clear_error() -> None:
+    d = ModelDims.from_config(preset_config("llama-3.1-8b"))
+    batch = StepBatch.build([list(range(1, 9))], [0], [list(range(4))], page_size=16)  # 8 x 4096 > x
+    cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt"))
+    with pytest.raises(UnsupportedOnGPU, match="activation buffer"):
+        _limits().fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d)
