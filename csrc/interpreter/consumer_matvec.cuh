@@ -152,12 +152,15 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const int n_pages = ws.num_pages(), rpp = ws.rows_per_page(), row_bytes = ws.row_elems * 2;
   bool ok = true;
-  for (int p = 0; p < n_pages; ++p) {
+  // This warp's pages are p = warp, warp + 8, ...; their ring slot and round advance without a division
+  // per page (the ring size is a run-time value; R > NUM_CONSUMER_WARPS, so a step wraps at most once).
+  const uint32_t R = sm.ring_pages, first = cur.pages + warp;
+  uint32_t ring = first % R, round = first / R;
+  static_assert(MIN_RING_PAGES > NUM_CONSUMER_WARPS, "a warp's step must wrap the ring at most once");
+  for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
     const uint32_t n = cur.pages + p;
-    if (p % NUM_CONSUMER_WARPS != warp) continue;
-    const int ring = n % sm.ring_pages;
     if (ok) ok = wait_page_issued(g, sm, n, instr);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], (n / sm.ring_pages) & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
     if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);
@@ -174,6 +177,11 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
     __syncwarp();
     if (lane == 0) tk::arrive(sm.page_empty[ring]);
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_DONE);
+    ring += NUM_CONSUMER_WARPS;
+    if (ring >= R) {
+      ring -= R;
+      ++round;
+    }
   }
   cur.pages += n_pages;
   const bool all_ok = consumer_all(ok);  // also the barrier before the epilogue reads shared `out`

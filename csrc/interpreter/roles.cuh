@@ -69,7 +69,9 @@ __device__ __forceinline__ void drain_copies(const Globals& g, const Shared& sm,
 
 __device__ void run_loader(const Globals& g, const Shared& sm) {
   const int lane = tk::lane_id();
-  uint32_t page_counter = 0;  // pages loaded since launch: ring slot and phase derive from it
+  uint32_t page_counter = 0;  // pages loaded since launch
+  const uint32_t R = sm.ring_pages;
+  uint32_t ring = 0, round = 0;  // page_counter % R and / R, advanced without a division per page
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
     if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr,
@@ -88,12 +90,9 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
     const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
-    const uint32_t R = sm.ring_pages;
     if (n_pages > (int)R && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
       prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes);
-    for (int p = 0; p < n_pages; ++p, ++page_counter) {
-      const int ring = page_counter % R;
-      const uint32_t round = page_counter / R;
+    for (int p = 0; p < n_pages; ++p) {
       if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w,
                                                    SITE_LOADER_PAGE_EMPTY, page_counter))) {
         drain_copies(g, sm, page_counter);
@@ -105,8 +104,9 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       // (n - cap + R > n is not issued yet, so that position's parity is unambiguous.)
       const int cap = g.max_inflight_pages;
       if (cap > 0 && cap < (int)R && page_counter >= (uint32_t)cap) {
-        const uint32_t old = page_counter - cap;
-        if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old % R], (old / R) & 1, w,
+        const uint32_t old = page_counter - cap, old_ring = ring >= (uint32_t)cap ? ring - cap : ring + R - cap;
+        const uint32_t old_round = ring >= (uint32_t)cap ? round : round - 1;
+        if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old_ring], old_round & 1, w,
                                                      SITE_LOADER_PAGE_EMPTY, old))) {
           drain_copies(g, sm, page_counter);
           return;
@@ -134,6 +134,11 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       }
       __syncwarp();
       if (p == n_pages - 1 && lane == 0) timing_mark(g, w, MARK_LOADER);
+      ++page_counter;
+      if (++ring == R) {
+        ring = 0;
+        ++round;
+      }
     }
     if (lane == 0) tk::arrive(sm.slot_free[slot]);
   }

@@ -48,7 +48,7 @@ class CudaBackend(Backend):
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
                  l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB,
                  l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
-                 max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES,
+                 max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES, max_ring_pages: int | None = None,
                  **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
@@ -72,6 +72,7 @@ class CudaBackend(Backend):
         if max_inflight_pages < 0:
             raise ValueError(f"max_inflight_pages must be >= 0, got {max_inflight_pages}")
         self.max_inflight_pages = max_inflight_pages
+        self.max_ring_pages = max_ring_pages  # None: as many as each stream's inputs leave room for
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -101,6 +102,8 @@ class CudaBackend(Backend):
             if cs.backend_state is None:
                 try:
                     ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims)
+                    if self.max_ring_pages is not None:
+                        ring_pages = max(self.limits.min_ring_pages, min(ring_pages, self.max_ring_pages))
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False

@@ -75,6 +75,8 @@ def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: li
         knobs["l2_beyond_ring_ops"] = tuple(n for n in os.environ["MEGAKERNEL_L2_BEYOND_RING_OPS"].split(",") if n)
     if "MEGAKERNEL_MAX_INFLIGHT_PAGES" in os.environ:
         knobs["max_inflight_pages"] = int(os.environ["MEGAKERNEL_MAX_INFLIGHT_PAGES"])
+    if "MEGAKERNEL_MAX_RING_PAGES" in os.environ:
+        knobs["max_ring_pages"] = int(os.environ["MEGAKERNEL_MAX_RING_PAGES"])
     if "MEGAKERNEL_ATTN_HEAD_CHUNKS" in os.environ:
         knobs["max_attn_head_chunks"] = int(os.environ["MEGAKERNEL_ATTN_HEAD_CHUNKS"])
     if "MEGAKERNEL_ATTN_SPLITS" in os.environ:
