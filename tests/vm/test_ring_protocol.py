@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-PAGES = 9  # config.cuh NUM_PAGES
+PAGES = 9  # config.cuh MIN_RING_PAGES (the smallest ring a stream runs with)
 WARPS = 8  # config.cuh NUM_CONSUMER_WARPS
 
 
