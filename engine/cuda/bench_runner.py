@@ -13,9 +13,10 @@ from typing import Sequence
 import torch
 
 from engine.backends import has_sm90_gpu
-from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
+from engine.backends.cuda_backend import CudaBackend
 from engine.bench.engines import register_engine_runner
 from engine.cuda.device_stream import DeviceStream, launch
+from engine.cuda.knobs import backend_knobs
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
@@ -63,26 +64,9 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
 
 def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                       new_tokens: int) -> tuple[Sequence[int], float]:
-    # Tuning knobs for experiments (defaults are the engine's): schedule policy, instructions per op
-    # (`waves` x SMs), the controller's L2 prefetch per instruction and the cap on split-KV attention partials.
-    policy = os.environ.get("MEGAKERNEL_POLICY", DEFAULT_POLICY)
-    knobs: dict[str, object] = {"waves": float(os.environ.get("MEGAKERNEL_WAVES", "1"))}
-    if "MEGAKERNEL_L2_PREFETCH_KB" in os.environ:
-        knobs["l2_prefetch_kb"] = int(os.environ["MEGAKERNEL_L2_PREFETCH_KB"])
-    if "MEGAKERNEL_L2_BEYOND_RING_KB" in os.environ:
-        knobs["l2_beyond_ring_kb"] = int(os.environ["MEGAKERNEL_L2_BEYOND_RING_KB"])
-    if "MEGAKERNEL_L2_BEYOND_RING_OPS" in os.environ:  # comma-separated opcode names
-        knobs["l2_beyond_ring_ops"] = tuple(n for n in os.environ["MEGAKERNEL_L2_BEYOND_RING_OPS"].split(",") if n)
-    if "MEGAKERNEL_MAX_INFLIGHT_PAGES" in os.environ:
-        knobs["max_inflight_pages"] = int(os.environ["MEGAKERNEL_MAX_INFLIGHT_PAGES"])
-    if "MEGAKERNEL_MAX_RING_PAGES" in os.environ:
-        knobs["max_ring_pages"] = int(os.environ["MEGAKERNEL_MAX_RING_PAGES"])
-    if "MEGAKERNEL_ATTN_HEAD_CHUNKS" in os.environ:
-        knobs["max_attn_head_chunks"] = int(os.environ["MEGAKERNEL_ATTN_HEAD_CHUNKS"])
-    if "MEGAKERNEL_ATTN_SPLITS" in os.environ:
-        knobs["max_attn_splits"] = int(os.environ["MEGAKERNEL_ATTN_SPLITS"])
+    knobs = backend_knobs(os.environ)  # experiment knobs (engine/cuda/knobs.py); defaults are the engine's
     pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
-    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, policy=policy, **knobs)
+    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, **knobs)  # type: ignore[arg-type]
     return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 

@@ -7,12 +7,14 @@ signal), plus the SM id, then sub-phase marks (csrc/interpreter/marks.cuh, profi
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 import torch
 
 from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
 from engine.bench.model_source import load_bench_weights
+from engine.cuda.knobs import backend_knobs
 from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
 from models.llama.step_batch import StepBatch
 from profiler.record import MetaValue, ProfileRecord, concat_records
@@ -38,9 +40,12 @@ def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
                                        torch.bfloat16, dev)
     page = int(getattr(args, "page_size", None) or 16)
     batch, prompt_len, steps = int(args.batch), int(args.prompt_len), int(args.steps)
-    policy = getattr(args, "policy", None) or DEFAULT_POLICY
+    knobs = backend_knobs(os.environ)  # the bench's experiment knobs apply here too (engine/cuda/knobs.py)
+    env_policy = str(knobs.pop("policy", DEFAULT_POLICY))
+    policy = getattr(args, "policy", None) or env_policy
     per_seq = -(-(prompt_len + steps + 1) // page)
-    backend = CudaBackend(weights, num_pages=per_seq * batch, page_size=page, policy=policy)
+    backend = CudaBackend(weights, num_pages=per_seq * batch, page_size=page, policy=policy,
+                          **knobs)  # type: ignore[arg-type]
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, weights.config.vocab_size, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
@@ -55,6 +60,7 @@ def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
         if backend.timing:
             meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
                                           "steps": steps, "step": step, "policy": policy, "num_sms": backend.num_sms,
+                                          "knobs": ",".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "defaults",
                                           "gpu": torch.cuda.get_device_name()}
             records.append(record_from_timing(backend, meta))
     return concat_records(records)

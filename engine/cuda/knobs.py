@@ -1,0 +1,38 @@
+"""Experiment knobs of the cuda backend read from the environment, for `megakernel bench` and
+`megakernel profile` alike (so a profile shows the configuration a bench measured). Defaults are the
+engine's; docs/BENCHMARKS.md records what each knob measured."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+
+def _ops(text: str) -> tuple[str, ...]:
+    return tuple(n for n in text.split(",") if n)
+
+
+# env var -> (CudaBackend keyword, parser)
+KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "MEGAKERNEL_WAVES": ("waves", float),  # instructions per op ≈ waves x SMs
+    "MEGAKERNEL_L2_PREFETCH_KB": ("l2_prefetch_kb", int),  # controller: first KB of each instruction
+    "MEGAKERNEL_L2_BEYOND_RING_KB": ("l2_beyond_ring_kb", int),  # loader: KB past the ring
+    "MEGAKERNEL_L2_BEYOND_RING_OPS": ("l2_beyond_ring_ops", _ops),  # comma-separated opcode names
+    "MEGAKERNEL_MAX_INFLIGHT_PAGES": ("max_inflight_pages", int),  # 0: the whole ring
+    "MEGAKERNEL_MAX_RING_PAGES": ("max_ring_pages", int),
+    "MEGAKERNEL_ATTN_HEAD_CHUNKS": ("max_attn_head_chunks", int),
+    "MEGAKERNEL_ATTN_SPLITS": ("max_attn_splits", int),
+}
+
+
+def backend_knobs(environ: Mapping[str, str]) -> dict[str, object]:
+    """CudaBackend keywords for the knobs set in `environ` (MEGAKERNEL_POLICY is the `policy` argument);
+    a malformed value is an error naming the variable."""
+    out: dict[str, object] = {}
+    if "MEGAKERNEL_POLICY" in environ:
+        out["policy"] = environ["MEGAKERNEL_POLICY"]
+    for var, (name, parse) in KNOBS.items():
+        if var in environ:
+            try:
+                out[name] = parse(environ[var])
+            except ValueError as exc:
+                raise ValueError(f"{var}={environ[var]!r}: {exc}") from exc
+    return out
