@@ -2,7 +2,8 @@
 
 Decode steps run with timing compiled in (the kernel's TIMING instantiation); each record holds
 %globaltimer at start, when its dependencies were satisfied, and at the end (after its counter
-signal), plus the SM id, then sub-phase marks (csrc/interpreter/marks.cuh, profiler/marks.py). Rows follow the stream's topological order (instruction id).
+signal), plus the SM id, then sub-phase marks (csrc/interpreter/marks.cuh, profiler/marks.py). Rows
+follow the stream's topological order (instruction id). The bench's MEGAKERNEL_* knobs apply here too.
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def collect_cuda_profile(args: argparse.Namespace) -> ProfileRecord:
         if backend.timing:
             meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
                                           "steps": steps, "step": step, "policy": policy, "num_sms": backend.num_sms,
-                                          "knobs": ",".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "defaults",
+                                          "knobs": ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+                                          or "defaults",
                                           "gpu": torch.cuda.get_device_name()}
             records.append(record_from_timing(backend, meta))
     return concat_records(records)

@@ -116,7 +116,6 @@ class Scheduler:
     # ---- one step ----------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         cfg = self.config
-        bm = self.block_manager
         budget = cfg.max_num_batched_tokens
         decodes: list[ScheduledChunk] = []
         prefills: list[ScheduledChunk] = []

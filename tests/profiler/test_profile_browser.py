@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
