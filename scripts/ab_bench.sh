@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A/B the megakernel's batch-1 decode bench inside ONE GPU session (cross-session numbers differ by a few %
+# between machines; within a run they repeat to about ±1 %). Each variant is a source tree (a copy of
+# another commit, made on the dev machine, e.g. `mkdir alt && git archive HEAD~1 | tar -x -C alt`, then
+# carried with the run) and/or env knobs (engine/cuda/knobs.py). Trees build in parallel, then the
+# variants run interleaved ROUNDS times; one line per measurement, and a summary, into $OUT/ab.log.
+#   scripts/ab_bench.sh "main=." "old=alt" "cap2=.:MEGAKERNEL_MAX_INFLIGHT_PAGES=2"      (ROUNDS=2 default)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
+ROUNDS=${ROUNDS:-2}
+root=$PWD
+: > "$OUT/ab.log"  # this invocation only
+declare -A built=()
+for spec in "$@"; do  # name=dir[:VAR=VAL[:VAR=VAL...]]
+  dir=${spec#*=}; dir=${dir%%:*}
+  [[ -n ${built[$dir]:-} ]] && continue
+  built[$dir]=1
+  (cd "$root/$dir" && PYTHONPATH=$PWD python3 -m engine.cuda_build > "$OUT/build_${dir//\//_}.log" 2>&1) &
+done
+wait
+for ((r = 1; r <= ROUNDS; r++)); do
+  for spec in "$@"; do
+    name=${spec%%=*}; rest=${spec#*=}; dir=${rest%%:*}
+    envs=(); [[ $rest == *:* ]] && IFS=: read -r -a envs <<< "${rest#*:}"
+    ms=$(cd "$root/$dir" && env PYTHONPATH="$root/$dir" "${envs[@]}" python3 -m engine.cli bench --skip eager,graph,compile 2>&1 \
+         | awk '$1 == "megakernel" && $2 ~ /^[0-9.]+$/ {print $2}')
+    echo "round $r  $name  ${ms:-FAILED} ms/token" | tee -a "$OUT/ab.log"
+  done
+done
+echo "--- mean ms/token per variant" | tee -a "$OUT/ab.log"
+awk '/^round/ && $4 != "FAILED" {s[$3] += $4; n[$3]++} END {for (k in s) printf "%-16s %.3f (%d runs)\n", k, s[k] / n[k], n[k]}' \
+  "$OUT/ab.log" | sort -k2 -n | tee "$OUT/ab_summary.log"
