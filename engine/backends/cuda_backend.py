@@ -101,9 +101,8 @@ class CudaBackend(Backend):
                 continue
             if cs.backend_state is None:
                 try:
-                    ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims)
-                    if self.max_ring_pages is not None:
-                        ring_pages = max(self.limits.min_ring_pages, min(ring_pages, self.max_ring_pages))
+                    ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
+                                                        self.max_ring_pages)
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False

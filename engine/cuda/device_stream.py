@@ -91,7 +91,7 @@ class DeviceStream:
 
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
                dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int,
-               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int = 0) -> KernelFields:
+               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int) -> KernelFields:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:

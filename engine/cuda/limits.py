@@ -62,10 +62,12 @@ class InterpreterLimits:
         widest = max(d.hidden, d.q_cols, slice_width)
         return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))
 
-    def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims) -> int:
+    def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
+                   max_ring_pages: int | None = None) -> int:
         """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
         page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
-        the widest input (batch-1 decode needs a few thousand floats, so its ring grows)."""
+        the widest input (batch-1 decode needs a few thousand floats, so its ring grows), at most
+        `max_ring_pages` (an experiment knob; never below the smallest ring)."""
         x_need = 1
         for w in words:
             code = int(w[0])
@@ -95,4 +97,5 @@ class InterpreterLimits:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
                                    f"({self.x_floats} floats)")
         spare_pages = (self.x_floats - x_need) * 4 // self.page_bytes
-        return min(self.max_ring_pages, self.min_ring_pages + spare_pages)
+        cap = self.max_ring_pages if max_ring_pages is None else min(max_ring_pages, self.max_ring_pages)
+        return max(self.min_ring_pages, min(cap, self.min_ring_pages + spare_pages))

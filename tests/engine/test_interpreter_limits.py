@@ -56,3 +56,12 @@ def test_inputs_wider_than_x_are_a_clear_error() -> None:
     cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt"))
     with pytest.raises(UnsupportedOnGPU, match="activation buffer"):
         _limits().fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d)
+
+
+def test_a_ring_cap_lowers_the_ring_but_never_below_the_smallest() -> None:
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    batch = decode_batch(1, 33, 16)
+    cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8))
+    lim = _limits()
+    fit = lambda cap: lim.fit_stream(cs.words, 1, 1, d, cap)  # noqa: E731
+    assert [fit(c) for c in (None, 11, 4, 99)] == [lim.max_ring_pages, 11, lim.min_ring_pages, lim.max_ring_pages]
