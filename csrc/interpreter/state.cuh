@@ -90,17 +90,20 @@ __device__ __forceinline__ bool wait_dependency(const Globals& g, const int* ins
   const int goal = g.epoch * g.counter_period[c] + target;
   const int* p = g.counters + c;
   if (tk::load_acquire(p) >= goal) return true;
+  // Spin without sleeping: the wait sits on the critical path, and each poll is already a loaded L2
+  // round trip (a back-off sleep added up to 256 ns per poll). The abort flag and the clock are read
+  // every 16 polls only. Measured on an H200: 0.966 -> 0.956 ms per 1B decode step (docs/BENCHMARKS.md).
   const uint64_t start = tk::globaltimer();
-  tk::backoff b;
-  for (;;) {
+  for (int n = 1;; ++n) {
     const int v = tk::load_acquire(p);
     if (v >= goal) return true;
-    if (aborted(g)) return false;
-    if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) {
-      record_error(g, ERR_COUNTER_TIMEOUT, instr, c, goal, v);
-      return false;
+    if ((n & 15) == 0) {
+      if (aborted(g)) return false;
+      if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) {
+        record_error(g, ERR_COUNTER_TIMEOUT, instr, c, goal, v);
+        return false;
+      }
     }
-    b.pause();
   }
 }
 

@@ -34,10 +34,12 @@ DEFAULT_L2_BEYOND_RING_KB = 0
 # Opcodes whose weights get the loader's prefetch past the ring: gate/up is the one the loader reaches
 # while QKV, attention and O-proj (latency-bound, little streaming) run.
 DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
-# Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). 3 measured fastest
-# on an H200 (1B decode 1.007 -> 0.973 ms/token; 2: 0.978, 4: 0.990, 6: 1.005; docs/BENCHMARKS.md): past the
-# bandwidth-delay product, more outstanding copies only lengthen the queues the critical path's reads wait in.
-DEFAULT_MAX_INFLIGHT_PAGES = 3
+# Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). Past the
+# bandwidth-delay product, more outstanding copies only lengthen the queues the critical path's reads wait
+# in (1B decode on an H200, docs/BENCHMARKS.md: uncapped 1.007 -> 3: 0.973 ms/token; 4: 0.990, 6: 1.005).
+# 2 vs 3 is close: 0.978 vs 0.973 in the third session, but 2 won all four within-run A/Bs of the fourth
+# (by 0.8-1.0 %), so 2 it is.
+DEFAULT_MAX_INFLIGHT_PAGES = 2
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
