@@ -37,9 +37,10 @@ DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
 # Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). Past the
 # bandwidth-delay product, more outstanding copies only lengthen the queues the critical path's reads wait
 # in (1B decode on an H200, docs/BENCHMARKS.md: uncapped 1.007 -> 3: 0.973 ms/token; 4: 0.990, 6: 1.005).
-# 2 vs 3 is close: 0.978 vs 0.973 in the third session, but 2 won all four within-run A/Bs of the fourth
-# (by 0.8-1.0 %), so 2 it is.
-DEFAULT_MAX_INFLIGHT_PAGES = 2
+# The best cap depends on the model: on the 1B shape 2 beats 3 by ~0.9 % (four A/Bs, fourth session), on
+# the 8B shape 3 beats 2 by 3.5 % (4.618 vs 4.788; 4: 4.675). 3 is the default; the knob
+# MEGAKERNEL_MAX_INFLIGHT_PAGES=2 gives the 1B its best number.
+DEFAULT_MAX_INFLIGHT_PAGES = 3
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
