@@ -62,7 +62,7 @@ class CudaBackend(Backend):
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         self.limits.check_model(self.dims)
-        self.max_tokens_per_step = self.limits.max_tokens(self.dims)
+        self.max_tokens_per_step = self.limits.max_tokens(self.dims, split_kw.get("mlp_slices"))  # type: ignore[arg-type]
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
         self.policy = policy
         self.timeout_ns = timeout_ns

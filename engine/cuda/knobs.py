@@ -20,6 +20,7 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_MAX_RING_PAGES": ("max_ring_pages", int),
     "MEGAKERNEL_ATTN_HEAD_CHUNKS": ("max_attn_head_chunks", int),
     "MEGAKERNEL_ATTN_SPLITS": ("max_attn_splits", int),
+    "MEGAKERNEL_MLP_SLICES": ("mlp_slices", int),  # K-slices of the intermediate dim (down waits per slice)
 }
 
 

@@ -54,10 +54,11 @@ class InterpreterLimits:
         if d.hidden > self.x_floats:
             raise UnsupportedOnGPU(f"hidden_size {d.hidden} exceeds the activation buffer ({self.x_floats} floats)")
 
-    def max_tokens(self, d: ModelDims) -> int:
-        """Tokens per step the activation buffer holds (rows of the widest matvec input)."""
-        # The builder cuts the MLP's K dimension into ~2048-wide slices (step_builder_splits).
-        slices = max(1, round(d.intermediate / 2048))
+    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None) -> int:
+        """Tokens per step the activation buffer holds (rows of the widest matvec input). `mlp_slices` as
+        in SplitParams: None = the builder's default of ~2048-wide K-slices (step_builder_splits)."""
+        slices = mlp_slices if mlp_slices is not None else max(1, round(d.intermediate / 2048))
+        slices = max(1, min(slices, d.intermediate // d.gu_tile))
         slice_width = -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
         widest = max(d.hidden, d.q_cols, slice_width)
         return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))

@@ -65,3 +65,12 @@ def test_a_ring_cap_lowers_the_ring_but_never_below_the_smallest() -> None:
     lim = _limits()
     fit = lambda cap: lim.fit_stream(cs.words, 1, 1, d, cap)  # noqa: E731
     assert [fit(c) for c in (None, 11, 4, 99)] == [lim.max_ring_pages, 11, lim.min_ring_pages, lim.max_ring_pages]
+
+
+def test_fewer_mlp_slices_mean_wider_down_inputs_and_fewer_tokens_per_step() -> None:
+    """The token cap follows SplitParams.mlp_slices (a 1-slice MLP feeds down 8192-wide inputs)."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    lim = _limits()
+    default, one, eight = lim.max_tokens(d), lim.max_tokens(d, 1), lim.max_tokens(d, 8)
+    assert one * d.intermediate <= lim.x_floats < (one + 1) * d.intermediate
+    assert one < default == lim.max_tokens(d, 4) <= eight
