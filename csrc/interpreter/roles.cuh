@@ -107,7 +107,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
         const uint32_t old = page_counter - cap, old_ring = ring >= (uint32_t)cap ? ring - cap : ring + R - cap;
         const uint32_t old_round = ring >= (uint32_t)cap ? round : round - 1;
         if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old_ring], old_round & 1, w,
-                                                     SITE_LOADER_PAGE_EMPTY, old))) {
+                                                     SITE_LOADER_INFLIGHT_CAP, old))) {
           drain_copies(g, sm, page_counter);
           return;
         }

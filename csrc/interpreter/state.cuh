@@ -116,6 +116,7 @@ enum WaitSite : int {
   SITE_CONSUMER_SLOT_FULL = 4,
   SITE_CONSUMER_PAGE_FULL = 5,
   SITE_CONSUMER_PAGE_ISSUED = 6,
+  SITE_LOADER_INFLIGHT_CAP = 7,  // the loader waiting for an older copy to land (Globals::max_inflight_pages)
 };
 
 __device__ __forceinline__ void record_stall(const Globals& g, int site, uint32_t position, uint32_t parity,

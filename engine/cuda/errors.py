@@ -14,7 +14,8 @@ KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "int
 SITES = {1: "the controller's wait for a free instruction slot", 2: "the loader's wait for the next instruction",
          3: "the loader's wait for a free weight page", 4: "the consumers' wait for the next instruction",
          5: "a consumer warp's wait for a loaded weight page",
-         6: "a consumer warp's wait for the loader to issue a weight page"}
+         6: "a consumer warp's wait for the loader to issue a weight page",
+         7: "the loader's wait for an earlier page copy to land (in-flight cap)"}
 
 
 class MegakernelError(RuntimeError):

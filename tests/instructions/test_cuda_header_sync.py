@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.cuda import device_stream
+from engine.cuda import device_stream, errors
 from engine.instructions import format as fmt
 from engine.instructions import layout
 from engine.instructions.opcodes import Opcode
@@ -59,3 +59,11 @@ def test_record_sizes_match_the_host_readers() -> None:
         assert int(marks[name]) == getattr(profiler_marks, name), name
     assert c["TIMING_WORDS"] >= c["TIMING_MARK0"] + len(marks)
     assert c["ERR_WORDS"] >= 13  # kind .. layer, then the stall record at words 8..12
+
+
+def test_every_stall_site_and_error_kind_has_a_host_description() -> None:
+    """A post-mortem names the stuck wait and the failure by these tables (engine/cuda/errors.py)."""
+    sites = {int(v) for v in re.findall(r"SITE_\w+ = (\d+)", (CSRC / "state.cuh").read_text())}
+    assert sites and sites == set(errors.SITES)
+    kinds = {v for k, v in _constants("opcodes.cuh").items() if k.startswith("ERR_") and k != "ERR_WORDS" and v}
+    assert kinds <= set(errors.KINDS)
