@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.instructions import opcodes as op
 from engine.instructions.layout import ModelDims
+from engine.scheduler.step_builder_splits import mlp_slice_count
 
 
 class UnsupportedOnGPU(ValueError):
@@ -56,9 +57,8 @@ class InterpreterLimits:
 
     def max_tokens(self, d: ModelDims, mlp_slices: int | None = None) -> int:
         """Tokens per step the activation buffer holds (rows of the widest matvec input). `mlp_slices` as
-        in SplitParams: None = the builder's default of ~2048-wide K-slices (step_builder_splits)."""
-        slices = mlp_slices if mlp_slices is not None else max(1, round(d.intermediate / 2048))
-        slices = max(1, min(slices, d.intermediate // d.gu_tile))
+        in SplitParams (None: the builder's default)."""
+        slices = mlp_slice_count(d, mlp_slices)
         slice_width = -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
         widest = max(d.hidden, d.q_cols, slice_width)
         return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))

@@ -77,6 +77,13 @@ def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, num_splits:
     return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
 
 
+def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
+    """K-slices of the intermediate dim: `requested` (SplitParams.mlp_slices), else about one per 2048
+    columns; never more than there are gate/up tiles."""
+    n = requested if requested is not None else max(1, round(d.intermediate / 2048))
+    return max(1, min(n, d.intermediate // d.gu_tile))
+
+
 def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> Plan:
     target = p.waves * p.num_sms
     tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
@@ -91,9 +98,7 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages:
     o_proj = partition(0, d.hidden, _count(d.hidden // ha, target), ha)
 
     tile = d.gu_tile
-    i_units = d.intermediate // tile
-    n_slices = p.mlp_slices if p.mlp_slices is not None else max(1, round(d.intermediate / 2048))
-    slices = partition(0, d.intermediate, min(n_slices, i_units), tile)
+    slices = partition(0, d.intermediate, mlp_slice_count(d, p.mlp_slices), tile)
     gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
                for a, b in partition(lo, hi, _count((hi - lo) // tile, target / len(slices)), tile)]
     down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)
