@@ -7,13 +7,18 @@ needed, so even the 8B preset profiles in seconds on a CPU.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import fields
 
 import numpy as np
 import torch
 
+from engine.cuda.knobs import backend_knobs
 from engine.instructions.layout import ModelDims
 from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
 from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.step_builder_splits import SplitParams
 from models.llama.config import LlamaConfig
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
@@ -52,6 +57,13 @@ def _config(args: argparse.Namespace) -> tuple[str, LlamaConfig]:
     raise ValueError("profile: give --model DIR or --preset NAME")
 
 
+def split_knobs(environ: Mapping[str, str]) -> dict[str, object]:
+    """The knobs of engine/cuda/knobs.py that are SplitParams fields (how a step is cut), so a VM profile
+    shows the same instruction stream a cuda run with those knobs would build."""
+    names = {f.name for f in fields(SplitParams)}
+    return {k: v for k, v in backend_knobs(environ).items() if k in names}
+
+
 def collect_profile(args: argparse.Namespace) -> ProfileRecord:
     backend = getattr(args, "backend", "vm")
     gpu = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -64,7 +76,8 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
     policy = getattr(args, "policy", None) or "dynamic"
     num_sms = int(getattr(args, "num_sms", None) or 132)
     page_size = int(getattr(args, "page_size", None) or DEFAULT_PAGE_SIZE)
-    cache = StreamCache(ModelDims.from_config(config), page_size, BuildParams.for_sms(num_sms, policy))
+    cache = StreamCache(ModelDims.from_config(config), page_size,
+                        BuildParams.for_sms(num_sms, policy, **split_knobs(os.environ)))
     records, offset = [], 0
     for step in range(args.steps):
         cs = cache.get(decode_batch(args.batch, args.prompt_len + step + 1, page_size))

@@ -11,7 +11,8 @@ op's exec time (dependencies met -> signal) the time goes. Per opcode, mean µs 
 - `epilogue`:   -> counter signalled (outputs written, release);
 - `loader lead`: dependencies met - the loader issued the last page (> 0: the ring had every page
                  requested before the op could start).
-An interval whose two marks were not both reached is left out of its mean.
+An interval whose two marks were not both reached is left out of its mean. ATTN_O_PROJ uses the matvec
+marks with `input` ending when its attention output is ready, so `input` is its whole attention.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Per-layer phases: how long each op holds up the layer, measured where it matters (the last SM).
 
-A decode step is a chain of ops per layer (QKV -> attention -> O-proj -> gate/up -> down); every op
+A decode step is a chain of ops per layer (QKV -> attention -> O-proj -> gate/up -> down, or
+QKV -> ATTN_O_PROJ -> gate/up -> down when batch-1 attention is fused with the O-proj); every op
 waits for (a part of) the previous one, so the step's length is set by when the *last* instruction of
 each op ends. For each opcode this reports, averaged over layers:
 - `phase`: last end of this op - last end of the op before it in the layer (its share of the

@@ -10,6 +10,13 @@ def _ops(text: str) -> tuple[str, ...]:
     return tuple(n for n in text.split(",") if n)
 
 
+def _flag(text: str) -> bool:
+    # Only "0" / "1": a typo such as "ture" must not silently pick one side of an A/B.
+    if text not in ("0", "1"):
+        raise ValueError("expected 0 or 1")
+    return text == "1"
+
+
 # env var -> (CudaBackend keyword, parser)
 KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_WAVES": ("waves", float),  # instructions per op ≈ waves x SMs
@@ -21,6 +28,9 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_ATTN_HEAD_CHUNKS": ("max_attn_head_chunks", int),
     "MEGAKERNEL_ATTN_SPLITS": ("max_attn_splits", int),
     "MEGAKERNEL_MLP_SLICES": ("mlp_slices", int),  # K-slices of the intermediate dim (down waits per slice)
+    "MEGAKERNEL_FUSE_O_PROJ": ("fuse_o_proj", _flag),  # batch-1 ATTN_O_PROJ (0: ATTN_PARTIAL + O-proj)
+    "MEGAKERNEL_FUSE_MAX_CONTEXT_PAGES": ("fuse_max_context_pages", int),  # longest context fused (pages)
+    "MEGAKERNEL_FUSED_HEAD_CHUNKS": ("fused_head_chunks", int),  # ATTN_O_PROJ head ranges per KV group
 }
 
 

@@ -72,31 +72,50 @@ class InterpreterLimits:
         x_need = 1
         for w in words:
             code = int(w[0])
-            a = w[3:]
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
-            if code == op.Opcode.ATTN_PARTIAL:
-                x_need = max(x_need, self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1)
-                continue
-            if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD):
-                rows, k = int(a[1] - a[0]), d.hidden
-            elif code == op.Opcode.O_PROJ_RESIDUAL:
-                rows, k = int(a[1] - a[0]), d.q_cols
-            elif code == op.Opcode.RMS_GATE_UP_SILU:
-                rows, k = 2 * int(a[1] - a[0]), d.hidden
-            elif code == op.Opcode.DOWN_RESIDUAL:
-                rows, k = int(a[1] - a[0]), int(a[3] - a[2])
-                if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or nx * k > self.x_floats:
-                    raise UnsupportedOnGPU(f"DOWN_RESIDUAL K-slice [{a[2]}, {a[3]}) does not fit the interpreter "
-                                           f"(8-aligned, <= {self.page_bytes // 2} wide, tokens*K <= {self.x_floats})")
-            else:
-                continue
-            x_need = max(x_need, nx * k)
-            if nx * rows > self.out_floats:
-                raise UnsupportedOnGPU(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens exceeds the "
-                                       f"out buffer ({self.out_floats} floats)")
+            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d))
         if x_need > self.x_floats:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
                                    f"({self.x_floats} floats)")
         spare_pages = (self.x_floats - x_need) * 4 // self.page_bytes
         cap = self.max_ring_pages if max_ring_pages is None else min(max_ring_pages, self.max_ring_pages)
         return max(self.min_ring_pages, min(cap, self.min_ring_pages + spare_pages))
+
+    def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims) -> int:
+        """Shared x one instruction needs (operands `a` = words 3..; `nx` activation rows); raises when its
+        matvec output does not fit the out buffer or its weight rows do not fit a page."""
+        if code == op.Opcode.ATTN_PARTIAL:
+            return self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1
+        if code == op.Opcode.ATTN_O_PROJ:
+            return self._attn_o_proj_x(a, nx, d)
+        if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD):
+            rows, k = int(a[1] - a[0]), d.hidden
+        elif code == op.Opcode.O_PROJ_RESIDUAL:
+            rows, k = int(a[1] - a[0]), d.q_cols
+        elif code == op.Opcode.RMS_GATE_UP_SILU:
+            rows, k = 2 * int(a[1] - a[0]), d.hidden
+        elif code == op.Opcode.DOWN_RESIDUAL:
+            rows, k = int(a[1] - a[0]), int(a[3] - a[2])
+            if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or nx * k > self.x_floats:
+                raise UnsupportedOnGPU(f"DOWN_RESIDUAL K-slice [{a[2]}, {a[3]}) does not fit the interpreter "
+                                       f"(8-aligned, <= {self.page_bytes // 2} wide, tokens*K <= {self.x_floats})")
+        else:
+            return 1
+        self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
+        return nx * k
+
+    def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:
+        """ATTN_O_PROJ (operands seq, kv_group, head_begin, head_end, row_begin, row_end) runs its attention
+        in x, stages the attention output in `out`, then streams W_o rows of heads * head_dim bf16 columns."""
+        heads, rows = int(a[3] - a[2]), int(a[5] - a[4])
+        k = heads * d.head_dim
+        if (2 * k) % 16 or 2 * k > self.page_bytes:
+            raise UnsupportedOnGPU(f"ATTN_O_PROJ over {heads} heads: W_o rows of {k} bf16 must be 16-byte "
+                                   f"multiples that fit one {self.page_bytes}-byte page")
+        self._check_out(f"ATTN_O_PROJ block of {rows} rows x {nx} tokens (attention output staged: {k} columns)",
+                        nx * max(rows, k))
+        return max(self.attn_scratch_floats(heads, d.head_dim) + 1, nx * k)
+
+    def _check_out(self, what: str, floats: int) -> None:
+        if floats > self.out_floats:
+            raise UnsupportedOnGPU(f"{what} exceeds the out buffer ({self.out_floats} floats)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.instructions import opcodes as op
-from engine.instructions.semantics_attention import split_pages
+from engine.instructions.semantics_attention import head_cols, split_pages
 
 Runs = tuple[tuple[int, int], ...]
 Box = tuple[Runs, ...]  # one run list per dimension
@@ -59,6 +59,8 @@ def _qkv(i: op.RmsQkvRopeAppend, b) -> list[Access]:  # noqa: ANN001
         if m.any():
             acc.append(Access(name, "w", (box((layer, layer + 1), slots, (i.kv_group, i.kv_group + 1),
                                               runs(dim[m])),)))
+    if i.copy_end > i.copy_begin:
+        acc.append(Access("mid", "w", (box((0, T), (i.copy_begin, i.copy_end)),)))
     return acc
 
 
@@ -66,25 +68,40 @@ def _seq_tokens(b, seq: int) -> tuple[int, int]:  # noqa: ANN001
     return b.args.query_start[seq], b.args.query_start[seq + 1]
 
 
-def _attn(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
+def _attn_reads(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
+    """The queries of the instruction's heads and tokens, and the K/V slots of its split."""
     d, a, layer = b.dims, b.args, i.header.layer
     t0, t1 = _seq_tokens(b, i.seq)
-    G, hd, g = d.gqa, d.head_dim, i.kv_group
-    heads = (g * G + i.head_begin, g * G + i.head_end)
-    cols = (heads[0] * hd, heads[1] * hd)
+    hd, g = d.head_dim, i.kv_group
     C, ps = a.context_lens[i.seq], a.page_size
     lo, hi = split_pages(C, ps, i.split, i.num_splits)
     slots = [int(a.block_tables[i.seq, j]) * ps + r for j in range(lo, hi) for r in range(min(ps, C - j * ps))]
-    out = [Access("q", "r", (box((t0, t1), cols),))]
+    cols = head_cols(d, i)
+    out = [Access("q", "r", (box((t0, t1), (cols.start, cols.stop)),))]
     if slots:
         kv = (box((layer, layer + 1), runs(np.array(slots)), (g, g + 1), (0, hd)),)
         out += [Access("k_cache", "r", kv), Access("v_cache", "r", kv)]
+    return out
+
+
+def _attn(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
+    d = b.dims
+    t0, t1 = _seq_tokens(b, i.seq)
+    heads = (i.kv_group * d.gqa + i.head_begin, i.kv_group * d.gqa + i.head_end)
+    cols = (heads[0] * d.head_dim, heads[1] * d.head_dim)
+    out = _attn_reads(i, b)
     if i.num_splits == 1:
         out.append(Access("attn_out", "w", (box((t0, t1), cols),)))
     else:
         out.append(Access("o_part", "w", (box((i.split, i.split + 1), (t0, t1), cols),)))
         out.append(Access("lse_part", "w", (box((i.split, i.split + 1), (t0, t1), heads),)))
     return out
+
+
+def _attn_o_proj(i: op.AttnOProj, b) -> list[Access]:  # noqa: ANN001
+    t0, t1 = _seq_tokens(b, i.seq)
+    rows = (box((t0, t1), (i.row_begin, i.row_end)),)
+    return _attn_reads(i.attention(), b) + [Access("mid", "acc", rows), Access("hidden", "acc", rows)]
 
 
 def _reduce(i: op.AttnReduce, b) -> list[Access]:  # noqa: ANN001
@@ -110,6 +127,8 @@ def accesses(instr: op.Instruction, b) -> list[Access]:  # noqa: ANN001
         return _attn(instr, b)
     if isinstance(instr, op.AttnReduce):
         return _reduce(instr, b)
+    if isinstance(instr, op.AttnOProj):
+        return _attn_o_proj(instr, b)
     if isinstance(instr, op.OProjResidual):
         rows = box((0, T), (instr.row_begin, instr.row_end))
         return [Access("attn_out", "r", (box((0, T), (0, d.q_cols)),)), Access("hidden", "r", (rows,)),

@@ -30,6 +30,7 @@ class Opcode(IntEnum):
     DOWN_RESIDUAL = 7
     LM_HEAD = 8
     ARGMAX_REDUCE = 9
+    ATTN_O_PROJ = 10
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,17 @@ class Embed:
 @dataclass(frozen=True)
 class RmsQkvRopeAppend:
     """Packed W_qkv rows [row_begin, row_end) of one KV group for all tokens: RMSNorm(hidden) · W^T,
-    RoPE on q/k rows, q rows -> q buffer, k/v rows -> paged cache at each token's slot."""
+    RoPE on q/k rows, q rows -> q buffer, k/v rows -> paged cache at each token's slot. Also
+    mid[:, c] = hidden[:, c] for c in [copy_begin, copy_end) (empty unless ATTN_O_PROJ fuses the
+    layer's O-proj: its accumulations into mid must start from the layer input, which QKV reads anyway)."""
 
     OPCODE: ClassVar[Opcode] = Opcode.RMS_QKV_ROPE_APPEND
-    OPERANDS: ClassVar[tuple[str, ...]] = ("row_begin", "row_end", "kv_group")
+    OPERANDS: ClassVar[tuple[str, ...]] = ("row_begin", "row_end", "kv_group", "copy_begin", "copy_end")
     row_begin: int
     row_end: int
     kv_group: int
+    copy_begin: int
+    copy_end: int
     header: Header = field(default_factory=Header)
 
 
@@ -156,11 +161,33 @@ class ArgmaxReduce:
     header: Header = field(default_factory=Header)
 
 
+@dataclass(frozen=True)
+class AttnOProj:
+    """Batch-1 attention fused with its O-projection slice: o = the causal attention of sequence `seq`'s
+    tokens for q heads [head_begin, head_end) of `kv_group` (as one unsplit ATTN_PARTIAL), then
+    delta = o · W_o[r, those heads' columns]^T for rows r in [row_begin, row_end), added (atomically)
+    into both mid and hidden. Saves the attn_out round trip and the O-proj's wait for all attention."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.ATTN_O_PROJ
+    OPERANDS: ClassVar[tuple[str, ...]] = ("seq", "kv_group", "head_begin", "head_end", "row_begin", "row_end")
+    seq: int
+    kv_group: int
+    head_begin: int
+    head_end: int
+    row_begin: int
+    row_end: int
+    header: Header = field(default_factory=Header)
+
+    def attention(self) -> AttnPartial:
+        """The attention part as the unsplit ATTN_PARTIAL it equals (semantics, accesses and cost share it)."""
+        return AttnPartial(self.seq, self.kv_group, 0, 1, self.head_begin, self.head_end, header=self.header)
+
+
 Instruction = Union[Noop, Embed, RmsQkvRopeAppend, AttnPartial, AttnReduce, OProjResidual, RmsGateUpSilu,
-                    DownResidual, LmHead, ArgmaxReduce]
+                    DownResidual, LmHead, ArgmaxReduce, AttnOProj]
 OPCODE_CLASSES: dict[int, type] = {
     int(c.OPCODE): c for c in (Noop, Embed, RmsQkvRopeAppend, AttnPartial, AttnReduce, OProjResidual,
-                               RmsGateUpSilu, DownResidual, LmHead, ArgmaxReduce)
+                               RmsGateUpSilu, DownResidual, LmHead, ArgmaxReduce, AttnOProj)
 }
 OPCODE_NAMES: dict[int, str] = {int(op): op.name for op in Opcode}
 

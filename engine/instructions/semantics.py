@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.instructions import opcodes as op
-from engine.instructions.semantics_attention import attn_partial, attn_reduce
+from engine.instructions.semantics_attention import attn_o_proj, attn_partial, attn_reduce
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,6 +53,9 @@ def qkv(i: op.RmsQkvRopeAppend, b) -> None:  # noqa: ANN001
         if bool(m.any()):
             dims = dim_t[m]
             cache[layer, pages[:, None], i.kv_group, rows[:, None], dims[None, :]] = y[:, m].to(cache.dtype)
+    if i.copy_end > i.copy_begin:  # fused O-proj: mid starts as the layer input (see ATTN_O_PROJ)
+        copy = slice(i.copy_begin, i.copy_end)
+        b.get("mid")[:T, copy] = b.get("hidden")[:T, copy]
 
 
 def o_proj(i: op.OProjResidual, b) -> None:  # noqa: ANN001
@@ -100,7 +103,7 @@ def argmax_reduce(i: op.ArgmaxReduce, b) -> None:  # noqa: ANN001
 _DISPATCH: dict[type, Callable] = {
     op.Embed: embed, op.RmsQkvRopeAppend: qkv, op.AttnPartial: attn_partial, op.AttnReduce: attn_reduce,
     op.OProjResidual: o_proj, op.RmsGateUpSilu: gate_up, op.DownResidual: down, op.LmHead: lm_head,
-    op.ArgmaxReduce: argmax_reduce, op.Noop: lambda i, b: None,
+    op.ArgmaxReduce: argmax_reduce, op.AttnOProj: attn_o_proj, op.Noop: lambda i, b: None,
 }
 
 

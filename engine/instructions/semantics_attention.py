@@ -1,4 +1,5 @@
-"""Reference semantics of ATTN_PARTIAL and ATTN_REDUCE (split-KV causal attention over paged K/V)."""
+"""Reference semantics of ATTN_PARTIAL and ATTN_REDUCE (split-KV causal attention over paged K/V) and of
+ATTN_O_PROJ (unsplit attention of a head range fused with its slice of the O-projection)."""
 from __future__ import annotations
 
 import torch
@@ -69,3 +70,15 @@ def attn_reduce(i: op.AttnReduce, b) -> None:  # noqa: ANN001
     w = torch.exp(lse - M)
     out = (w[..., None] * o).sum(dim=0) / w.sum(dim=0)[..., None]
     b.get("attn_out")[q0:q1, group_cols(d, i.kv_group)] = out.reshape(n, G * hd)
+
+
+def attn_o_proj(i: op.AttnOProj, b) -> None:  # noqa: ANN001
+    d, layer, attn = b.dims, i.header.layer, i.attention()
+    q0, q1, o, _ = _partial(attn, b)
+    rows = slice(i.row_begin, i.row_end)
+    delta = o @ b.w("w_o")[layer, rows, head_cols(d, attn)].to(torch.float32).T  # [n, rows]
+    # Other head ranges add into the same rows (atomics on the GPU): mid starts as the layer input
+    # (QKV's copies) and hidden already is it, so both end as h + attn · Wo^T once every range has added.
+    region = (slice(q0, q1), rows)
+    b.accumulate("mid", i.header.instr_id, region, delta)
+    b.accumulate("hidden", i.header.instr_id, region, delta)

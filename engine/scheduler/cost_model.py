@@ -54,6 +54,8 @@ def instr_cost(i: op.Instruction, d: ModelDims, shape: StepShape, context_lens: 
         keys, heads = max(1, ctx // i.num_splits), i.head_end - i.head_begin
         return InstrCost(2 * keys * d.head_dim * p.kv_bytes, 2 * q_len * heads * d.head_dim * 4,
                          4 * q_len * heads * keys * d.head_dim)
+    if isinstance(i, op.AttnOProj):
+        return _attn_o_proj_cost(i, d, shape, context_lens, p)
     if isinstance(i, op.AttnReduce):
         return InstrCost(0, (i.num_splits + 1) * q_len * d.gqa * (d.head_dim + 1) * 4, 0)
     if isinstance(i, op.OProjResidual):
@@ -71,6 +73,17 @@ def instr_cost(i: op.Instruction, d: ModelDims, shape: StepShape, context_lens: 
     if isinstance(i, op.ArgmaxReduce):
         return InstrCost(0, S * i.num_blocks * 8, 0)
     return InstrCost(0, 0, 0)
+
+
+def _attn_o_proj_cost(i: op.AttnOProj, d: ModelDims, shape: StepShape, context_lens: list[int],
+                      p: CostParams) -> InstrCost:
+    """The unsplit attention of its heads plus the matvec over those heads' W_o columns, whose result
+    is added into mid and hidden (two accumulations per row and token)."""
+    attn = instr_cost(i.attention(), d, shape, context_lens, p)
+    q_len = max(1, shape.num_tokens // shape.num_seqs)
+    rows, k = i.row_end - i.row_begin, (i.head_end - i.head_begin) * d.head_dim
+    return InstrCost(attn.weight_bytes + rows * k * p.weight_bytes, attn.act_bytes + 2 * q_len * rows * 4,
+                     attn.flops + 2 * q_len * rows * k)
 
 
 @dataclass

@@ -5,6 +5,11 @@ granularity (see docs/INSTRUCTIONS.md §2): QKV blocks signal a per-(layer, KV g
 of (seq, group) waits only for its group, O-proj waits the layer's attention, gate/up waits O-proj,
 down of slice j waits only the gate/up blocks of slice j, the next layer's QKV waits all downs,
 LM head waits the last layer, argmax waits LM head.
+
+Fused layers (`plan.fused`: batch 1, unsplit attention) replace attention + O-proj with ATTN_O_PROJ:
+every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
+into hidden, which every QKV block reads, and into mid, which their copies initialise, besides reading
+q and K/V of its group) and signals ATTN_O[l]; gate/up waits all ATTN_O_PROJ of the layer.
 """
 from __future__ import annotations
 
@@ -53,57 +58,100 @@ class _Counters:
         return self.index[name]
 
 
+Waits = list[tuple[int, int]]
+
+
+class _Emitter:
+    """Appends instructions with consecutive ids and tallies each counter's per-step period."""
+
+    def __init__(self) -> None:
+        self.ctr = _Counters()
+        self.out: list[op.Instruction] = []
+        self.signals: dict[int, int] = {}
+
+    def __call__(self, cls: type, layer: int, waits: Waits, signal: int, **operands: int) -> None:
+        hdr = Header(instr_id=len(self.out), layer=layer, waits=tuple(Wait(c, t) for c, t in waits),
+                     signal=signal, signal_amount=0 if signal == NO_COUNTER else 1)
+        self.out.append(cls(**operands, header=hdr))
+        if signal != NO_COUNTER:
+            self.signals[signal] = self.signals.get(signal, 0) + 1
+
+    def period(self) -> np.ndarray:
+        return np.array([self.signals.get(c, 0) for c in range(len(self.ctr.names))], dtype=np.int32)
+
+
+def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
+                     prev_wait: tuple[int, int]) -> tuple[int, int]:
+    """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
+    ctr, ns, nh = emit.ctr, plan.num_splits, len(plan.attn_heads)
+    c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
+    for a, b, g in plan.qkv:
+        emit(op.RmsQkvRopeAppend, layer, [prev_wait], c_qkv[g], row_begin=a, row_end=b, kv_group=g,
+             copy_begin=0, copy_end=0)
+    per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
+    c_attn = ctr(f"ATTN_DONE[{layer}]")
+    for s in range(shape.num_seqs):
+        for g in range(dims.n_kv):
+            c_part = c_attn if ns == 1 else ctr(f"ATTN_PART[{layer}][{s}][{g}]")
+            for k in range(ns):
+                for h0, h1 in plan.attn_heads:
+                    emit(op.AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part,
+                         seq=s, kv_group=g, split=k, num_splits=ns, head_begin=h0, head_end=h1)
+            if ns > 1:
+                emit(op.AttnReduce, layer, [(c_part, ns * nh)], c_attn, seq=s, kv_group=g, num_splits=ns)
+    c_o = ctr(f"OPROJ[{layer}]")
+    attn_done = shape.num_seqs * dims.n_kv * (1 if ns > 1 else nh)
+    for a, b in plan.o_proj:
+        emit(op.OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
+    return c_o, len(plan.o_proj)
+
+
+def _attention_fused(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
+                     prev_wait: tuple[int, int]) -> tuple[int, int]:
+    """QKV (with the mid copies) and ATTN_O_PROJ of one layer; returns gate/up's wait."""
+    c_qkv = emit.ctr(f"QKV[{layer}]")
+    for (a, b, g), (c0, c1) in zip(plan.qkv, plan.qkv_copy):
+        emit(op.RmsQkvRopeAppend, layer, [prev_wait], c_qkv, row_begin=a, row_end=b, kv_group=g,
+             copy_begin=c0, copy_end=c1)
+    c_ao = emit.ctr(f"ATTN_O[{layer}]")
+    n = 0
+    for s in range(shape.num_seqs):
+        for g in range(dims.n_kv):
+            for h0, h1 in plan.fused_heads:
+                for r0, r1 in plan.fused_rows:
+                    emit(op.AttnOProj, layer, [(c_qkv, len(plan.qkv))], c_ao, seq=s, kv_group=g,
+                         head_begin=h0, head_end=h1, row_begin=r0, row_end=r1)
+                    n += 1
+    return c_ao, n
+
+
+def _mlp(emit: _Emitter, plan: Plan, layer: int, gu_wait: tuple[int, int]) -> tuple[int, int]:
+    """Gate/up and down of one layer; returns the wait for all of its downs."""
+    c_gu = [emit.ctr(f"GATE_UP[{layer}][{j}]") for j in range(len(plan.slices))]
+    for a, b, j in plan.gate_up:
+        emit(op.RmsGateUpSilu, layer, [gu_wait], c_gu[j], i_begin=a, i_end=b, slice=j)
+    c_down = emit.ctr(f"DOWN[{layer}]")
+    for j, (k0, k1) in enumerate(plan.slices):
+        n_gu = sum(1 for *_, jj in plan.gate_up if jj == j)
+        for a, b in plan.down_rows:
+            emit(op.DownResidual, layer, [(c_gu[j], n_gu)], c_down,
+                 row_begin=a, row_end=b, k_begin=k0, k_end=k1, slice=j)
+    return c_down, len(plan.down_rows) * len(plan.slices)
+
+
 def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
     """Emit the step's instructions in a topological order (every waited signal comes earlier)."""
-    ctr = _Counters()
-    out: list[op.Instruction] = []
-    signals: dict[int, int] = {}
-
-    def emit(cls: type, layer: int, waits: list[tuple[int, int]], signal: int, **operands: int) -> None:
-        hdr = Header(instr_id=len(out), layer=layer, waits=tuple(Wait(c, t) for c, t in waits),
-                     signal=signal, signal_amount=0 if signal == NO_COUNTER else 1)
-        out.append(cls(**operands, header=hdr))
-        if signal != NO_COUNTER:
-            signals[signal] = signals.get(signal, 0) + 1
-
-    L, S, ns, nh = dims.layers, shape.num_seqs, plan.num_splits, len(plan.attn_heads)
-    c_embed = ctr("EMBED")
+    emit = _Emitter()
+    c_embed = emit.ctr("EMBED")
     for a, b in plan.embed:
         emit(op.Embed, -1, [], c_embed, tok_begin=a, tok_end=b)
     prev_wait = (c_embed, len(plan.embed))
-    n_down = len(plan.down_rows) * len(plan.slices)
-    for layer in range(L):
-        c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
-        for a, b, g in plan.qkv:
-            emit(op.RmsQkvRopeAppend, layer, [prev_wait], c_qkv[g], row_begin=a, row_end=b, kv_group=g)
-        per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
-        c_attn = ctr(f"ATTN_DONE[{layer}]")
-        for s in range(S):
-            for g in range(dims.n_kv):
-                c_part = c_attn if ns == 1 else ctr(f"ATTN_PART[{layer}][{s}][{g}]")
-                for k in range(ns):
-                    for h0, h1 in plan.attn_heads:
-                        emit(op.AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part,
-                             seq=s, kv_group=g, split=k, num_splits=ns, head_begin=h0, head_end=h1)
-                if ns > 1:
-                    emit(op.AttnReduce, layer, [(c_part, ns * nh)], c_attn, seq=s, kv_group=g, num_splits=ns)
-        c_o = ctr(f"OPROJ[{layer}]")
-        attn_done = S * dims.n_kv * (1 if ns > 1 else nh)
-        for a, b in plan.o_proj:
-            emit(op.OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
-        c_gu = [ctr(f"GATE_UP[{layer}][{j}]") for j in range(len(plan.slices))]
-        for a, b, j in plan.gate_up:
-            emit(op.RmsGateUpSilu, layer, [(c_o, len(plan.o_proj))], c_gu[j], i_begin=a, i_end=b, slice=j)
-        c_down = ctr(f"DOWN[{layer}]")
-        for j, (k0, k1) in enumerate(plan.slices):
-            n_gu = sum(1 for *_, jj in plan.gate_up if jj == j)
-            for a, b in plan.down_rows:
-                emit(op.DownResidual, layer, [(c_gu[j], n_gu)], c_down,
-                     row_begin=a, row_end=b, k_begin=k0, k_end=k1, slice=j)
-        prev_wait = (c_down, n_down)
-    c_lm = ctr("LM_HEAD")
+    attention = _attention_fused if plan.fused else _attention_split
+    for layer in range(dims.layers):
+        gu_wait = attention(emit, dims, shape, plan, layer, prev_wait)
+        prev_wait = _mlp(emit, plan, layer, gu_wait)
+    c_lm = emit.ctr("LM_HEAD")
     for blk, (a, b) in enumerate(plan.lm_head):
         emit(op.LmHead, -1, [prev_wait], c_lm, v_begin=a, v_end=b, block=blk)
-    emit(op.ArgmaxReduce, -1, [(c_lm, len(plan.lm_head))], ctr("DONE"), num_blocks=len(plan.lm_head))
-    period = np.array([signals.get(c, 0) for c in range(len(ctr.names))], dtype=np.int32)
-    return Stream(dims, shape, plan, out, period, list(ctr.names))
+    emit(op.ArgmaxReduce, -1, [(c_lm, len(plan.lm_head))], emit.ctr("DONE"), num_blocks=len(plan.lm_head))
+    return Stream(dims, shape, plan, emit.out, emit.period(), list(emit.ctr.names))

@@ -25,10 +25,24 @@ class SplitParams:
     # (sequence, group) and no reduce hop (the GPU backend uses 8; measured in docs/BENCHMARKS.md).
     min_pages_per_split: int = 1
     embed_bytes_per_instr: int = 1 << 18
+    # Batch-1 steps with short contexts may run ATTN_O_PROJ (attention fused with its O-proj slice)
+    # instead of ATTN_PARTIAL + O_PROJ_RESIDUAL: one dependency hop less per layer, but each fused
+    # instruction repeats its heads' attention and runs a short-row matvec. Off by default: on an H200
+    # it measured even with the split path (1B 0.950 vs 0.949 ms/token, 8B 4.629 vs 4.616;
+    # docs/BENCHMARKS.md). The fused attention is never split over KV pages, so it only applies up to
+    # `fuse_max_context_pages` pages of context (beyond, each instruction would walk all its group's keys).
+    fuse_o_proj: bool = False
+    fuse_max_context_pages: int = 16
+    # Head ranges per KV group of the fused op (None: about 128 q columns each, see fused_head_ranges).
+    fused_head_chunks: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_sms < 1 or self.waves <= 0 or self.min_pages_per_split < 1:
             raise ValueError(f"SplitParams: num_sms and min_pages_per_split must be >= 1 and waves > 0, got {self}")
+        if self.fuse_max_context_pages < 0:
+            raise ValueError(f"SplitParams.fuse_max_context_pages must be >= 0, got {self.fuse_max_context_pages}")
+        if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
+            raise ValueError(f"SplitParams.fused_head_chunks must be >= 1 or None, got {self.fused_head_chunks}")
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,12 @@ class Plan:
     gate_up: tuple[tuple[int, int, int], ...]  # (i_begin, i_end, slice)
     down_rows: tuple[tuple[int, int], ...]  # each row block is emitted once per slice
     lm_head: tuple[tuple[int, int], ...]
+    # Fused batch-1 attention + O-proj (ATTN_O_PROJ); when not fused the two ranges are empty and
+    # qkv_copy is all (0, 0).
+    fused: bool
+    fused_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group
+    fused_rows: tuple[tuple[int, int], ...]  # O-proj row blocks; one ATTN_O_PROJ per (group, heads, rows)
+    qkv_copy: tuple[tuple[int, int], ...]  # per plan.qkv entry: the hidden columns it copies into mid
 
 
 def partition(lo: int, hi: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
@@ -61,9 +81,16 @@ def _count(units: int, target: float) -> int:
     return max(1, min(units, math.floor(target + 1e-9)))
 
 
+def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bool:
+    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context within the fused limit)."""
+    return p.fuse_o_proj and shape.num_seqs == 1 and max_context_pages <= p.fuse_max_context_pages
+
+
 def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> int:
     """Enough KV splits to give each SM an attention instruction, never more than the pages in use
-    (rounded up to a power of two so the stream survives many decode steps)."""
+    (rounded up to a power of two so the stream survives many decode steps); 1 on the fused path."""
+    if fuses_o_proj(shape, p, max_context_pages):
+        return 1
     want = math.ceil(p.num_sms / (shape.num_seqs * d.n_kv))
     pages = 1 << max(0, math.ceil(math.log2(max(1, max_context_pages))))
     cap = p.max_attn_splits if p.max_attn_splits is not None else want
@@ -82,6 +109,33 @@ def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
     columns; never more than there are gate/up tiles."""
     n = requested if requested is not None else max(1, round(d.intermediate / 2048))
     return max(1, min(n, d.intermediate // d.gu_tile))
+
+
+def fused_head_ranges(d: ModelDims, p: SplitParams) -> list[tuple[int, int]]:
+    """Head ranges of the fused op within a KV group: about G * head_dim / 128 of them (at least 1, at
+    most G). Fewer heads per instruction shorten its attention, more make its W_o rows (K = heads *
+    head_dim) longer for the matvec; on the 1B shape K = 128 measured 0.950 ms/token, K = 256 0.974."""
+    chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / 128)
+    return partition(0, d.gqa, max(1, min(d.gqa, chunks)))
+
+
+def copy_ranges(hidden: int, parts: int) -> list[tuple[int, int]]:
+    """[0, hidden) cut over `parts` instructions (the QKV blocks' copies of hidden into mid): in 4-column
+    units (16-byte vectors on the GPU) when there are enough of them, else single columns; parts beyond
+    the columns get the empty range (0, 0)."""
+    unit = 4 if hidden % 4 == 0 and hidden // 4 >= parts else 1
+    n = min(parts, hidden // unit)
+    return partition(0, hidden, n, unit) + [(0, 0)] * (parts - n)
+
+
+def _fused_cuts(d: ModelDims, shape: StepShape, p: SplitParams, num_qkv: int) -> tuple[
+        list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+    """(head ranges, row blocks, QKV copy ranges) of the fused path: about waves * num_sms ATTN_O_PROJ."""
+    heads = fused_head_ranges(d, p)
+    ha = pow2_align(d.hidden)
+    per_rows = p.waves * p.num_sms / (shape.num_seqs * d.n_kv * len(heads))
+    rows = partition(0, d.hidden, _count(d.hidden // ha, per_rows), ha)
+    return heads, rows, copy_ranges(d.hidden, num_qkv)
 
 
 def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> Plan:
@@ -106,5 +160,8 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages:
     va = pow2_align(d.vocab)
     lm_head = partition(0, d.vocab, _count(d.vocab // va, target), va)
     ns = num_attn_splits(d, shape, p, max_context_pages)
+    fused = fuses_o_proj(shape, p, max_context_pages)
+    heads, rows, copy = _fused_cuts(d, shape, p, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
     return Plan(tuple(embed), tuple(qkv), ns, tuple(attn_head_chunks(d, shape, p, ns)), tuple(o_proj),
-                tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head))
+                tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
+                tuple(rows), tuple(copy))

@@ -1,9 +1,10 @@
 """The VM's global memory: every buffer of `engine/instructions/layout.py` as a torch tensor.
 
-Accumulating writes (DOWN_RESIDUAL's atomic adds into `hidden`) are deferred and applied in
-instruction-id order when the buffer is next touched by a non-accumulating access. On the GPU the add
-order is whatever the atomics give; in a race-free stream every such add is ordered before that next
-access, so deferring is legal and makes the VM's result independent of the interleaving it picked.
+Accumulating writes (the atomic adds of DOWN_RESIDUAL into `hidden`, of ATTN_O_PROJ into `mid` and
+`hidden`) are deferred and applied in instruction-id order when the buffer is next touched by a
+non-accumulating access. On the GPU the add order is whatever the atomics give; in a race-free stream
+every such add is ordered before that next access, so deferring is legal and makes the VM's result
+independent of the interleaving it picked.
 """
 from __future__ import annotations
 

@@ -22,6 +22,24 @@ def test_a_malformed_knob_names_its_variable() -> None:
         backend_knobs({"MEGAKERNEL_MAX_RING_PAGES": "twelve"})
 
 
+@pytest.mark.parametrize("text,want", [("0", False), ("1", True)])
+def test_fused_o_proj_knobs(text: str, want: bool) -> None:
+    got = backend_knobs({"MEGAKERNEL_FUSE_O_PROJ": text, "MEGAKERNEL_FUSED_HEAD_CHUNKS": "2"})
+    assert got == {"fuse_o_proj": want, "fused_head_chunks": 2}
+    assert SplitParams(**got).fuse_o_proj is want  # the backend forwards them to SplitParams
+
+
+@pytest.mark.parametrize("text", ["true", "yes", "2", "", " 1"])
+def test_fuse_o_proj_accepts_only_0_or_1(text: str) -> None:
+    with pytest.raises(ValueError, match=f"MEGAKERNEL_FUSE_O_PROJ={text!r}: expected 0 or 1"):
+        backend_knobs({"MEGAKERNEL_FUSE_O_PROJ": text})
+
+
+def test_fused_head_chunks_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="fused_head_chunks"):
+        SplitParams(**backend_knobs({"MEGAKERNEL_FUSED_HEAD_CHUNKS": "0"}))
+
+
 def test_every_knob_is_a_backend_or_split_keyword() -> None:
     """The backend forwards unknown keywords to SplitParams: each knob must land on one of the two."""
     accepted = set(inspect.signature(CudaBackend.__init__).parameters) | set(inspect.signature(SplitParams).parameters)

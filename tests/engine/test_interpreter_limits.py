@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.cuda.limits import InterpreterLimits, UnsupportedOnGPU
+from engine.instructions import opcodes as op
 from engine.instructions.layout import ModelDims
+from engine.instructions.opcodes import Opcode
 from engine.profiling import decode_batch
 from engine.scheduler.step_builder_cache import BuildParams, compile_stream
 from models.llama.presets import preset_config
@@ -74,3 +77,39 @@ def test_fewer_mlp_slices_mean_wider_down_inputs_and_fewer_tokens_per_step() -> 
     default, one, eight = lim.max_tokens(d), lim.max_tokens(d, 1), lim.max_tokens(d, 8)
     assert one * d.intermediate <= lim.x_floats < (one + 1) * d.intermediate
     assert one < default == lim.max_tokens(d, 4) <= eight
+
+
+def test_fused_batch1_streams_fit() -> None:
+    """Batch-1 decode and a full prefill chunk of the 1B run ATTN_O_PROJ (one split per 8 pages) and fit."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    lim = _limits()
+    t = lim.max_tokens(d)
+    for batch in (decode_batch(1, 33, 16), StepBatch.build([list(range(1, t + 1))], [0], [[0]], page_size=16)):
+        cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8, fuse_o_proj=True))
+        assert cs.stream.plan.fused and (cs.words[:, 0] == Opcode.ATTN_O_PROJ).any()
+        assert lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d) >= lim.min_ring_pages
+
+
+def test_a_fused_op_whose_staged_attention_exceeds_out_is_rejected() -> None:
+    """GQA 8 x head_dim 128 in one head range: 8 tokens x 1024 attention columns staged in `out` > 4096."""
+    d = ModelDims(hidden=2048, intermediate=8192, layers=2, n_heads=32, n_kv=4, head_dim=128, vocab=512, eps=1e-5)
+    batch = StepBatch.build([list(range(1, 9))], [0], [[0]], page_size=16)
+    lim = _limits()
+    for chunks, fits in ((1, False), (2, True)):
+        cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8, fuse_o_proj=True,
+                                                             fused_head_chunks=chunks))
+        assert cs.stream.plan.fused
+        if fits:
+            lim.fit_stream(cs.words, 8, 1, d)
+        else:
+            with pytest.raises(UnsupportedOnGPU, match="ATTN_O_PROJ block .*staged: 1024 columns.* exceeds the out buffer"):
+                lim.fit_stream(cs.words, 8, 1, d)
+
+
+def test_fused_weight_rows_must_be_16_byte_multiples() -> None:
+    d = ModelDims(hidden=64, intermediate=128, layers=1, n_heads=2, n_kv=1, head_dim=20, vocab=64, eps=1e-5)
+    words = np.array([op.encode(op.AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=1, row_begin=0, row_end=16))])
+    with pytest.raises(UnsupportedOnGPU, match="16-byte"):  # 20 bf16 = 40 bytes
+        _limits().fit_stream(words, 1, 1, d)
+    words = np.array([op.encode(op.AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=2, row_begin=0, row_end=16))])
+    _limits().fit_stream(words, 1, 1, d)  # 40 bf16 = 80 bytes

@@ -9,7 +9,7 @@ import pytest
 
 from engine.instructions import opcodes as op
 from engine.instructions.format import (
-    MAX_WAITS, W_NUM_WAITS, W_OPCODE, W_RESERVED, WORDS, Header, InstructionFormatError, Wait,
+    FORMAT_VERSION, MAX_WAITS, W_NUM_WAITS, W_OPCODE, W_RESERVED, WORDS, Header, InstructionFormatError, Wait,
 )
 
 
@@ -73,3 +73,21 @@ def test_opcode_mask_sets_one_bit_per_named_opcode_and_names_unknown_ones() -> N
     assert op.opcode_mask(()) == 0
     with pytest.raises(ValueError, match="GATE_UP"):
         op.opcode_mask(("GATE_UP",))
+
+
+def test_attn_o_proj_and_qkv_copy_operand_words() -> None:
+    """The kernel reads operands by word index: ATTN_O_PROJ's six in order from word 3, QKV's copy
+    range at words 6 and 7 (format version 3)."""
+    rng = random.Random()
+    vals = [rng.randrange(1, 1 << 20) for _ in range(6)]
+    hdr = Header(instr_id=rng.randrange(1 << 20), layer=rng.randrange(80), waits=(Wait(3, rng.randrange(1, 99)),),
+                 signal=4, signal_amount=1)
+    fused = op.AttnOProj(*vals, header=hdr)
+    words = op.encode(fused)
+    assert words[W_OPCODE] == 10 == op.Opcode.ATTN_O_PROJ and words[3:9] == vals and words[9:16] == [0] * 7
+    assert op.decode(words) == fused
+    assert fused.attention() == op.AttnPartial(vals[0], vals[1], 0, 1, vals[2], vals[3], header=hdr)
+    qkv = op.RmsQkvRopeAppend(*vals[:5], header=hdr)
+    words = op.encode(qkv)
+    assert words[3:8] == vals[:5] and words[8:16] == [0] * 8 and op.decode(words) == qkv
+    assert FORMAT_VERSION == 3

@@ -69,15 +69,20 @@ def oracle_queues(instrs: list[op.Instruction], dur: np.ndarray, p: CostParams) 
     return queues
 
 
-@pytest.mark.parametrize("preset,num_sms,seqs,tokens", [
-    ("tiny", 8, 1, 1), ("tiny", 5, 3, 2), ("llama-3.2-1b", 132, 1, 1), ("llama-3.2-1b", 66, 2, 4),
+@pytest.mark.parametrize("preset,num_sms,seqs,tokens,fuse", [
+    ("tiny", 8, 1, 1, False), ("tiny", 5, 3, 2, True), ("llama-3.2-1b", 132, 1, 1, False),
+    ("llama-3.2-1b", 66, 2, 4, True),
+    ("tiny", 8, 1, 4, True), ("llama-3.2-1b", 132, 1, 1, True),  # batch 1, short context: fused ATTN_O_PROJ
 ])
-def test_list_schedule_matches_the_direct_formulation(preset: str, num_sms: int, seqs: int, tokens: int) -> None:
+def test_list_schedule_matches_the_direct_formulation(preset: str, num_sms: int, seqs: int, tokens: int,
+                                                      fuse: bool) -> None:
     seed = int(np.random.SeedSequence().entropy % 2**32)  # fresh each run; printed on failure
     rng = np.random.default_rng(seed)
     dims = ModelDims.from_config(preset_config(preset))
     shape = StepShape(seqs * tokens, seqs, 8)
-    stream = build_stream(dims, shape, make_plan(dims, shape, SplitParams(num_sms=num_sms), 5))
+    plan = make_plan(dims, shape, SplitParams(num_sms=num_sms, fuse_o_proj=fuse), 5)
+    assert plan.fused == (fuse and seqs == 1)
+    stream = build_stream(dims, shape, plan)
     dur = rng.uniform(100.0, 5000.0, len(stream.instrs))
     p = CostParams(num_sms=num_sms)
     np.testing.assert_array_equal(critical_path(stream.instrs, dur, p.sync_ns),

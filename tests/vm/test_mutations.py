@@ -37,6 +37,26 @@ def setup():  # noqa: ANN201
     return vm, vm.last_stream
 
 
+# The fused batch-1 layer (ATTN_O_PROJ): the same checks on its dependencies.
+FUSED_KINDS = [
+    (Opcode.RMS_QKV_ROPE_APPEND, 1),   # waits the previous layer's DOWN (its copy overwrites mid)
+    (Opcode.ATTN_O_PROJ, 0),           # waits every QKV block of its layer (q, K/V, hidden, mid)
+    (Opcode.ATTN_O_PROJ, 1),
+    (Opcode.RMS_GATE_UP_SILU, 1),      # waits every ATTN_O_PROJ of its layer (mid)
+]
+
+
+@pytest.fixture(scope="module")
+def fused_setup():  # noqa: ANN201
+    cfg = small_config(heads=8, kv_heads=2)
+    vm = VMBackend(random_weights(cfg, seed=8), 64, 8, num_sms=8, policy="dynamic", mlp_slices=2,
+                   max_attn_splits=1, fuse_o_proj=True)
+    batch, _ = Scenario(cfg, [13], 8, 64, seed=3).batch([None])
+    vm.forward(batch)
+    assert vm.last_stream.stream.plan.fused
+    return vm, vm.last_stream
+
+
 def _run(vm: VMBackend, cs, words: np.ndarray, num_sms: int = 8, seed: int = 0) -> None:  # noqa: ANN001
     bufs, _ = cs.backend_state
     bufs.args = StepArgsView.decode(cs.step_args)
@@ -49,10 +69,16 @@ def _pick(words: np.ndarray, opcode: int, layer: int, seed: int) -> int:
     return int(np.random.default_rng(seed).choice(rows))
 
 
-@pytest.mark.parametrize("opcode,layer", KINDS, ids=[f"{o.name}-L{l}" for o, l in KINDS])
+# (stream fixture, waiter opcode, layer): the split-attention stream's kinds, then the fused stream's.
+ALL_KINDS = [("setup", o, l) for o, l in KINDS] + [("fused_setup", o, l) for o, l in FUSED_KINDS]
+ALL_IDS = [f"{s}-{o.name}-L{l}" for s, o, l in ALL_KINDS]
+
+
+@pytest.mark.parametrize("stream,opcode,layer", ALL_KINDS, ids=ALL_IDS)
 @pytest.mark.parametrize("mutation", ["drop", "weaken"])
-def test_missing_dependency_is_a_race(setup, opcode: Opcode, layer: int, mutation: str) -> None:  # noqa: ANN001
-    vm, cs = setup
+def test_missing_dependency_is_a_race(request, stream: str, opcode: Opcode, layer: int,  # noqa: ANN001
+                                      mutation: str) -> None:
+    vm, cs = request.getfixturevalue(stream)
     words = cs.tensor.copy()
     r = _pick(words, opcode, layer, seed=int(opcode) * 7 + layer)
     assert words[r, W_NUM_WAITS] == 1
@@ -64,9 +90,9 @@ def test_missing_dependency_is_a_race(setup, opcode: Opcode, layer: int, mutatio
         _run(vm, cs, words)
 
 
-@pytest.mark.parametrize("opcode,layer", KINDS[::2], ids=[f"{o.name}-L{l}" for o, l in KINDS[::2]])
-def test_unreachable_target_is_a_deadlock(setup, opcode: Opcode, layer: int) -> None:  # noqa: ANN001
-    vm, cs = setup
+@pytest.mark.parametrize("stream,opcode,layer", ALL_KINDS[::2], ids=ALL_IDS[::2])
+def test_unreachable_target_is_a_deadlock(request, stream: str, opcode: Opcode, layer: int) -> None:  # noqa: ANN001
+    vm, cs = request.getfixturevalue(stream)
     words = cs.tensor.copy()
     r = _pick(words, opcode, layer, seed=1)
     words[r, W_WAITS + 1] += 1
@@ -74,12 +100,16 @@ def test_unreachable_target_is_a_deadlock(setup, opcode: Opcode, layer: int) -> 
         _run(vm, cs, words)
 
 
-def test_lost_signal_is_a_deadlock(setup) -> None:  # noqa: ANN001
-    vm, cs = setup
+@pytest.mark.parametrize("stream,signaller,starved", [
+    ("setup", Opcode.RMS_GATE_UP_SILU, "DOWN_RESIDUAL"),
+    ("fused_setup", Opcode.RMS_QKV_ROPE_APPEND, "ATTN_O_PROJ"),  # the fused op waits for every QKV block
+])
+def test_lost_signal_is_a_deadlock(request, stream: str, signaller: Opcode, starved: str) -> None:  # noqa: ANN001
+    vm, cs = request.getfixturevalue(stream)
     words = cs.tensor.copy()
-    r = _pick(words, Opcode.RMS_GATE_UP_SILU, 1, seed=2)
+    r = _pick(words, signaller, 1, seed=2)
     words[r, W_SIGNAL], words[r, W_SIGNAL_AMOUNT] = -1, 0
-    with pytest.raises(DeadlockError, match="DOWN_RESIDUAL"):
+    with pytest.raises(DeadlockError, match=starved):
         _run(vm, cs, words)
 
 
@@ -108,3 +138,24 @@ def test_static_queue_out_of_order_deadlocks() -> None:
     with pytest.raises(DeadlockError, match="SM 0: #0 RMS_QKV_ROPE_APPEND"):
         VM(bufs).run_static(q, SyncState.fresh(cs.stream.counter_period))
     assert torch.isfinite(bufs.get("logits")).all()
+
+
+def test_fused_missing_mid_copy_changes_the_result(fused_setup) -> None:  # noqa: ANN001
+    """The QKV copies are the only writes that initialise mid: without one, gate/up reads garbage (the
+    race detector cannot see a missing write, the result can)."""
+    vm, cs = fused_setup
+    bufs, _ = cs.backend_state
+
+    def logits(words: np.ndarray) -> torch.Tensor:
+        with torch.inference_mode():  # the VM's buffers are inference tensors
+            bufs.act["mid"].normal_(0.0, 1e3)  # poison what a previous run left
+        _run(vm, cs, words)
+        return bufs.get("logits").clone()
+
+    clean = logits(cs.tensor)
+    assert torch.equal(clean, logits(cs.tensor))
+    words = cs.tensor.copy()
+    r = _pick(words, Opcode.RMS_QKV_ROPE_APPEND, 0, seed=5)
+    assert words[r, 7] > words[r, 6]
+    words[r, 7] = words[r, 6]  # copy_end = copy_begin: an empty copy
+    assert not torch.allclose(clean, logits(words))

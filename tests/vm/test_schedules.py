@@ -2,21 +2,18 @@
 dependency granularity, and cost-model sanity on the real presets."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from engine.instructions import opcodes as op
 from engine.instructions.layout import ModelDims
-from engine.profiling import decode_batch
 from engine.scheduler.policies import POLICIES
-from engine.scheduler.step_builder_cache import BuildParams, compile_stream
+from engine.scheduler.step_builder_cache import BuildParams
 from models.llama.presets import preset_config
+from tests.vm.helpers import compile_decode as _compile
 from tests.vm.helpers import small_config
-
-
-def _compile(cfg, policy: str, num_sms: int, batch: int = 2, context: int = 37, **kw):  # noqa: ANN001, ANN202
-    return compile_stream(ModelDims.from_config(cfg), decode_batch(batch, context, 8), 8,
-                          BuildParams.for_sms(num_sms, policy, **kw))
 
 
 def _check_topological(instrs: list[op.Instruction], order: list[int]) -> None:
@@ -79,7 +76,7 @@ def test_llama_1b_decode_counts_and_makespan() -> None:
     bytes/bandwidth floor."""
     cfg = preset_config("llama-3.2-1b")
     d = ModelDims.from_config(cfg)
-    cs = _compile(cfg, "rr", 132, batch=1, context=129)
+    cs = _compile(cfg, "rr", 132, batch=1, context=129, fuse_o_proj=False)  # the split-attention path
     counts: dict[str, int] = {}
     for ins in cs.stream.instrs:
         counts[ins.OPCODE.name] = counts.get(ins.OPCODE.name, 0) + 1
@@ -100,10 +97,27 @@ def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
 
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     shape = StepShape(1, 1, 16)
-    assert num_attn_splits(d, shape, SplitParams(), 3) == 4  # default: split every page bucket
-    assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 3) == 1
-    assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 10) == 2  # 16-page bucket / 8
-    assert num_attn_splits(d, shape, SplitParams(min_pages_per_split=8), 1000) == 17  # capped by SMs
+    unfused = SplitParams(fuse_o_proj=False)
+    assert num_attn_splits(d, shape, unfused, 3) == 4  # default: split every page bucket
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), 3) == 1
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), 10) == 2  # 16-page bucket / 8
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), 1000) == 17  # capped by SMs
+
+
+def test_fused_path_takes_short_batch1_contexts_unsplit() -> None:
+    from engine.instructions.layout import ModelDims, StepShape
+    from engine.scheduler.step_builder_splits import SplitParams, fuses_o_proj, make_plan, num_attn_splits
+    from models.llama.presets import preset_config
+
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    one, two = StepShape(1, 1, 16), StepShape(2, 2, 16)
+    p = SplitParams(fuse_o_proj=True)
+    assert fuses_o_proj(one, p, 16) and num_attn_splits(d, one, p, 16) == 1  # at the limit: fused, one split
+    assert not fuses_o_proj(one, p, 17) and num_attn_splits(d, one, p, 17) > 1  # past it: split attention
+    assert not fuses_o_proj(two, p, 3) and not make_plan(d, two, p, 3).fused  # batch 2: never fused
+    assert make_plan(d, one, p, 16).fused and not make_plan(d, one, p, 17).fused
+    assert not fuses_o_proj(one, replace(p, fuse_max_context_pages=4), 5)
+    assert not fuses_o_proj(one, SplitParams(), 1)  # off by default
 
 
 @pytest.mark.parametrize("num_sms,batch,cap,want", [
@@ -114,7 +128,7 @@ def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
 ])
 def test_attention_heads_are_cut_only_onto_idle_sms(num_sms: int, batch: int, cap: int | None, want: int) -> None:
     cfg = small_config(heads=8, kv_heads=2)  # G = 4
-    cs = _compile(cfg, "rr", num_sms, batch=batch, context=9, max_attn_head_chunks=cap)
+    cs = _compile(cfg, "rr", num_sms, batch=batch, context=9, max_attn_head_chunks=cap, fuse_o_proj=False)
     attn = [i for i in cs.stream.instrs if isinstance(i, op.AttnPartial) and i.header.layer == 0]
     per_group = {(i.seq, i.kv_group, i.split) for i in attn}
     assert len(attn) == len(per_group) * want
