@@ -42,6 +42,9 @@ def test_rotation_preserves_norm_and_relative_position() -> None:
         ck, sk = rope_cos_sin(cfg, torch.tensor([pk]))
         return float((apply_rope(q, cq, sq) * apply_rope(k, ck, sk)).sum())
 
-    assert dot(10, 3) == pytest.approx(dot(107, 100), rel=1e-4)
+    # Tolerance relative to |q||k|, not to the dot: a near-orthogonal random pair makes the dot tiny and
+    # its fp32 rounding (≈1e-7 of the norms) a large relative error (seed 2094521510 hit that).
+    scale = float(q.norm() * k.norm())
+    assert dot(10, 3) == pytest.approx(dot(107, 100), abs=1e-5 * scale)
     c, s = rope_cos_sin(cfg, torch.tensor([77]))
     assert float(apply_rope(q, c, s).norm()) == pytest.approx(float(q.norm()), rel=1e-5)
