@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ops_attention.cuh"
+#include "ops_attn_o_proj.cuh"
 #include "ops_matvec.cuh"
 
 namespace mk::vm {
@@ -30,6 +31,7 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, Ring
     case OP_ATTN_PARTIAL: op_attn_partial(g, sm, w); return true;
     case OP_ATTN_REDUCE: op_attn_reduce(g, w); return true;
     case OP_O_PROJ_RESIDUAL: return op_o_proj(g, sm, cur, w);
+    case OP_ATTN_O_PROJ: return op_attn_o_proj(g, sm, cur, w);
     case OP_RMS_GATE_UP_SILU: return op_gate_up(g, sm, cur, w);
     case OP_DOWN_RESIDUAL: return op_down(g, sm, cur, w);
     case OP_LM_HEAD: return op_lm_head(g, sm, cur, w);

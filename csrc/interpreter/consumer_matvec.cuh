@@ -5,6 +5,8 @@
 #pragma once
 
 #include "../tk/shared_vec.cuh"
+#include "bf16_unpack.cuh"
+#include "dot_short_rows.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 #include "weight_stream.cuh"
@@ -14,17 +16,6 @@ namespace mk::vm {
 struct RingCursor {
   uint32_t pages = 0;  // pages consumed since launch (same count the loader keeps)
 };
-
-// bf16 is the top half of an fp32: the low element of a packed pair is `word << 16`, the high one
-// `word & 0xffff0000` (one integer op per element; the intrinsic pair-conversion takes three per pair).
-__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
 
 // Rows of one page handled per call: fewer for many activation rows, so the accumulators and the
 // activation vectors stay in registers (the kernel is capped at 168 registers per thread).
@@ -168,11 +159,17 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
-      int r = 0;
-      for (; r + R <= rows; r += R)
-        dot_rows<NX, true>(page_addr, row_bytes, r, R, ws.row_elems, x_addr, nx, sm.out, row0 + r, ws.rows);
-      if (r < rows)
-        dot_rows<NX, false>(page_addr, row_bytes, r, rows - r, ws.row_elems, x_addr, nx, sm.out, row0 + r, ws.rows);
+      if (ws.row_elems <= SHORT_ROW_MAX_K) {  // many short rows per page: reduce 8 rows together
+        for (int r = 0; r < rows; r += SHORT_ROWS_PER_CALL<NX>)
+          dot_short_rows<NX>(page_addr, row_bytes, r, min(SHORT_ROWS_PER_CALL<NX>, rows - r), ws.row_elems, x_addr,
+                             nx, sm.out, row0 + r, ws.rows);
+      } else {
+        int r = 0;
+        for (; r + R <= rows; r += R)
+          dot_rows<NX, true>(page_addr, row_bytes, r, R, ws.row_elems, x_addr, nx, sm.out, row0 + r, ws.rows);
+        if (r < rows)
+          dot_rows<NX, false>(page_addr, row_bytes, r, rows - r, ws.row_elems, x_addr, nx, sm.out, row0 + r, ws.rows);
+      }
     }
     __syncwarp();
     if (lane == 0) tk::arrive(sm.page_empty[ring]);

@@ -12,6 +12,8 @@
 // Attention:   MARK_INPUT      queries and block table in shared memory
 //              MARK_LAST_PAGE  warp 0 finished its keys
 //              MARK_COMPUTED   every warp finished its keys (the merge and the output follow)
+// ATTN_O_PROJ: the matvec marks, with MARK_INPUT when its attention output is in x (so the "input"
+//              interval is the whole attention, and the rest reads like an O-proj)
 #pragma once
 
 #include "globals.cuh"

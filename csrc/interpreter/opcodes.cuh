@@ -1,10 +1,10 @@
-// opcodes.cuh: the instruction record layout of docs/INSTRUCTIONS.md (format version 1).
+// opcodes.cuh: the instruction record layout of docs/INSTRUCTIONS.md (format version 3).
 // tests/instructions/test_cuda_header_sync.py checks these numbers against engine/instructions.
 #pragma once
 
 namespace mk::vm {
 
-inline constexpr int FORMAT_VERSION = 2;
+inline constexpr int FORMAT_VERSION = 3;
 inline constexpr int WORDS = 32;
 
 // Opcodes (word 0).
@@ -18,7 +18,8 @@ inline constexpr int OP_RMS_GATE_UP_SILU = 6;
 inline constexpr int OP_DOWN_RESIDUAL = 7;
 inline constexpr int OP_LM_HEAD = 8;
 inline constexpr int OP_ARGMAX_REDUCE = 9;
-inline constexpr int NUM_OPCODES = 10;
+inline constexpr int OP_ATTN_O_PROJ = 10;  // attention of one head chunk fused with its O-proj slice
+inline constexpr int NUM_OPCODES = 11;
 
 // Word indices.
 inline constexpr int W_OPCODE = 0;

@@ -64,19 +64,28 @@ __host__ __device__ constexpr int attn_scratch_floats(int heads, int hd) {
 static_assert(attn_scratch_floats(MAX_GQA, 128) + ATTN_TABLE_MAX <= X_FLOATS,
               "attention scratch of a full group must fit in x at the smallest ring");
 
-// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
-template <int DPL>
-__device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
+// One attention task: sequence `seq`, KV group `grp`, its heads [h_begin, h_end) (within the group),
+// over split `split` of `nsplit` of the sequence's KV pages.
+struct AttnTask {
+  int seq, grp, split, nsplit, h_begin, h_end;
+};
+
+// Causal attention of `task` for each of the sequence's new tokens. `emit(t, h, d, out, lse)` receives
+// every output element (token t, head h of the task, dim d) with its head's log-sum-exp; it runs
+// between two consumer barriers, so it may write shared memory that the next token does not touch.
+// MARKS: record the attention sub-phase marks (off when the caller is a fused op with its own).
+template <int DPL, bool MARKS, typename Emit>
+__device__ void attend(const Globals& g, const Shared& sm, const int* w, const AttnTask& task, Emit emit) {
   const StepArgs sa(g);
-  const int layer = w[W_LAYER], s = w[3], grp = w[4], split = w[5], nsplit = w[6];
+  const int layer = w[W_LAYER], s = task.seq, grp = task.grp, split = task.split, nsplit = task.nsplit;
   const int hd = g.head_dim, qcols = g.n_heads * hd, ps = sa.page_size();
-  // This instruction's heads: NH of them, the first being global head `head0` (its group's first + h0).
-  const int head0 = grp * (g.n_heads / g.n_kv) + w[7], NH = w[8] - w[7];
+  // This task's heads: NH of them, the first being global head `head0` (its group's first + h_begin).
+  const int head0 = grp * (g.n_heads / g.n_kv) + task.h_begin, NH = task.h_end - task.h_begin;
   // Global reads cost ≈1-2 µs each while other SMs saturate HBM, and attention sits on every layer's
   // critical path: independent reads are issued together (context length and query range here, the
   // position with the queries below) rather than one behind the other.
   const int C = sa.context_len(s), q_first = sa.query_start(s), q_last = sa.query_start(s + 1);
-  const int T = sa.num_tokens(), P = (C + ps - 1) / ps;
+  const int P = (C + ps - 1) / ps;
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const float scale = 1.0f / sqrtf((float)hd);
@@ -94,7 +103,7 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
     for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
       q_sh[i] = load_cg(g.q + (long long)t * qcols + head0 * hd + i);
     consumer_sync();
-    if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_INPUT);
+    if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_INPUT);
     const int kend = min(key_end, position + 1);
     // Each warp's running (o, m, l) per head lives in its merge slot: lane-owned dims of o, and m, l
     // (the same in every lane) at [hd], [hd + 1]. Keeping it there instead of in registers lets the head
@@ -162,9 +171,9 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
 #pragma unroll
         for (int d = 0; d < DPL; ++d) { kd[u][d] = kn[u][d]; vd[u][d] = vn[u][d]; }
     }
-    if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_LAST_PAGE);
+    if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_LAST_PAGE);
     consumer_sync();
-    if (threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
+    if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
     for (int idx = threadIdx.x; idx < NH * hd; idx += CONSUMER_THREADS) {
       const int h = idx / hd, d = idx % hd;
       float M = -INFINITY;
@@ -181,16 +190,27 @@ __device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
         out = O / L;
         lse = M + logf(L);
       }
-      const int head = head0 + h;
-      if (nsplit == 1) {
-        g.attn_out[(long long)t * qcols + head * hd + d] = out;
-      } else {
-        g.o_part[((long long)split * T + t) * qcols + head * hd + d] = out;
-        if (d == 0) g.lse_part[((long long)split * T + t) * g.n_heads + head] = lse;
-      }
+      emit(t, h, d, out, lse);
     }
     consumer_sync();
   }
+}
+
+// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
+template <int DPL>
+__device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
+  const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
+  const int hd = g.head_dim, qcols = g.n_heads * hd, T = StepArgs(g).num_tokens();
+  const int head0 = task.grp * (g.n_heads / g.n_kv) + task.h_begin;
+  attend<DPL, true>(g, sm, w, task, [&](int t, int h, int d, float out, float lse) {
+    const int head = head0 + h;
+    if (task.nsplit == 1) {
+      g.attn_out[(long long)t * qcols + head * hd + d] = out;
+    } else {
+      g.o_part[((long long)task.split * T + t) * qcols + head * hd + d] = out;
+      if (d == 0) g.lse_part[((long long)task.split * T + t) * g.n_heads + head] = lse;
+    }
+  });
 }
 
 __device__ __forceinline__ void op_attn_partial(const Globals& g, const Shared& sm, const int* w) {

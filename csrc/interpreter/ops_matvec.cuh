@@ -8,10 +8,17 @@
 
 namespace mk::vm {
 
-// RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group.
+// RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group, copy_begin, copy_end. Besides q and the
+// KV append it copies hidden[:, copy_begin:copy_end) into mid (the fused ATTN_O_PROJ adds into mid).
 __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
+  const int copy_begin = w[6], n_copy = w[7] - w[6], H = g.hidden_size;
+  // The copied values are read with the norm's input (one round trip) and stored after it.
+  const bool copy_one_pass = T * n_copy <= CONSUMER_THREADS;
+  float copied = 0.f;
+  if (copy_one_pass && threadIdx.x < T * n_copy)
+    copied = load_cg(g.hidden + (long long)(threadIdx.x / n_copy) * H + copy_begin + threadIdx.x % n_copy);
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
   const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
   // The epilogue's global reads (step args, RoPE frequency) are issued before the norm and the matvec
@@ -27,6 +34,10 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
   }
   load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  for (int idx = threadIdx.x; idx < T * n_copy; idx += CONSUMER_THREADS) {
+    const long long at = (long long)(idx / n_copy) * H + copy_begin + idx % n_copy;
+    g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
+  }
   const WeightStream ws = weight_stream(g, w);
   if (!matvec(g, sm, cur, ws, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {

@@ -42,6 +42,14 @@ __device__ __forceinline__ WeightStream weight_stream(const Globals& g, const in
       s.row_elems = (int)Q;
       s.row_stride = Q;
       break;
+    case OP_ATTN_O_PROJ: {  // W_o columns of heads [a[2], a[3]) of group a[1], rows [a[4], a[5])
+      const long long head0 = (long long)a[1] * (g.n_heads / g.n_kv) + a[2];
+      s.base = g.w_o + (layer * H + a[4]) * Q + head0 * g.head_dim;
+      s.rows = a[5] - a[4];
+      s.row_elems = (a[3] - a[2]) * g.head_dim;
+      s.row_stride = Q;
+      break;
+    }
     case OP_RMS_GATE_UP_SILU:
       s.base = g.w_gate_up + (layer * 2 * I + 2LL * a[0]) * H;
       s.rows = 2 * (a[1] - a[0]);

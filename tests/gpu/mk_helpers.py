@@ -11,12 +11,14 @@ from models.llama.weights import LlamaWeights
 BUFFERS = ("hidden", "mid", "q", "attn_out", "act", "logits")
 
 
-def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int = 16) -> tuple[VMBackend, CudaBackend]:
+def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int = 16,
+         **split_kw: object) -> tuple[VMBackend, CudaBackend]:
     # Identical split parameters on both sides, so both run the very same instruction tensors; one KV
-    # page per split keeps the split-KV + reduce path covered at these short contexts.
-    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, min_pages_per_split=1)
+    # page per split (the default here) keeps the split-KV + reduce path covered at these short contexts.
+    split_kw.setdefault("min_pages_per_split", 1)
+    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, **split_kw)
     vm = VMBackend(weights, num_pages=num_pages, page_size=page_size, num_sms=gpu.num_sms, policy=policy,
-                   check_races=False, weight_dtype=torch.bfloat16, min_pages_per_split=1)
+                   check_races=False, weight_dtype=torch.bfloat16, **split_kw)
     return vm, gpu
 
 

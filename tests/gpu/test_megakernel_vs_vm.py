@@ -62,3 +62,29 @@ def test_three_sequences_use_padded_matvec_rows() -> None:
             assert rel_err(gpu.last.acts[name], vm_bufs.get(name)) < 2e-2, name
         assert torch.equal(gpu_tokens.cpu(), vm.last_tokens)
         scen.feed(seqs, vm.last_tokens.tolist())
+
+
+@pytest.mark.parametrize("policy", ["rr", "lpt", "dynamic"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("head_chunks", [None, 1])
+def test_fused_attention_o_proj_matches_vm(shape: str, policy: str, head_chunks: int | None) -> None:
+    """Batch-1 steps with one KV split run ATTN_O_PROJ (attention fused with its O-proj slice, atomic adds
+    into mid and hidden) and the QKV ops' hidden -> mid copies: a prefill chunk, its tail, then decodes."""
+    cfg = SHAPES[shape]
+    vm, gpu = pair(random_weights(cfg, seed=5), policy, fuse_o_proj=True, fused_head_chunks=head_chunks)
+    scen = Scenario(cfg, [13], page_size=16, num_pages=64, seed=2)
+    for chunk in [[8], [None]] + [[1]] * 4:
+        batch, seqs = scen.batch(chunk)
+        vm.forward(batch)
+        gpu_tokens = gpu.greedy(batch)
+        opcodes = {type(i).__name__ for i in vm.last_stream.stream.instrs}
+        assert "AttnOProj" in opcodes and "OProjResidual" not in opcodes, opcodes
+        vm_bufs, _ = vm.last_stream.backend_state
+        for name in BUFFERS:
+            if name == "attn_out":  # the fused op never writes it
+                continue
+            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
+            assert err < 2e-2, f"{shape}/{policy}: buffer {name} differs (rel {err:.2e}) at step {chunk}"
+        assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
+        assert torch.equal(gpu_tokens.cpu(), vm.last_tokens), f"{shape}/{policy}: greedy ids differ"
+        scen.feed(seqs, vm.last_tokens.tolist())

@@ -1,0 +1,62 @@
+// ops_attn_o_proj.cuh: ATTN_O_PROJ, batch-1 attention fused with its slice of the O-projection.
+//
+// Why: as separate ops, attention (32 tiny instructions) and O-proj (128 instructions of 64 KB) each
+// pay a full dependency hop — wait, input read, epilogue fence — while the O-proj bytes are only ≈2 µs
+// of streaming. Here each instruction computes the attention of a few heads (the K/V reads repeat once
+// per row chunk, from L2) and multiplies it by the matching columns of W_o for a chunk of rows, whose
+// pages the loader has already streamed into the ring during the previous ops. The result is added
+// atomically into both residual copies: `mid` (read by gate/up) and `hidden` (the next layer's input,
+// which the down-projection then accumulates into). The QKV ops initialised mid = hidden for this
+// (their copy operands), and every QKV of the layer precedes this op (it adds into what they read).
+#pragma once
+
+#include "consumer_matvec.cuh"
+#include "ops_attention.cuh"
+
+namespace mk::vm {
+
+// ATTN_O_PROJ: operands seq, kv_group, head_begin, head_end (within the group), row_begin, row_end.
+template <int DPL>
+__device__ bool attn_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  const StepArgs sa(g);
+  const AttnTask task{w[3], w[4], 0, 1, w[5], w[6]};
+  const int hd = g.head_dim, K = (task.h_end - task.h_begin) * hd, H = g.hidden_size;
+  const int row_begin = w[7], rows = w[8] - w[7];
+  const int q_first = sa.query_start(task.seq), nq = sa.query_start(task.seq + 1) - q_first;
+  // The attention output [token][K] is staged in `out` (x holds the attention scratch), then moved to
+  // x as the matvec's input rows. The host checks nq * max(K, rows) <= OUT_FLOATS (limits.py).
+  attend<DPL, false>(g, sm, w, task, [&](int t, int h, int d, float out, float) {
+    sm.out[(t - q_first) * K + h * hd + d] = out;
+  });
+  for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) sm.x[i] = sm.out[i];
+  consumer_sync();
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  if (!matvec(g, sm, cur, weight_stream(g, w), nq, w)) return false;
+  float* mid = g.mid + (long long)q_first * H + row_begin;
+  float* hidden = g.hidden + (long long)q_first * H + row_begin;
+  if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows
+    const int quads = rows / 4;
+    for (int idx = threadIdx.x; idx < nq * quads; idx += CONSUMER_THREADS) {
+      const int t = idx / quads, r = 4 * (idx % quads);
+      const float* o = sm.out + t * rows + r;
+      const float4 v = make_float4(o[0], o[1], o[2], o[3]);
+      tk::atomic_add_f32x4(mid + (long long)t * H + r, v);
+      tk::atomic_add_f32x4(hidden + (long long)t * H + r, v);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < nq * rows; idx += CONSUMER_THREADS) {
+      const int t = idx / rows, r = idx % rows;
+      tk::atomic_add_f32(mid + (long long)t * H + r, sm.out[t * rows + r]);
+      tk::atomic_add_f32(hidden + (long long)t * H + r, sm.out[t * rows + r]);
+    }
+  }
+  return true;
+}
+
+__device__ __forceinline__ bool op_attn_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+  if (g.head_dim == 64) return attn_o_proj<2>(g, sm, cur, w);
+  if (g.head_dim == 128) return attn_o_proj<4>(g, sm, cur, w);
+  return attn_o_proj<1>(g, sm, cur, w);  // head_dim 32 (the host rejects anything else)
+}
+
+}  // namespace mk::vm
