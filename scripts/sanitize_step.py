@@ -1,9 +1,13 @@
-"""A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer."""
+"""A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer. The
+cuda knobs of engine/cuda/knobs.py apply (e.g. MEGAKERNEL_FUSE_O_PROJ=1 checks the fused path)."""
 from __future__ import annotations
+
+import os
 
 import torch
 
 from engine.backends.cuda_backend import CudaBackend
+from engine.cuda.knobs import backend_knobs
 from models.llama.config import LlamaConfig
 from models.llama.init_random import random_state_dict
 from models.llama.step_batch import StepBatch
@@ -15,8 +19,10 @@ def main() -> None:
                       num_attention_heads=4, num_key_value_heads=2, head_dim=64, rope_theta=10000.0,
                       rms_norm_eps=1e-5, tie_word_embeddings=True)
     weights = weights_from_state_dict(cfg, random_state_dict(cfg, seed=0), dtype=torch.bfloat16, device="cuda")
+    knobs = backend_knobs(os.environ)
+    knobs.pop("policy", None)
     for policy in ("lpt", "dynamic"):
-        be = CudaBackend(weights, num_pages=8, page_size=16, policy=policy)
+        be = CudaBackend(weights, num_pages=8, page_size=16, policy=policy, **knobs)
         table = [3, 1, 6]
         ids = be.greedy(StepBatch.build([[5, 9, 2, 7]], [0], [table], device="cuda", page_size=16))
         for pos in range(4, 20):

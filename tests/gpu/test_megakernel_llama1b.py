@@ -21,14 +21,15 @@ NEAR_TIE = 0.08  # reference logit gap (max - chosen) accepted as a bf16 near-ti
 
 # lpt/rr used to stall one LM_HEAD block intermittently (weight-ring parity ambiguity, fixed by
 # wait_page_issued in csrc/interpreter/state.cuh); 128 steps per policy give the stall many chances.
-@pytest.mark.parametrize("policy", ["dynamic", "lpt", "rr"])
-def test_llama_1b_128_greedy_steps_match_reference(policy: str) -> None:
+# The last case runs the opt-in fused ATTN_O_PROJ path (contexts up to 160 tokens stay within its limit).
+@pytest.mark.parametrize("policy,fuse", [("dynamic", False), ("lpt", False), ("rr", False), ("lpt", True)])
+def test_llama_1b_128_greedy_steps_match_reference(policy: str, fuse: bool) -> None:
     cfg = preset_config("llama-3.2-1b")
     dev = torch.device("cuda")
     weights = random_weights(cfg, torch.bfloat16, dev, seed=0)
     pages = -(-(PROMPT + NEW) // PAGE)
     table = list(range(pages))
-    mk = CudaBackend(weights, num_pages=pages, page_size=PAGE, policy=policy)
+    mk = CudaBackend(weights, num_pages=pages, page_size=PAGE, policy=policy, fuse_o_proj=fuse)
     ref = LlamaModel(weights)
     ref_kv = PagedKVCache.allocate(cfg, num_pages=pages, page_size=PAGE, dtype=torch.bfloat16, device=dev)
     prompt = torch.randint(0, cfg.vocab_size, (PROMPT,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -58,7 +59,8 @@ def test_llama_1b_128_greedy_steps_match_reference(policy: str) -> None:
         mk_logits = mk.forward(batch)[0]
         assert int(mk.last.out_tokens[0]) == int(mk_logits.argmax())  # in-kernel argmax agrees
         ref_logits = ref.forward(batch, ref_kv)[0]
-    print(f"[{policy}] exact {exact}/{NEW}, near-ties {ties} (worst gap {worst_gap:.3f}), "
+    assert any(type(i).__name__ == "AttnOProj" for i in mk.last.compiled.stream.instrs) == fuse
+    print(f"[{policy}{' fused' if fuse else ''}] exact {exact}/{NEW}, near-ties {ties} (worst gap {worst_gap:.3f}), "
           f"max |logit diff| {worst_diff:.3f}")
     assert exact >= int(0.9 * NEW)
     assert worst_diff < 0.5
