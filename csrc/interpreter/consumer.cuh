@@ -24,17 +24,17 @@ __device__ __forceinline__ bool wait_all_dependencies(const Globals& g, const Sh
   return ok;
 }
 
-__device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, const int* w) {
   switch (w[W_OPCODE]) {
     case OP_EMBED: op_embed(g, w); return true;
-    case OP_RMS_QKV_ROPE_APPEND: return op_qkv(g, sm, cur, w);
+    case OP_RMS_QKV_ROPE_APPEND: return op_qkv(g, sm, w);
     case OP_ATTN_PARTIAL: op_attn_partial(g, sm, w); return true;
     case OP_ATTN_REDUCE: op_attn_reduce(g, w); return true;
-    case OP_O_PROJ_RESIDUAL: return op_o_proj(g, sm, cur, w);
-    case OP_ATTN_O_PROJ: return op_attn_o_proj(g, sm, cur, w);
-    case OP_RMS_GATE_UP_SILU: return op_gate_up(g, sm, cur, w);
-    case OP_DOWN_RESIDUAL: return op_down(g, sm, cur, w);
-    case OP_LM_HEAD: return op_lm_head(g, sm, cur, w);
+    case OP_O_PROJ_RESIDUAL: return op_o_proj(g, sm, w);
+    case OP_ATTN_O_PROJ: return op_attn_o_proj(g, sm, w);
+    case OP_RMS_GATE_UP_SILU: return op_gate_up(g, sm, w);
+    case OP_DOWN_RESIDUAL: return op_down(g, sm, w);
+    case OP_LM_HEAD: return op_lm_head(g, sm, w);
     case OP_ARGMAX_REDUCE: op_argmax(g, w); return true;
     default:
       if (threadIdx.x == 0) record_error(g, ERR_BAD_OPCODE, w, -1, 0, 0);
@@ -44,7 +44,6 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, Ring
 
 template <bool TIMING>
 __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm) {
-  RingCursor cur;
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
     // Every consumer thread must leave together (a lone leaver would strand the others on a barrier).
@@ -60,12 +59,12 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
     if (threadIdx.x == 0) {
       progress[0] = w[W_ID];
       progress[1] = STAGE_WAITING;
-      progress[2] = (int)cur.pages;
+      progress[2] = (int)sm.ring_cursor[0];
     }
     if (!wait_all_dependencies(g, sm, w)) return;
     if constexpr (TIMING) t_ready = (long long)tk::globaltimer();
     if (threadIdx.x == 0) progress[1] = STAGE_RUNNING;
-    const bool ok = execute(g, sm, cur, w);
+    const bool ok = execute(g, sm, w);
     consumer_sync();  // every consumer's global writes happen before the release below
     if (!ok) return;
     if (threadIdx.x == 0) {

@@ -13,10 +13,6 @@
 
 namespace mk::vm {
 
-struct RingCursor {
-  uint32_t pages = 0;  // pages consumed since launch (same count the loader keeps)
-};
-
 // Rows of one page handled per call: fewer for many activation rows, so the accumulators and the
 // activation vectors stay in registers (the kernel is capped at 168 registers per thread).
 template <int NX>
@@ -137,19 +133,25 @@ __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int 
 // layer then stays small). `sm` is taken by value on purpose: a reference would make the caller keep
 // its Shared in memory, and every shared-memory access through it, in every opcode, would become a
 // generic load (measured: 7 % slower per token). Inside, the dot products load by shared address.
+// Nothing on its way in divides: the page count and rows per page are slot words the controller derived,
+// and the ring position is the shared cursor (Shared::ring_cursor).
 template <int NX>
-__device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, RingCursor& cur, const WeightStream ws,
-                                           int nx, const int* instr) {
+__device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
+                                           const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
-  const int n_pages = ws.num_pages(), rpp = ws.rows_per_page(), row_bytes = ws.row_elems * 2;
+  const int n_pages = instr[W_SLOT_NUM_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE], row_bytes = ws.row_elems * 2;
   bool ok = true;
   // This warp's pages are p = warp, warp + 8, ...; their ring slot and round advance without a division
-  // per page (the ring size is a run-time value; R > NUM_CONSUMER_WARPS, so a step wraps at most once).
-  const uint32_t R = sm.ring_pages, first = cur.pages + warp;
-  uint32_t ring = first % R, round = first / R;
+  // (the ring size is a run-time value; R > NUM_CONSUMER_WARPS, so a step wraps at most once).
+  const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0], ring0 = sm.ring_cursor[1], round0 = sm.ring_cursor[2];
+  uint32_t ring = ring0 + warp, round = round0;
+  if (ring >= R) {
+    ring -= R;
+    ++round;
+  }
   static_assert(MIN_RING_PAGES > NUM_CONSUMER_WARPS, "a warp's step must wrap the ring at most once");
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
-    const uint32_t n = cur.pages + p;
+    const uint32_t n = pos0 + p;
     if (ok) ok = wait_page_issued(g, sm, n, instr);
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
@@ -180,19 +182,29 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, Ri
       ++round;
     }
   }
-  cur.pages += n_pages;
   const bool all_ok = consumer_all(ok);  // also the barrier before the epilogue reads shared `out`
-  if (threadIdx.x == 0) timing_mark(g, instr, MARK_COMPUTED);
+  if (threadIdx.x == 0) {
+    // Every consumer read the cursor before the barrier above; the next reads follow later barriers.
+    uint32_t next_ring = ring0 + n_pages, next_round = round0;
+    while (next_ring >= R) {  // n_pages / R steps: one or none except for the LM head's large blocks
+      next_ring -= R;
+      ++next_round;
+    }
+    sm.ring_cursor[0] = pos0 + n_pages;
+    sm.ring_cursor[1] = next_ring;
+    sm.ring_cursor[2] = next_round;
+    timing_mark(g, instr, MARK_COMPUTED);
+  }
   return all_ok;
 }
 
 // Dispatch on the number of activation rows (1 for batch-1 decode keeps registers low).
-__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, RingCursor& cur,
-                                       const WeightStream& ws, int nx, const int* instr) {
-  if (nx <= 1) return consume_pages<1>(g, sm, cur, ws, nx, instr);
-  if (nx <= 2) return consume_pages<2>(g, sm, cur, ws, nx, instr);
-  if (nx <= 4) return consume_pages<4>(g, sm, cur, ws, nx, instr);
-  return consume_pages<8>(g, sm, cur, ws, nx, instr);
+__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, const WeightStream& ws, int nx,
+                                       const int* instr) {
+  if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr);
+  if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);
+  if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr);
+  return consume_pages<8>(g, sm, ws, nx, instr);
 }
 
 }  // namespace mk::vm

@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
       tk::init_semaphore(sm.slot_free[i], 2);  // the loader and the consumers
     }
     *sm.ring_issued = 0;
+    sm.ring_cursor[0] = sm.ring_cursor[1] = sm.ring_cursor[2] = 0;
     tk::fence_semaphore_init();
     // An earlier queued step failed (its error word is still set): run nothing and issue no copy, so
     // the first failure's record survives and no block works on inconsistent counters.

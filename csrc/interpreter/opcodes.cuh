@@ -31,6 +31,10 @@ inline constexpr int W_WAITS = 17;  // pair k = (17 + 2k, 18 + 2k)
 inline constexpr int MAX_WAITS = 5;
 inline constexpr int W_SIGNAL_COUNTER = 27;
 inline constexpr int W_SIGNAL_AMOUNT = 28;
+// Slot-only words: 0 in the instruction tensor (reserved), filled in the shared-memory slot by the
+// controller when it fetches the instruction, so the divisions behind them stay off the consumers' path.
+inline constexpr int W_SLOT_NUM_PAGES = 30;       // weight pages the instruction streams
+inline constexpr int W_SLOT_ROWS_PER_PAGE = 31;   // weight rows per page
 
 // Step-args header words.
 inline constexpr int SA_NUM_TOKENS = 1;

@@ -17,7 +17,7 @@ namespace mk::vm {
 
 // ATTN_O_PROJ: operands seq, kv_group, head_begin, head_end (within the group), row_begin, row_end.
 template <int DPL>
-__device__ bool attn_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const AttnTask task{w[3], w[4], 0, 1, w[5], w[6]};
   const int hd = g.head_dim, K = (task.h_end - task.h_begin) * hd, H = g.hidden_size;
@@ -31,7 +31,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, RingCursor& cur,
   for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) sm.x[i] = sm.out[i];
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, cur, weight_stream(g, w), nq, w)) return false;
+  if (!matvec(g, sm, weight_stream(g, w), nq, w)) return false;
   float* mid = g.mid + (long long)q_first * H + row_begin;
   float* hidden = g.hidden + (long long)q_first * H + row_begin;
   if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows
@@ -53,10 +53,10 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, RingCursor& cur,
   return true;
 }
 
-__device__ __forceinline__ bool op_attn_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
-  if (g.head_dim == 64) return attn_o_proj<2>(g, sm, cur, w);
-  if (g.head_dim == 128) return attn_o_proj<4>(g, sm, cur, w);
-  return attn_o_proj<1>(g, sm, cur, w);  // head_dim 32 (the host rejects anything else)
+__device__ __forceinline__ bool op_attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
+  if (g.head_dim == 64) return attn_o_proj<2>(g, sm, w);
+  if (g.head_dim == 128) return attn_o_proj<4>(g, sm, w);
+  return attn_o_proj<1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
 }
 
 }  // namespace mk::vm

@@ -10,7 +10,7 @@ namespace mk::vm {
 
 // RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group, copy_begin, copy_end. Besides q and the
 // KV append it copies hidden[:, copy_begin:copy_end) into mid (the fused ATTN_O_PROJ adds into mid).
-__device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
   const int copy_begin = w[6], n_copy = w[7] - w[6], H = g.hidden_size;
@@ -39,7 +39,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
     g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
   }
   const WeightStream ws = weight_stream(g, w);
-  if (!matvec(g, sm, cur, ws, T, w)) return false;
+  if (!matvec(g, sm, ws, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
     const int t = idx / pairs, pr = idx % pairs;
     const int r = row_begin + 2 * pr;
@@ -70,7 +70,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, RingCursor& cur, cons
 }
 
 // O_PROJ_RESIDUAL: operands row_begin, row_end. mid = hidden + attn·Wo^T; hidden = mid.
-__device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
   // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
@@ -80,7 +80,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, c
     resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
   load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
+  if (!matvec(g, sm, weight_stream(g, w), T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
@@ -92,12 +92,12 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, RingCursor& cur, c
 }
 
 // RMS_GATE_UP_SILU: operands i_begin, i_end, slice. act = silu(gate) * up over tile-interleaved rows.
-__device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
+  if (!matvec(g, sm, weight_stream(g, w), T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
     const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
@@ -109,12 +109,12 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, RingCursor& cur, 
 }
 
 // DOWN_RESIDUAL: operands row_begin, row_end, k_begin, k_end, slice. hidden += act[:, k]·Wd[:, k]^T.
-__device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, cur, weight_stream(g, w), T, w)) return false;
+  if (!matvec(g, sm, weight_stream(g, w), T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
@@ -123,12 +123,12 @@ __device__ bool op_down(const Globals& g, const Shared& sm, RingCursor& cur, con
 }
 
 // LM_HEAD: operands v_begin, v_end, block. Logits of each sequence's last token + block argmax.
-__device__ bool op_lm_head(const Globals& g, const Shared& sm, RingCursor& cur, const int* w) {
+__device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, cur, weight_stream(g, w), S, w)) return false;
+  if (!matvec(g, sm, weight_stream(g, w), S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
     g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r];

@@ -44,9 +44,18 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     int* dst = sm.slots + slot * WORDS;
     dst[lane] = w ? __ldcg(w + lane) : (lane == W_OPCODE ? OP_NOOP : 0);
     __syncwarp();
+    // The slot-only words (opcodes.cuh): the weight stream's page count and rows per page, derived here
+    // where the two divisions cost nothing, instead of by the loader and, on the critical path, the consumers.
+    const WeightStream ws = weight_stream(g, dst);
+    if (lane == 0) {
+      const int n_pages = ws.num_pages();
+      dst[W_SLOT_NUM_PAGES] = n_pages;
+      dst[W_SLOT_ROWS_PER_PAGE] = n_pages ? ws.rows_per_page() : 0;
+    }
+    __syncwarp();
     if (lane == 0) tk::arrive(sm.slot_full[slot]);
     if (!w) return;
-    prefetch_rows_l2(weight_stream(g, dst), 0, g.l2_prefetch_bytes);
+    prefetch_rows_l2(ws, 0, g.l2_prefetch_bytes);
   }
 }
 
@@ -89,7 +98,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
-    const int n_pages = ws.num_pages(), rpp = n_pages ? ws.rows_per_page() : 0;
+    const int n_pages = w[W_SLOT_NUM_PAGES], rpp = w[W_SLOT_ROWS_PER_PAGE];
     if (n_pages > (int)R && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
       prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes);
     for (int p = 0; p < n_pages; ++p) {

@@ -17,6 +17,11 @@ struct Shared {
   float* scratch;
   int* slots;  // [NUM_SLOTS][WORDS]
   uint32_t* ring_issued;  // pages the loader has armed (arrive.expect_tx done) since launch
+  // The consumers' ring cursor: [pages consumed since launch, its ring slot, its round]. Kept in shared
+  // memory and advanced by thread 0 after each matvec's closing barrier: as a per-thread variable it lived
+  // in local memory (its address went into the not-inlined page loop) and the slot / round took two
+  // divisions per instruction on the critical path.
+  uint32_t* ring_cursor;
   tk::semaphore* page_full;
   tk::semaphore* page_empty;
   tk::semaphore* slot_full;
@@ -34,6 +39,7 @@ struct Shared {
     s.scratch = reinterpret_cast<float*>(base + SharedPlan::scratch);
     s.slots = reinterpret_cast<int*>(base + SharedPlan::slots);
     s.ring_issued = reinterpret_cast<uint32_t*>(base + SharedPlan::ring_issued);
+    s.ring_cursor = s.ring_issued + 1;
     auto* bars = reinterpret_cast<tk::semaphore*>(base + SharedPlan::barriers);
     s.page_full = bars;
     s.page_empty = bars + MAX_RING_PAGES;
