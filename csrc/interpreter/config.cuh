@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "opcodes.cuh"
+
 namespace mk::vm {
 
 inline constexpr int NUM_CONSUMER_WARPS = 8;
@@ -35,7 +37,7 @@ struct SharedPlan {
   static constexpr int out = pages + POOL_BYTES;
   static constexpr int scratch = out + OUT_FLOATS * 4;
   static constexpr int slots = scratch + SCRATCH_FLOATS * 4;
-  static constexpr int ring_issued = slots + NUM_SLOTS * 32 * 4;  // one u32 + the consumers' ring cursor (3 u32)
+  static constexpr int ring_issued = slots + NUM_SLOTS * SLOT_WORDS * 4;  // one u32 + the consumers' ring cursor (3 u32)
   static constexpr int barriers = ring_issued + 16;
   // full/empty per page, full/free per slot
   static constexpr int total = barriers + (2 * MAX_RING_PAGES + 2 * NUM_SLOTS) * 8;

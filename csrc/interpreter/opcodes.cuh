@@ -31,10 +31,14 @@ inline constexpr int W_WAITS = 17;  // pair k = (17 + 2k, 18 + 2k)
 inline constexpr int MAX_WAITS = 5;
 inline constexpr int W_SIGNAL_COUNTER = 27;
 inline constexpr int W_SIGNAL_AMOUNT = 28;
-// Slot-only words: 0 in the instruction tensor (reserved), filled in the shared-memory slot by the
-// controller when it fetches the instruction, so the divisions behind them stay off the consumers' path.
-inline constexpr int W_SLOT_NUM_PAGES = 30;       // weight pages the instruction streams
-inline constexpr int W_SLOT_ROWS_PER_PAGE = 31;   // weight rows per page
+// Slot-only words past the record (a shared-memory slot holds SLOT_WORDS): the instruction's weight
+// stream, derived by the controller when it fetches the instruction, so that neither the loader nor the
+// consumers (on the critical path between an op's input and its page loop) branch through the opcode
+// switch and divide. Layout: page count, rows per page, base (2 words), rows, row elements, stride (2 words).
+inline constexpr int SLOT_WORDS = 48;
+inline constexpr int W_SLOT_NUM_PAGES = 32;
+inline constexpr int W_SLOT_ROWS_PER_PAGE = 33;
+inline constexpr int W_SLOT_STREAM = 34;
 
 // Step-args header words.
 inline constexpr int SA_NUM_TOKENS = 1;

@@ -41,17 +41,13 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     const uint32_t round = i / NUM_SLOTS;
     if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_free[slot], (round & 1) ^ 1, nullptr, SITE_CONTROLLER_SLOT_FREE, i))) return;  // the whole warp leaves together
     const int* w = next_instruction(g, i);
-    int* dst = sm.slots + slot * WORDS;
+    int* dst = sm.slots + slot * SLOT_WORDS;
     dst[lane] = w ? __ldcg(w + lane) : (lane == W_OPCODE ? OP_NOOP : 0);
     __syncwarp();
-    // The slot-only words (opcodes.cuh): the weight stream's page count and rows per page, derived here
-    // where the two divisions cost nothing, instead of by the loader and, on the critical path, the consumers.
+    // The slot-only words (opcodes.cuh): the weight stream, derived here where the opcode switch and the
+    // divisions cost nothing, instead of by the loader and, on the critical path, by the consumers.
     const WeightStream ws = weight_stream(g, dst);
-    if (lane == 0) {
-      const int n_pages = ws.num_pages();
-      dst[W_SLOT_NUM_PAGES] = n_pages;
-      dst[W_SLOT_ROWS_PER_PAGE] = n_pages ? ws.rows_per_page() : 0;
-    }
+    if (lane == 0) store_slot_stream(dst, ws);
     __syncwarp();
     if (lane == 0) tk::arrive(sm.slot_full[slot]);
     if (!w) return;
@@ -93,7 +89,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       drain_copies(g, sm, page_counter);
       return;
     }
-    const WeightStream ws = weight_stream(g, w);
+    const WeightStream ws = slot_stream(w);
     if (lane == 0) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];

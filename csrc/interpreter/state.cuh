@@ -15,7 +15,7 @@ struct Shared {
   float* x;
   float* out;
   float* scratch;
-  int* slots;  // [NUM_SLOTS][WORDS]
+  int* slots;  // [NUM_SLOTS][SLOT_WORDS]: the record's WORDS, then the controller's derived words
   uint32_t* ring_issued;  // pages the loader has armed (arrive.expect_tx done) since launch
   // The consumers' ring cursor: [pages consumed since launch, its ring slot, its round]. Kept in shared
   // memory and advanced by thread 0 after each matvec's closing barrier: as a per-thread variable it lived
@@ -48,7 +48,7 @@ struct Shared {
     return s;
   }
   __device__ uint8_t* page(int i) const { return pages + i * PAGE_BYTES; }
-  __device__ const int* slot(int i) const { return slots + i * WORDS; }
+  __device__ const int* slot(int i) const { return slots + i * SLOT_WORDS; }
 };
 
 // Read-only view of the step-args buffer (engine/instructions/step_args.py). The header (shape and

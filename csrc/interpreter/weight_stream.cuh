@@ -74,4 +74,25 @@ __device__ __forceinline__ WeightStream weight_stream(const Globals& g, const in
   return s;
 }
 
+// The controller's copy of an instruction's stream in its slot (opcodes.cuh, W_SLOT_*).
+__device__ __forceinline__ void store_slot_stream(int* slot, const WeightStream& s) {
+  slot[W_SLOT_NUM_PAGES] = s.num_pages();
+  slot[W_SLOT_ROWS_PER_PAGE] = s.rows ? s.rows_per_page() : 0;
+  *reinterpret_cast<const bf16**>(slot + W_SLOT_STREAM) = s.base;
+  slot[W_SLOT_STREAM + 2] = s.rows;
+  slot[W_SLOT_STREAM + 3] = s.row_elems;
+  *reinterpret_cast<long long*>(slot + W_SLOT_STREAM + 4) = s.row_stride;
+}
+
+__device__ __forceinline__ WeightStream slot_stream(const int* slot) {
+  WeightStream s;
+  s.base = *reinterpret_cast<const bf16* const*>(slot + W_SLOT_STREAM);
+  s.rows = slot[W_SLOT_STREAM + 2];
+  s.row_elems = slot[W_SLOT_STREAM + 3];
+  s.row_stride = *reinterpret_cast<const long long*>(slot + W_SLOT_STREAM + 4);
+  return s;
+}
+static_assert(W_SLOT_NUM_PAGES >= WORDS && W_SLOT_STREAM % 2 == 0 && W_SLOT_STREAM + 6 <= SLOT_WORDS &&
+              (SLOT_WORDS * 4) % 8 == 0, "slot-only words: past the record, 8-byte aligned pointers");
+
 }  // namespace mk::vm
