@@ -33,7 +33,7 @@ class SplitParams:
     # `fuse_max_context_pages` pages of context (beyond, each instruction would walk all its group's keys).
     fuse_o_proj: bool = False
     fuse_max_context_pages: int = 16
-    # Head ranges per KV group of the fused op (None: about 128 q columns each, see fused_head_ranges).
+    # Head ranges per KV group of the fused op (None: see fused_head_ranges).
     fused_head_chunks: int | None = None
 
     def __post_init__(self) -> None:
@@ -112,10 +112,12 @@ def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
 
 
 def fused_head_ranges(d: ModelDims, p: SplitParams) -> list[tuple[int, int]]:
-    """Head ranges of the fused op within a KV group: about G * head_dim / 128 of them (at least 1, at
-    most G). Fewer heads per instruction shorten its attention, more make its W_o rows (K = heads *
-    head_dim) longer for the matvec; on the 1B shape K = 128 measured 0.950 ms/token, K = 256 0.974."""
-    chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / 128)
+    """Head ranges of the fused op within a KV group, each about K = max(128, 2 * head_dim) W_o columns
+    (at least 1 range, at most G). Fewer heads per instruction shorten its attention; but one head's
+    columns make W_o rows of 128-256 bytes, one bulk copy each, and the pages land late. Measured on an
+    H200: 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974 ms/token; 8B K = 128 / 256: 5.009 / 4.629."""
+    k = max(128, 2 * d.head_dim)
+    chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / k)
     return partition(0, d.gqa, max(1, min(d.gqa, chunks)))
 
 

@@ -70,8 +70,8 @@ def test_copy_ranges_fall_back_to_columns_and_empty_ranges() -> None:
 
 @pytest.mark.parametrize("heads,kv,hd,chunks,want", [
     (8, 2, 64, None, 2),     # G * hd = 256: two ranges of 128 columns
-    (8, 2, 128, None, 4),    # 512 columns: one head (128 columns) each
-    (16, 2, 128, None, 8),   # G 8
+    (8, 2, 128, None, 2),    # 512 columns: two heads (256 columns) each, never one 128-wide head
+    (16, 2, 128, None, 4),   # G 8
     (6, 2, 32, None, 1),     # G 3, 96 columns: round(0.75) = 1
     (4, 4, 32, None, 1),     # MHA
     (8, 2, 64, 3, 3),        # explicit
