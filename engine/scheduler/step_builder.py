@@ -6,7 +6,7 @@ of (seq, group) waits only for its group, O-proj waits the layer's attention, ga
 down of slice j waits only the gate/up blocks of slice j, the next layer's QKV waits all downs,
 LM head waits the last layer, argmax waits LM head.
 
-Fused layers (`plan.fused`: batch 1, unsplit attention) replace attention + O-proj with ATTN_O_PROJ:
+Fused layers (`plan.fused`: opt-in, batch 1, short context) replace attention + O-proj with ATTN_O_PROJ:
 every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
 into hidden, which every QKV block reads, and into mid, which their copies initialise, besides reading
 q and K/V of its group) and signals ATTN_O[l]; gate/up waits all ATTN_O_PROJ of the layer.
