@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Nsight Compute source counters on one megakernel decode launch (after warm-up): warp-state samples per
+# SASS instruction, exported as CSV and summarised by profiler/ncu_source.py (stall reasons, the hottest
+# instructions; add --region LO:HI offsets to cost a stretch of code per execution). Clocks are left alone.
+# Usage: OUT=dir scripts/ncu_source.sh [launch-skip]   (writes $OUT/ncu_source.csv.gz, $OUT/ncu_source.txt)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+rep="$OUT/ncu_source"
+ncu --clock-control none -k regex:megakernel --launch-skip "${1:-6}" --launch-count 1 \
+  --section WarpStateStats --section SourceCounters --import-source no -f -o "$rep" \
+  python3 scripts/ncu_step.py 10 > "$OUT/ncu_source.log" 2>&1 || { tail -20 "$OUT/ncu_source.log"; exit 1; }
+ncu --import "$rep.ncu-rep" --page source --csv --print-source sass | gzip > "$OUT/ncu_source.csv.gz"
+rm -f "$rep.ncu-rep"  # ≈ 100 MB; the CSV keeps what the analysis needs
+python3 -m profiler.ncu_source "$OUT/ncu_source.csv.gz" | tee "$OUT/ncu_source.txt"
