@@ -198,9 +198,10 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
   return all_ok;
 }
 
-// Dispatch on the number of activation rows (1 for batch-1 decode keeps registers low).
-__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, const WeightStream& ws, int nx,
-                                       const int* instr) {
+// The instruction's weight stream (from its slot) against nx activation rows in x, dispatched on nx
+// (1 for batch-1 decode keeps registers low).
+__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int nx, const int* instr) {
+  const WeightStream ws = slot_stream(instr);
   if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr);
   if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);
   if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr);

@@ -31,7 +31,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) sm.x[i] = sm.out[i];
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, slot_stream(w), nq, w)) return false;
+  if (!matvec(g, sm, nq, w)) return false;
   float* mid = g.mid + (long long)q_first * H + row_begin;
   float* hidden = g.hidden + (long long)q_first * H + row_begin;
   if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows

@@ -38,8 +38,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
     const long long at = (long long)(idx / n_copy) * H + copy_begin + idx % n_copy;
     g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
   }
-  const WeightStream ws = slot_stream(w);
-  if (!matvec(g, sm, ws, T, w)) return false;
+  if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
     const int t = idx / pairs, pr = idx % pairs;
     const int r = row_begin + 2 * pr;
@@ -80,7 +79,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
     resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
   load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, slot_stream(w), T, w)) return false;
+  if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
@@ -97,7 +96,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, slot_stream(w), T, w)) return false;
+  if (!matvec(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
     const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
@@ -114,7 +113,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, slot_stream(w), T, w)) return false;
+  if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
@@ -128,7 +127,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, slot_stream(w), S, w)) return false;
+  if (!matvec(g, sm, S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
     g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r];

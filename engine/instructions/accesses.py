@@ -88,7 +88,8 @@ def _attn(i: op.AttnPartial, b) -> list[Access]:  # noqa: ANN001
     d = b.dims
     t0, t1 = _seq_tokens(b, i.seq)
     heads = (i.kv_group * d.gqa + i.head_begin, i.kv_group * d.gqa + i.head_end)
-    cols = (heads[0] * d.head_dim, heads[1] * d.head_dim)
+    c = head_cols(d, i)
+    cols = (c.start, c.stop)
     out = _attn_reads(i, b)
     if i.num_splits == 1:
         out.append(Access("attn_out", "w", (box((t0, t1), cols),)))

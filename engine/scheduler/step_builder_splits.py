@@ -28,8 +28,8 @@ class SplitParams:
     # Batch-1 steps with short contexts may run ATTN_O_PROJ (attention fused with its O-proj slice)
     # instead of ATTN_PARTIAL + O_PROJ_RESIDUAL: one dependency hop less per layer, but each fused
     # instruction repeats its heads' attention and runs a short-row matvec. Off by default: on an H200
-    # it measured even with the split path (1B 0.950 vs 0.949 ms/token, 8B 4.629 vs 4.616;
-    # docs/BENCHMARKS.md). The fused attention is never split over KV pages, so it only applies up to
+    # it measured within ±1 % of the split path, and not the same way on every model (final kernel:
+    # 1B 0.915 vs 0.923 ms/token, 8B 4.539 vs 4.510; docs/BENCHMARKS.md). The fused attention is never split over KV pages, so it only applies up to
     # `fuse_max_context_pages` pages of context (beyond, each instruction would walk all its group's keys).
     fuse_o_proj: bool = False
     fuse_max_context_pages: int = 16
