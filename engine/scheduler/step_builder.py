@@ -114,15 +114,13 @@ def _attention_fused(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
         emit(op.RmsQkvRopeAppend, layer, [prev_wait], c_qkv, row_begin=a, row_end=b, kv_group=g,
              copy_begin=c0, copy_end=c1)
     c_ao = emit.ctr(f"ATTN_O[{layer}]")
-    n = 0
     for s in range(shape.num_seqs):
         for g in range(dims.n_kv):
             for h0, h1 in plan.fused_heads:
                 for r0, r1 in plan.fused_rows:
                     emit(op.AttnOProj, layer, [(c_qkv, len(plan.qkv))], c_ao, seq=s, kv_group=g,
                          head_begin=h0, head_end=h1, row_begin=r0, row_end=r1)
-                    n += 1
-    return c_ao, n
+    return c_ao, shape.num_seqs * dims.n_kv * len(plan.fused_heads) * len(plan.fused_rows)
 
 
 def _mlp(emit: _Emitter, plan: Plan, layer: int, gu_wait: tuple[int, int]) -> tuple[int, int]:
