@@ -28,7 +28,7 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, cons
   switch (w[W_OPCODE]) {
     case OP_EMBED: op_embed(g, w); return true;
     case OP_RMS_QKV_ROPE_APPEND: return op_qkv(g, sm, w);
-    case OP_ATTN_PARTIAL: op_attn_partial(g, sm, w); return true;
+    case OP_ATTN_PARTIAL: return op_attn_partial(g, sm, w);
     case OP_ATTN_REDUCE: op_attn_reduce(g, w); return true;
     case OP_O_PROJ_RESIDUAL: return op_o_proj(g, sm, w);
     case OP_ATTN_O_PROJ: return op_attn_o_proj(g, sm, w);

@@ -55,6 +55,7 @@ struct Globals {
   int l2_beyond_ring_ops;    // bit (1 << opcode): the opcodes that get the loader's prefetch
   int max_inflight_pages;    // the loader keeps at most this many page copies outstanding (0: no cap)
   int ring_pages;            // weight-ring pages, MIN_RING_PAGES..MAX_RING_PAGES (config.cuh)
+  int attn_kv_ring;          // 1: decode attention streams its earlier keys through the ring (kv_stream.cuh)
   int queue_len;
   int dynamic_queue;
   int epoch;

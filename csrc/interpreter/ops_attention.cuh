@@ -3,33 +3,13 @@
 #pragma once
 
 #include "../tk/reduce.cuh"
+#include "attention_math.cuh"
+#include "ops_attention_ring.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 
 namespace mk::vm {
 
-template <int DPL>
-__device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
-  if constexpr (DPL == 1) {
-    const unsigned short raw = __ldcg(reinterpret_cast<const unsigned short*>(p));
-    v[0] = __bfloat162float(__ushort_as_bfloat16(raw));
-  } else if constexpr (DPL == 2) {
-    const unsigned int raw = __ldcg(reinterpret_cast<const unsigned int*>(p));
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
-    v[0] = f.x; v[1] = f.y;
-  } else {
-    static_assert(DPL == 4, "head_dim must be 32, 64 or 128");
-    const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(p));
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
-    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
-  }
-}
-
-// Keys per warp per step: 8 while a lane holds at most 2 dims of a key (head_dim <= 64), else 4 (the
-// double-buffered K/V registers grow with both). 8 warps x 8 keys cover a 64-token context in one step.
-template <int DPL>
-inline constexpr int KEYS_PER_STEP = DPL <= 2 ? 8 : 4;
 inline constexpr int ATTN_TABLE_MAX = 4096;  // block-table entries cached per split (the rest read from global)
 
 // Keys first, first + NUM_CONSUMER_WARPS, ... (KEYS_PER_STEP<DPL> of them) of one KV group into registers,
@@ -105,17 +85,7 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
     consumer_sync();
     if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_INPUT);
     const int kend = min(key_end, position + 1);
-    // Each warp's running (o, m, l) per head lives in its merge slot: lane-owned dims of o, and m, l
-    // (the same in every lane) at [hd], [hd + 1]. Keeping it there instead of in registers lets the head
-    // loop stay rolled: the unrolled MAX_GQA x DPL version was ~56 KB of code per head size, and the
-    // whole hot path of a layer must fit the SM's instruction cache (docs/PROFILING.md).
-    for (int h = 0; h < NH; ++h) {
-      float* st = merge + warp * stride_w + h * stride_h;
-#pragma unroll
-      for (int d = 0; d < DPL; ++d) st[lane * DPL + d] = 0.f;
-      if (lane == 0) { st[hd] = -INFINITY; st[hd + 1] = 0.f; }
-    }
-    __syncwarp();
+    reset_merge_slot<DPL>(merge + warp * stride_w, NH, hd);
     // KEYS_PER_STEP<DPL> keys per warp per step; the next step's keys and values are loaded before this
     // step's math, so the loop pays one global round trip in total rather than one per step.
     constexpr int STEP = KEYS_PER_STEP<DPL> * NUM_CONSUMER_WARPS;
@@ -124,48 +94,10 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
     for (int j0 = key_begin; j0 < kend; j0 += STEP) {
       float kn[KEYS_PER_STEP<DPL>][DPL], vn[KEYS_PER_STEP<DPL>][DPL];
       load_keys<DPL>(g, table, table_cap, sa, s, layer, grp, page_lo, j0 + STEP + warp, kend, kn, vn);
-#pragma unroll 1
-      for (int h = 0; h < NH; ++h) {
-        float* st = merge + warp * stride_w + h * stride_h;
-        float qv[DPL], sc[KEYS_PER_STEP<DPL>];
+      bool valid[KEYS_PER_STEP<DPL>];
 #pragma unroll
-        for (int d = 0; d < DPL; ++d) qv[d] = q_sh[h * hd + lane * DPL + d];
-#pragma unroll
-        for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
-          float dot = 0.f;
-#pragma unroll
-          for (int d = 0; d < DPL; ++d) dot = fmaf(qv[d], kd[u][d], dot);
-          sc[u] = dot;
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-          for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) sc[u] += __shfl_xor_sync(tk::FULL_MASK, sc[u], off);
-        const float m_old = st[hd], l_old = st[hd + 1];
-        float m_new = m_old;
-#pragma unroll
-        for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
-          sc[u] = j0 + u * NUM_CONSUMER_WARPS + warp < kend ? sc[u] * scale : -INFINITY;
-          m_new = fmaxf(m_new, sc[u]);
-        }
-        if (m_new == -INFINITY) continue;  // no key of this step for this warp (uniform per warp)
-        const float alpha = expf(m_old - m_new);
-        float l = l_old * alpha, o[DPL];
-#pragma unroll
-        for (int d = 0; d < DPL; ++d) o[d] = st[lane * DPL + d] * alpha;
-#pragma unroll
-        for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) {
-          const float p = expf(sc[u] - m_new);
-          l += p;
-#pragma unroll
-          for (int d = 0; d < DPL; ++d) o[d] = fmaf(p, vd[u][d], o[d]);
-        }
-        __syncwarp();  // every lane has read m_old and l_old
-#pragma unroll
-        for (int d = 0; d < DPL; ++d) st[lane * DPL + d] = o[d];
-        if (lane == 0) { st[hd] = m_new; st[hd + 1] = l; }
-        __syncwarp();
-      }
+      for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u) valid[u] = j0 + u * NUM_CONSUMER_WARPS + warp < kend;
+      fold_keys<DPL, KEYS_PER_STEP<DPL>>(merge + warp * stride_w, q_sh, NH, hd, scale, kd, vd, valid);
 #pragma unroll
       for (int u = 0; u < KEYS_PER_STEP<DPL>; ++u)
 #pragma unroll
@@ -174,49 +106,41 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
     if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_LAST_PAGE);
     consumer_sync();
     if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
-    for (int idx = threadIdx.x; idx < NH * hd; idx += CONSUMER_THREADS) {
-      const int h = idx / hd, d = idx % hd;
-      float M = -INFINITY;
-      for (int wi = 0; wi < NUM_CONSUMER_WARPS; ++wi) M = fmaxf(M, merge[wi * stride_w + h * stride_h + hd]);
-      float out = 0.f, lse = -INFINITY;
-      if (M != -INFINITY) {
-        float L = 0.f, O = 0.f;
-        for (int wi = 0; wi < NUM_CONSUMER_WARPS; ++wi) {
-          const float* src = merge + wi * stride_w + h * stride_h;
-          const float f = expf(src[hd] - M);
-          L = fmaf(src[hd + 1], f, L);
-          O = fmaf(src[d], f, O);
-        }
-        out = O / L;
-        lse = M + logf(L);
-      }
-      emit(t, h, d, out, lse);
-    }
+    merge_warp_states(merge, NH, hd, t, emit);
     consumer_sync();
   }
 }
 
-// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
-template <int DPL>
-__device__ void attn_partial(const Globals& g, const Shared& sm, const int* w) {
-  const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
-  const int hd = g.head_dim, qcols = g.n_heads * hd, T = StepArgs(g).num_tokens();
-  const int head0 = task.grp * (g.n_heads / g.n_kv) + task.h_begin;
-  attend<DPL, true>(g, sm, w, task, [&](int t, int h, int d, float out, float lse) {
+// Where ATTN_PARTIAL's outputs go: attn_out with one split, else this split's o_part / lse_part rows.
+__device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
+  const int grp = w[4], split = w[5], nsplit = w[6], hd = g.head_dim, qcols = g.n_heads * hd;
+  const int T = StepArgs(g).num_tokens(), head0 = grp * (g.n_heads / g.n_kv) + w[7];
+  return [=, &g](int t, int h, int d, float out, float lse) {
     const int head = head0 + h;
-    if (task.nsplit == 1) {
+    if (nsplit == 1) {
       g.attn_out[(long long)t * qcols + head * hd + d] = out;
     } else {
-      g.o_part[((long long)task.split * T + t) * qcols + head * hd + d] = out;
-      if (d == 0) g.lse_part[((long long)task.split * T + t) * g.n_heads + head] = lse;
+      g.o_part[((long long)split * T + t) * qcols + head * hd + d] = out;
+      if (d == 0) g.lse_part[((long long)split * T + t) * g.n_heads + head] = lse;
     }
-  });
+  };
 }
 
-__device__ __forceinline__ void op_attn_partial(const Globals& g, const Shared& sm, const int* w) {
-  if (g.head_dim == 64) attn_partial<2>(g, sm, w);
-  else if (g.head_dim == 128) attn_partial<4>(g, sm, w);
-  else attn_partial<1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
+// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
+// One new token whose earlier keys the controller put on the page ring (kv_stream.cuh) takes the ring
+// path; anything else (prefill chunks, the knob off) reads its keys from global memory.
+template <int DPL>
+__device__ bool attn_partial(const Globals& g, const Shared& sm, const int* w) {
+  if (w[W_SLOT_KV_MODE]) return attend_ring<DPL>(g, sm, w, partial_output(g, w));
+  const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
+  attend<DPL, true>(g, sm, w, task, partial_output(g, w));
+  return true;
+}
+
+__device__ __forceinline__ bool op_attn_partial(const Globals& g, const Shared& sm, const int* w) {
+  if (g.head_dim == 64) return attn_partial<2>(g, sm, w);
+  if (g.head_dim == 128) return attn_partial<4>(g, sm, w);
+  return attn_partial<1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
 }
 
 // ATTN_REDUCE: operands seq, kv_group, num_splits. out = Σ_k e^{lse_k - M} o_k / Σ_k e^{lse_k - M}.

@@ -10,6 +10,7 @@
 #include "state.cuh"
 #include "l2_prefetch.cuh"
 #include "marks.cuh"
+#include "kv_stream.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {
@@ -47,7 +48,10 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     // The slot-only words (opcodes.cuh): the weight stream, derived here where the opcode switch and the
     // divisions cost nothing, instead of by the loader and, on the critical path, by the consumers.
     const WeightStream ws = weight_stream(g, dst);
-    if (lane == 0) store_slot_stream(dst, ws);
+    if (lane == 0) {
+      store_slot_stream(dst, ws);
+      derive_kv_stream(g, dst);  // after the stream words: a KV stream overrides the page count
+    }
     __syncwarp();
     if (lane == 0) tk::arrive(sm.slot_full[slot]);
     if (!w) return;
@@ -95,6 +99,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     }
     const int n_pages = w[W_SLOT_NUM_PAGES], rpp = w[W_SLOT_ROWS_PER_PAGE];
+    const bool kv_stream = w[W_SLOT_KV_MODE] != 0;  // an attention's earlier keys (kv_stream.cuh)
     if (n_pages > (int)R && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
       prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes);
     for (int p = 0; p < n_pages; ++p) {
@@ -118,26 +123,30 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
         }
       }
       if (lane == 0) g.progress[blockIdx.x * PROGRESS_WORDS + 5] = (int)page_counter;  // exact position
-      const int row0 = p * rpp;
-      const int rows = min(rpp, ws.rows - row0);
-      const uint32_t row_bytes = ws.row_elems * 2;
-      if (lane == 0) {
-        tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
-        tk::store_release_shared(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
-      }
-      __syncwarp();
       uint8_t* dst = sm.page(ring);
-      if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy
-        if (lane == 0)
-          tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride,
-                                                     rows * row_bytes, sm.page_full[ring]);
-      } else {  // strided rows (a K-slice of W_down): one copy per row, spread over the lanes
-        for (int r = lane; r < rows; r += 32)
-          tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes,
-                                                     ws.base + (long long)(row0 + r) * ws.row_stride,
-                                                     row_bytes, sm.page_full[ring]);
+      if (kv_stream) {
+        issue_kv_page(g, sm, w, p, dst, sm.page_full[ring], page_counter);
+        __syncwarp();
+      } else {
+        const int row0 = p * rpp;
+        const int rows = min(rpp, ws.rows - row0);
+        const uint32_t row_bytes = ws.row_elems * 2;
+        if (lane == 0) {
+          tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
+          tk::store_release_shared(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
+        }
+        __syncwarp();
+        if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy
+          if (lane == 0)
+            tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride, rows * row_bytes,
+                                       sm.page_full[ring]);
+        } else {  // strided rows (a K-slice of W_down): one copy per row, spread over the lanes
+          for (int r = lane; r < rows; r += 32)
+            tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes, ws.base + (long long)(row0 + r) * ws.row_stride,
+                                       row_bytes, sm.page_full[ring]);
+        }
+        __syncwarp();
       }
-      __syncwarp();
       if (p == n_pages - 1 && lane == 0) timing_mark(g, w, MARK_LOADER);
       ++page_counter;
       if (++ring == R) {

@@ -1,4 +1,4 @@
-// shared_vec.cuh: 16-byte loads from shared memory by shared-window address (ld.shared.v4).
+// shared_vec.cuh: loads from shared memory by shared-window address (ld.shared, 2 to 16 bytes).
 //
 // A plain C++ load through a pointer into dynamic shared memory compiles to ld.shared only while the
 // compiler can trace the pointer back to the `extern __shared__` array; once the pointer crosses a
@@ -19,6 +19,25 @@ __device__ __forceinline__ uint4 load_shared_u4(uint32_t addr) {
 __device__ __forceinline__ float4 load_shared_f4(uint32_t addr) {
   float4 v;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+
+// Narrower loads (a lane's 1, 2 or 4 bf16 of one cached key/value row: csrc/interpreter/ops_attention_ring.cuh).
+__device__ __forceinline__ uint32_t load_shared_u16(uint32_t addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t load_shared_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ uint2 load_shared_u2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
 }
 

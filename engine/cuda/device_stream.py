@@ -91,7 +91,8 @@ class DeviceStream:
 
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
                dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int,
-               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int) -> KernelFields:
+               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int,
+               attn_kv_ring: bool = True) -> KernelFields:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:
@@ -111,7 +112,7 @@ class DeviceStream:
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
                      l2_prefetch_bytes=int(l2_prefetch_bytes), l2_beyond_ring_bytes=int(l2_beyond_ring_bytes),
                      l2_beyond_ring_ops=int(l2_beyond_ring_ops), max_inflight_pages=int(max_inflight_pages),
-                     ring_pages=self.ring_pages,
+                     ring_pages=self.ring_pages, attn_kv_ring=int(attn_kv_ring),
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)

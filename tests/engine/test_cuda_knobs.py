@@ -44,3 +44,12 @@ def test_every_knob_is_a_backend_or_split_keyword() -> None:
     """The backend forwards unknown keywords to SplitParams: each knob must land on one of the two."""
     accepted = set(inspect.signature(CudaBackend.__init__).parameters) | set(inspect.signature(SplitParams).parameters)
     assert {name for name, _ in KNOBS.values()} <= accepted
+
+
+@pytest.mark.parametrize("text,want", [("0", False), ("1", True)])
+def test_attn_kv_ring_knob_is_a_backend_keyword(text: str, want: bool) -> None:
+    got = backend_knobs({"MEGAKERNEL_ATTN_KV_RING": text})
+    assert got == {"attn_kv_ring": want}
+    assert "attn_kv_ring" in inspect.signature(CudaBackend.__init__).parameters  # not forwarded to SplitParams
+    with pytest.raises(ValueError, match="MEGAKERNEL_ATTN_KV_RING='on'"):
+        backend_knobs({"MEGAKERNEL_ATTN_KV_RING": "on"})

@@ -12,11 +12,13 @@ BUFFERS = ("hidden", "mid", "q", "attn_out", "act", "logits")
 
 
 def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int = 16,
-         **split_kw: object) -> tuple[VMBackend, CudaBackend]:
+         gpu_kw: dict[str, object] | None = None, **split_kw: object) -> tuple[VMBackend, CudaBackend]:
     # Identical split parameters on both sides, so both run the very same instruction tensors; one KV
     # page per split (the default here) keeps the split-KV + reduce path covered at these short contexts.
+    # gpu_kw: kernel-only options (e.g. attn_kv_ring) that do not change the instruction tensors.
     split_kw.setdefault("min_pages_per_split", 1)
-    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, **split_kw)
+    gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, **split_kw,
+                      **(gpu_kw or {}))
     vm = VMBackend(weights, num_pages=num_pages, page_size=page_size, num_sms=gpu.num_sms, policy=policy,
                    check_races=False, weight_dtype=torch.bfloat16, **split_kw)
     return vm, gpu

@@ -1,0 +1,113 @@
+// ops_attention_ring.cuh: decode attention whose earlier keys and values arrive through the page ring.
+//
+// Attention of a new token over keys written by earlier steps needs nothing from this step, yet read
+// from global memory after the dependency wait those keys cost a loaded round trip on every layer's
+// critical path (the "key loop", ≈ 3.5 µs of a 6 µs op: docs/BENCHMARKS.md). The controller therefore
+// turns such an ATTN_PARTIAL into a stream of KV pages (kv_stream.cuh) that the loader copies into the
+// ring ahead of time, like weight rows; after the wait only the queries and the new token's own key and
+// value row (written by this step's QKV) are read from global memory, in one round trip.
+#pragma once
+
+#include "attention_math.cuh"
+#include "marks.cuh"
+#include "state.cuh"
+
+namespace mk::vm {
+
+// Consumer warps take the ring pages round-robin (page p: warp p % 8); each holds W_SLOT_ROWS_PER_PAGE
+// KV pages, each its keys [page_size][hd] then its values. The new key goes to the first warp without
+// a ring page when there is one. emit as in attend (ops_attention.cuh). False: a page wait failed.
+// Not inlined (like consume_pages, `sm` by value): inlined into the opcode switch its registers raised
+// the whole kernel's spills from 32 to 88 bytes.
+template <int DPL, typename Emit>
+__device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, const int* w, Emit emit) {
+  const StepArgs sa(g);
+  const int layer = w[W_LAYER], grp = w[4], NH = w[8] - w[7], hd = g.head_dim, ps = sa.page_size();
+  const int head0 = grp * (g.n_heads / g.n_kv) + w[7], t = w[W_SLOT_KV_TOKEN];
+  const int n_pages = w[W_SLOT_NUM_PAGES], kvpp = w[W_SLOT_ROWS_PER_PAGE];
+  const int key0 = w[W_SLOT_KV_PAGE_LO] * ps, ring_end = w[W_SLOT_KV_RING_END], new_key = w[W_SLOT_KV_NEW_KEY];
+  const int warp = tk::warp_id(), lane = tk::lane_id();
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int stride_w = NH * (hd + 2), chunk = ps * hd * 2;  // chunk: bytes of one KV page's keys
+  float* merge = sm.x;                                      // [warp][h][hd + 2] (attention_math.cuh)
+  float* q_sh = sm.x + NUM_CONSUMER_WARPS * stride_w;       // [h][hd]
+  constexpr int KPS = KEYS_PER_STEP<DPL>;
+  // The one round trip after the wait: queries and the new key's row, issued together.
+  for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
+    q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
+  const int new_warp = n_pages % NUM_CONSUMER_WARPS;
+  float nk[1][DPL], nv[1][DPL];
+  bool new_valid[1] = {false};
+  if (warp == new_warp && new_key >= 0) {
+    const int slot = w[W_SLOT_KV_NEW_SLOT];
+    const long long row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
+    load_head_dims<DPL>(g.k_cache + row + lane * DPL, nk[0]);
+    load_head_dims<DPL>(g.v_cache + row + lane * DPL, nv[0]);
+    new_valid[0] = true;
+  }
+  reset_merge_slot<DPL>(merge + warp * stride_w, NH, hd);
+  consumer_sync();
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+
+  // Ring pages p = warp, warp + 8, ...: slot and round advance as in consume_pages (consumer_matvec.cuh).
+  const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0], ring0 = sm.ring_cursor[1], round0 = sm.ring_cursor[2];
+  uint32_t ring = ring0 + warp, round = round0;
+  if (ring >= R) {
+    ring -= R;
+    ++round;
+  }
+  bool ok = true;
+  for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
+    const uint32_t n = pos0 + p;
+    if (ok) ok = wait_page_issued(g, sm, n, w);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
+    ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
+    if (ok) {
+      const uint32_t page = tk::smem_addr(sm.page(ring)) + lane * DPL * 2;
+      const int first_key = key0 + p * kvpp * ps;
+      const int n_kv = min(kvpp, (ring_end - first_key + ps - 1) / ps);
+      for (int i = 0; i < n_kv; ++i) {
+        const uint32_t kbase = page + i * 2 * chunk;
+        for (int k0 = 0; k0 < ps; k0 += KPS) {
+          float kd[KPS][DPL], vd[KPS][DPL];
+          bool valid[KPS];
+#pragma unroll
+          for (int u = 0; u < KPS; ++u) {
+            const int k = k0 + u;
+            valid[u] = k < ps && first_key + i * ps + k < ring_end;
+            const uint32_t a = kbase + (valid[u] ? k : 0) * hd * 2;
+            load_head_dims_shared<DPL>(a, kd[u]);
+            load_head_dims_shared<DPL>(a + chunk, vd[u]);
+          }
+          fold_keys<DPL, KPS>(merge + warp * stride_w, q_sh, NH, hd, scale, kd, vd, valid);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) tk::arrive(sm.page_empty[ring]);
+    ring += NUM_CONSUMER_WARPS;
+    if (ring >= R) {
+      ring -= R;
+      ++round;
+    }
+  }
+  if (ok && new_valid[0]) fold_keys<DPL, 1>(merge + warp * stride_w, q_sh, NH, hd, scale, nk, nv, new_valid);
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);
+  const bool all_ok = consumer_all(ok);  // also orders every warp's merge slot before the merge
+  if (threadIdx.x == 0) {
+    uint32_t next_ring = ring0 + n_pages, next_round = round0;
+    while (next_ring >= R) {
+      next_ring -= R;
+      ++next_round;
+    }
+    sm.ring_cursor[0] = pos0 + n_pages;
+    sm.ring_cursor[1] = next_ring;
+    sm.ring_cursor[2] = next_round;
+    timing_mark(g, w, MARK_COMPUTED);
+  }
+  if (!all_ok) return false;
+  merge_warp_states(merge, NH, hd, t, emit);
+  return true;
+}
+
+}  // namespace mk::vm
