@@ -84,7 +84,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
       }
     }
     __syncwarp();
-    if (lane == 0) tk::arrive(sm.page_empty[ring]);
+    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else: free_deferred_pages
     ring += NUM_CONSUMER_WARPS;
     if (ring >= R) {
       ring -= R;

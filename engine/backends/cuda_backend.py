@@ -52,7 +52,7 @@ class CudaBackend(Backend):
                  l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB,
                  l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
                  max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES, max_ring_pages: int | None = None,
-                 attn_kv_ring: bool = True, **split_kw: object) -> None:
+                 attn_kv_ring: bool = True, defer_free_pages: int = 0, **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
@@ -78,6 +78,9 @@ class CudaBackend(Backend):
         self.max_ring_pages = max_ring_pages  # None: as many as each stream's inputs leave room for
         # Decode attention streams its earlier keys through the page ring (csrc/interpreter/kv_stream.cuh).
         self.attn_kv_ring = attn_kv_ring
+        if not 0 <= defer_free_pages <= 8:  # at most one page per consumer warp (consumer.cuh)
+            raise ValueError(f"defer_free_pages must be in [0, 8], got {defer_free_pages}")
+        self.defer_free_pages = defer_free_pages
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -96,7 +99,8 @@ class CudaBackend(Backend):
     def launch_fields(self, ds: DeviceStream) -> KernelFields:
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                          self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops,
-                         self.max_inflight_pages, self.attn_kv_ring)
+                         self.max_inflight_pages, self.attn_kv_ring,
+                         self.defer_free_pages)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None

@@ -1,7 +1,8 @@
 """Decode attention with its earlier keys streamed through the page ring (csrc/interpreter/kv_stream.cuh)
-against the VM, and the global-memory key path it replaces (attn_kv_ring=False): contexts long enough that
-one attention's KV pages outnumber the ring (the stream wraps it), one split or many, next to a short
-sequence in the same batch, and a fresh sequence whose only key is the new one."""
+against the VM, and the global-memory key path it replaces (attn_kv_ring=False): a context long enough
+that one attention's KV pages outnumber the ring (the stream wraps it), one split or many, next to a short
+sequence in the same batch and a fresh one whose only key is the new one; also with the ops' last pages
+held until their release (defer_free_pages)."""
 from __future__ import annotations
 
 import pytest
@@ -12,25 +13,23 @@ from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
 
-# head_dim 128, page_size 16: two KV pages per 16 KB ring page, so 410 tokens take 13 ring pages (> 12).
+# head_dim 128, page_size 16: two KV pages per 16 KB ring page; 300 tokens are 19 KV pages, i.e. 10 ring
+# pages with one split, more than the 9-page ring these tests ask for.
 CFG = small(512, 8, 2, 128, 1024, 1, 1000)
+PROMPT = 300
 
 
-@pytest.mark.parametrize("kv_ring", [True, False])
-@pytest.mark.parametrize("splits", [1, None])
-def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None) -> None:
+@pytest.mark.parametrize("kv_ring,splits,defer", [(True, 1, 0), (True, None, 0), (False, 1, 0), (True, None, 8)])
+def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer: int) -> None:
     vm, gpu = pair(random_weights(CFG, seed=11), "lpt", num_pages=64, max_attn_splits=splits,
-                   min_pages_per_split=4, gpu_kw={"attn_kv_ring": kv_ring})
-    scen = Scenario(CFG, [410, 20, 1], page_size=16, num_pages=64, seed=6)
-    chunk = min(gpu.max_tokens_per_step // 2, 64)
-    plans: list[list[int | None]] = []
-    for _ in range(-(-410 // chunk)):
-        plans.append([chunk, 0, 0])
-    plans += [[0, None, 0], [1, 1, None]] + [[1, 1, 1]] * 3  # the third prompt is one token: decode at C=1
+                   min_pages_per_split=4, gpu_kw={"attn_kv_ring": kv_ring, "defer_free_pages": defer,
+                                                  "max_ring_pages": 9})
+    scen = Scenario(CFG, [PROMPT, 20, 1], page_size=16, num_pages=64, seed=6)
+    chunk = gpu.max_tokens_per_step
+    plans: list[list[int | None]] = [[chunk, 0, 0]] * -(-PROMPT // chunk) + [[0, chunk, 0]] * -(-20 // chunk)
+    plans += [[1, 1, None]] + [[1, 1, 1]] * 3  # the third prompt is one token: its first decode has C = 1
     for step, plan in enumerate(plans):
         batch, seqs = scen.batch(plan)
-        if not seqs:
-            continue
         ref_logits = vm.forward(batch)
         vm_tokens = vm.last_tokens
         gpu_tokens = gpu.greedy(batch)
@@ -42,3 +41,4 @@ def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None) -> No
         clear = (top2[:, 0] - top2[:, 1]) > 1e-2 * top2[:, 0].abs().clamp_min(1)
         assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"step {step}: greedy ids differ"
         scen.feed(seqs, vm_tokens.tolist())
+    assert gpu.last.ring_pages == 9
