@@ -174,7 +174,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       }
     }
     __syncwarp();
-    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else: free_deferred_pages
+    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_DONE);
     ring += NUM_CONSUMER_WARPS;
     if (ring >= R) {

@@ -47,7 +47,10 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   }
   reset_merge_slot<DPL>(merge + warp * stride_w, NH, hd);
   consumer_sync();
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_INPUT);
+    if (sm.ring_cursor[4]) free_held_pages(sm);  // the previous op's pages (consumer.cuh hold_deferred_pages)
+  }
 
   // Ring pages p = warp, warp + 8, ...: slot and round advance as in consume_pages (consumer_matvec.cuh).
   const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0], ring0 = sm.ring_cursor[1], round0 = sm.ring_cursor[2];
@@ -84,7 +87,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
       }
     }
     __syncwarp();
-    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else: free_deferred_pages
+    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
     ring += NUM_CONSUMER_WARPS;
     if (ring >= R) {
       ring -= R;

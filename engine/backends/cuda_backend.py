@@ -42,6 +42,10 @@ DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
 # MEGAKERNEL_MAX_INFLIGHT_PAGES=2 gives the 1B its best number.
 DEFAULT_MAX_INFLIGHT_PAGES = 3
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
+# An op's last ring pages are freed after its release (csrc/interpreter/consumer.cuh): its release fence
+# then does not wait behind new weight copies. 8 (one page per consumer warp) measured 1.051 against 1.099
+# ms/token with 0 on an H100 (4 = 1.076; docs/BENCHMARKS.md, eighth session).
+DEFAULT_DEFER_FREE_PAGES = 8
 
 
 class CudaBackend(Backend):
@@ -52,7 +56,8 @@ class CudaBackend(Backend):
                  l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB, l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB,
                  l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
                  max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES, max_ring_pages: int | None = None,
-                 attn_kv_ring: bool = True, defer_free_pages: int = 0, **split_kw: object) -> None:
+                 attn_kv_ring: bool = True, defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES,
+                 hold_for_attention: bool = False, **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
@@ -81,6 +86,7 @@ class CudaBackend(Backend):
         if not 0 <= defer_free_pages <= 8:  # at most one page per consumer warp (consumer.cuh)
             raise ValueError(f"defer_free_pages must be in [0, 8], got {defer_free_pages}")
         self.defer_free_pages = defer_free_pages
+        self.hold_for_attention = hold_for_attention
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -100,7 +106,7 @@ class CudaBackend(Backend):
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                          self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops,
                          self.max_inflight_pages, self.attn_kv_ring,
-                         self.defer_free_pages)
+                         self.defer_free_pages, self.hold_for_attention)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None
