@@ -5,6 +5,7 @@
 # carried with the run) and/or env knobs (engine/cuda/knobs.py). Trees build in parallel, then the
 # variants run interleaved ROUNDS times; one line per measurement, and a summary, into $OUT/ab.log.
 #   scripts/ab_bench.sh "main=." "old=alt" "cap2=.:MEGAKERNEL_MAX_INFLIGHT_PAGES=2"      (ROUNDS=2 default)
+# BENCH_ARGS adds bench options to every run (e.g. BENCH_ARGS="--preset llama-3.1-8b").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -23,7 +24,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for spec in "$@"; do
     name=${spec%%=*}; rest=${spec#*=}; dir=${rest%%:*}
     envs=(); [[ $rest == *:* ]] && IFS=: read -r -a envs <<< "${rest#*:}"
-    ms=$(cd "$root/$dir" && env PYTHONPATH="$root/$dir" "${envs[@]}" python3 -m engine.cli bench --skip eager,graph,compile 2>&1 \
+    ms=$(cd "$root/$dir" && env PYTHONPATH="$root/$dir" "${envs[@]}" python3 -m engine.cli bench --skip eager,graph,compile ${BENCH_ARGS:-} 2>&1 \
          | awk '$1 == "megakernel" && $2 ~ /^[0-9.]+$/ {print $2}')
     echo "round $r  $name  ${ms:-FAILED} ms/token" | tee -a "$OUT/ab.log"
   done

@@ -69,7 +69,10 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
     // arrival below (a local copy of the 32 words lived in local memory, indexed at run time).
     const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) return;
-    if (threadIdx.x == 0 && sm.ring_cursor[4] && !frees_held_after_input(g, w)) free_held_pages(sm);
+    if (threadIdx.x == 0) {
+      if (sm.ring_cursor[4] && !frees_held_after_input(g, w)) free_held_pages(sm);
+      *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 5) = w[W_OPCODE];  // for the loader's cap
+    }
     long long t_start = 0, t_ready = 0;
     if constexpr (TIMING) t_start = (long long)tk::globaltimer();
     int* progress = g.progress + blockIdx.x * PROGRESS_WORDS;

@@ -22,7 +22,8 @@ struct Shared {
   // in local memory (its address went into the not-inlined page loop) and the slot / round took two
   // divisions per instruction on the critical path.
   // ring_cursor[3], [4]: the previous op's held pages (thread 0 only): they end at position [3] and are
-  // [4] many; freed by free_held_pages (consumer.cuh says when).
+  // [4] many; freed by free_held_pages (consumer.cuh says when). [5]: the consumers' current opcode (the
+  // loader's in-flight cap depends on it: roles.cuh).
   uint32_t* ring_cursor;
   tk::semaphore* page_full;
   tk::semaphore* page_empty;
