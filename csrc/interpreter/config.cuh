@@ -37,7 +37,7 @@ struct SharedPlan {
   static constexpr int out = pages + POOL_BYTES;
   static constexpr int scratch = out + OUT_FLOATS * 4;
   static constexpr int slots = scratch + SCRATCH_FLOATS * 4;
-  // one u32, the consumers' ring cursor (3 u32), then the held pages (2 u32): state.cuh
+  // one u32, the consumers' ring cursor (3 u32) and their current opcode (1 u32): state.cuh
   static constexpr int ring_issued = slots + NUM_SLOTS * SLOT_WORDS * 4;
   static constexpr int barriers = ring_issued + 32;
   // full/empty per page, full/free per slot

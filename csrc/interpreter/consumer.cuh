@@ -42,20 +42,16 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, cons
   }
 }
 
-// The op's last Globals::defer_free_pages ring pages are held past its release: while a page is held the
-// loader cannot start another copy, and the release fence would wait behind copies in flight (the
-// epilogue of a weight-streaming op measured 2.3-3 µs against attention's 1.1 µs, which freed no page;
-// 1.1-1.7 µs with the pages held). D <= 8 < ring pages, so no page the op itself needs waits on a held
-// one. They are freed right after the release, or, with Globals::hold_for_attention, when the next op is
-// a ring attention, once its input is read (its one round trip then does not queue behind new copies).
-__device__ __forceinline__ void hold_deferred_pages(const Globals& g, const Shared& sm, int n_pages) {
-  sm.ring_cursor[3] = sm.ring_cursor[0];  // the cursor is already past the op's pages
-  sm.ring_cursor[4] = min(g.defer_free_pages, n_pages);
-  if (!g.hold_for_attention) free_held_pages(sm);
-}
-
-__device__ __forceinline__ bool frees_held_after_input(const Globals& g, const int* w) {
-  return g.hold_for_attention && w[W_OPCODE] == OP_ATTN_PARTIAL && w[W_SLOT_KV_MODE];
+// The op's last Globals::defer_free_pages ring pages are freed only after its release: while a page is
+// held the loader cannot start another copy, and the release fence waits behind the SM's copies in flight
+// (the epilogue of a weight-streaming op measured 2.3-3 µs against attention's 1.1 µs, which freed no page;
+// 1.0-1.7 µs with the pages held: docs/BENCHMARKS.md, eighth session). D <= 8 < ring pages, so no page
+// the op itself needs waits on a held one. Positions end - n .. end - 1 are the op's (thread 0 moved the
+// cursor past them).
+__device__ __forceinline__ void free_deferred_pages(const Globals& g, const Shared& sm, int n_pages) {
+  const int held = min(g.defer_free_pages, n_pages);
+  const uint32_t end = sm.ring_cursor[0], R = sm.ring_pages;
+  for (int k = n_pages - held; k < n_pages; ++k) tk::arrive(sm.page_empty[(end - n_pages + k) % R]);
 }
 
 template <bool TIMING>
@@ -69,10 +65,7 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
     // arrival below (a local copy of the 32 words lived in local memory, indexed at run time).
     const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) return;
-    if (threadIdx.x == 0) {
-      if (sm.ring_cursor[4] && !frees_held_after_input(g, w)) free_held_pages(sm);
-      *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 5) = w[W_OPCODE];  // for the loader's cap
-    }
+    if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = w[W_OPCODE];  // loader's cap
     long long t_start = 0, t_ready = 0;
     if constexpr (TIMING) t_start = (long long)tk::globaltimer();
     int* progress = g.progress + blockIdx.x * PROGRESS_WORDS;
@@ -92,7 +85,7 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
       // and release is cumulative in the PTX memory model (the same pattern as CUTLASS's barriers).
       const int id = w[W_ID];  // the slot may be rewritten once it is freed
       if (w[W_SIGNAL_COUNTER] >= 0) tk::signal_add(g.counters + w[W_SIGNAL_COUNTER], w[W_SIGNAL_AMOUNT]);
-      hold_deferred_pages(g, sm, w[W_SLOT_NUM_PAGES]);
+      free_deferred_pages(g, sm, w[W_SLOT_NUM_PAGES]);
       tk::arrive(sm.slot_free[slot]);
       progress[1] = STAGE_SIGNALLED;
       if constexpr (TIMING) {

@@ -58,7 +58,6 @@ struct Globals {
   int attn_kv_ring;          // 1: decode attention streams its earlier keys through the ring (kv_stream.cuh)
   int defer_free_pages;      // an op's last this-many ring pages are freed after its release (consumer.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
-  int hold_for_attention;    // 1: ... or, before a ring attention, after that attention's input (consumer.cuh)
   int queue_len;
   int dynamic_queue;
   int epoch;

@@ -47,10 +47,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   }
   reset_merge_slot<DPL>(merge + warp * stride_w, NH, hd);
   consumer_sync();
-  if (threadIdx.x == 0) {
-    timing_mark(g, w, MARK_INPUT);
-    if (sm.ring_cursor[4]) free_held_pages(sm);  // the previous op's pages (consumer.cuh hold_deferred_pages)
-  }
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
 
   // Ring pages p = warp, warp + 8, ...: slot and round advance as in consume_pages (consumer_matvec.cuh).
   const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0], ring0 = sm.ring_cursor[1], round0 = sm.ring_cursor[2];

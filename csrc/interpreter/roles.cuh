@@ -114,7 +114,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       // (n - cap + R > n is not issued yet, so that position's parity is unambiguous.)
       // While the consumers run a latency-bound op (QKV, attention, O-proj) the copies (the MLP's next
       // pages) may get a lower cap of their own (Globals::chain_inflight_pages; 0: the same cap).
-      const uint32_t consumer_op = *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 5);
+      const uint32_t consumer_op = *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 3);
       const bool chain = consumer_op == OP_RMS_QKV_ROPE_APPEND || consumer_op == OP_ATTN_PARTIAL ||
                          consumer_op == OP_O_PROJ_RESIDUAL || consumer_op == OP_ATTN_O_PROJ;
       const int cap = chain && g.chain_inflight_pages > 0 ? g.chain_inflight_pages : g.max_inflight_pages;

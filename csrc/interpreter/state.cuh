@@ -21,9 +21,7 @@ struct Shared {
   // memory and advanced by thread 0 after each matvec's closing barrier: as a per-thread variable it lived
   // in local memory (its address went into the not-inlined page loop) and the slot / round took two
   // divisions per instruction on the critical path.
-  // ring_cursor[3], [4]: the previous op's held pages (thread 0 only): they end at position [3] and are
-  // [4] many; freed by free_held_pages (consumer.cuh says when). [5]: the consumers' current opcode (the
-  // loader's in-flight cap depends on it: roles.cuh).
+  // ring_cursor[3]: the consumers' current opcode (the loader's in-flight cap depends on it: roles.cuh).
   uint32_t* ring_cursor;
   tk::semaphore* page_full;
   tk::semaphore* page_empty;
@@ -215,13 +213,6 @@ __device__ __forceinline__ bool consumer_all(bool ok) {
 __device__ __forceinline__ void consumer_sync() {
   __syncwarp();
   asm volatile("barrier.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
-}
-
-// Thread 0: the page_empty arrivals of the held pages (Shared::ring_cursor[3..4]).
-__device__ __forceinline__ void free_held_pages(const Shared& sm) {
-  const uint32_t end = sm.ring_cursor[3], n = sm.ring_cursor[4], R = sm.ring_pages;
-  for (uint32_t k = 0; k < n; ++k) tk::arrive(sm.page_empty[(end - n + k) % R]);
-  sm.ring_cursor[4] = 0;
 }
 
 // Loads of data other SMs wrote in this launch: bypass L1 so no stale line is ever read.

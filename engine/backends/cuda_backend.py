@@ -46,6 +46,10 @@ DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 # then does not wait behind new weight copies. 8 (one page per consumer warp) measured 1.051 against 1.099
 # ms/token with 0 on an H100 (4 = 1.076; docs/BENCHMARKS.md, eighth session).
 DEFAULT_DEFER_FREE_PAGES = 8
+# While the consumers run QKV / attention / O-proj, the loader keeps at most this many copies in flight
+# (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 at 3 with
+# the whole-step cap 2), 0.5 % behind 2 on the 8B shape (H100, eighth session).
+DEFAULT_CHAIN_INFLIGHT_PAGES = 1
 
 
 class CudaBackend(Backend):
@@ -57,7 +61,7 @@ class CudaBackend(Backend):
                  l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
                  max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES, max_ring_pages: int | None = None,
                  attn_kv_ring: bool = True, defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES,
-                 hold_for_attention: bool = False, chain_inflight_pages: int = 0, **split_kw: object) -> None:
+                 chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES, **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
@@ -86,7 +90,6 @@ class CudaBackend(Backend):
         if not 0 <= defer_free_pages <= 8:  # at most one page per consumer warp (consumer.cuh)
             raise ValueError(f"defer_free_pages must be in [0, 8], got {defer_free_pages}")
         self.defer_free_pages = defer_free_pages
-        self.hold_for_attention = hold_for_attention
         if chain_inflight_pages < 0:
             raise ValueError(f"chain_inflight_pages must be >= 0, got {chain_inflight_pages}")
         self.chain_inflight_pages = chain_inflight_pages  # 0: max_inflight_pages throughout
@@ -109,7 +112,7 @@ class CudaBackend(Backend):
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                          self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops,
                          self.max_inflight_pages, self.attn_kv_ring,
-                         self.defer_free_pages, self.hold_for_attention, self.chain_inflight_pages)
+                         self.defer_free_pages, self.chain_inflight_pages)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None

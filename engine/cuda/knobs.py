@@ -33,7 +33,6 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_FUSED_HEAD_CHUNKS": ("fused_head_chunks", int),  # ATTN_O_PROJ head ranges per KV group
     "MEGAKERNEL_ATTN_KV_RING": ("attn_kv_ring", _flag),  # decode attention's earlier keys through the ring
     "MEGAKERNEL_DEFER_FREE_PAGES": ("defer_free_pages", int),  # an op's last N pages freed after its release
-    "MEGAKERNEL_HOLD_FOR_ATTENTION": ("hold_for_attention", _flag),  # ... before a ring attention: after its input
     "MEGAKERNEL_CHAIN_INFLIGHT_PAGES": ("chain_inflight_pages", int),  # cap while QKV/attention/O-proj run
 }
 

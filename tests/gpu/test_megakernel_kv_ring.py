@@ -2,7 +2,7 @@
 against the VM, and the global-memory key path it replaces (attn_kv_ring=False): a context long enough
 that one attention's KV pages outnumber the ring (the stream wraps it), one split or many, next to a short
 sequence in the same batch and a fresh one whose only key is the new one; with and without the ops' last
-pages held past their release (defer_free_pages, hold_for_attention)."""
+pages held past their release (defer_free_pages)."""
 from __future__ import annotations
 
 import pytest
@@ -19,13 +19,12 @@ CFG = small(512, 8, 2, 128, 1024, 1, 1000)
 PROMPT = 300
 
 
-@pytest.mark.parametrize("kv_ring,splits,defer,hold", [(True, 1, 0, False), (True, None, 0, False),
-                                                      (False, 1, 8, False), (True, None, 8, False),
-                                                      (True, 1, 8, True)])
-def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer: int, hold: bool) -> None:
+@pytest.mark.parametrize("kv_ring,splits,defer", [(True, 1, 0), (True, None, 0), (False, 1, 8), (True, None, 8),
+                                                 (True, 1, 8)])
+def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer: int) -> None:
     vm, gpu = pair(random_weights(CFG, seed=11), "lpt", num_pages=64, max_attn_splits=splits,
                    min_pages_per_split=4, gpu_kw={"attn_kv_ring": kv_ring, "defer_free_pages": defer,
-                                                  "hold_for_attention": hold, "max_ring_pages": 9})
+                                                  "max_ring_pages": 9})
     scen = Scenario(CFG, [PROMPT, 20, 1], page_size=16, num_pages=64, seed=6)
     chunk = gpu.max_tokens_per_step
     plans: list[list[int | None]] = [[chunk, 0, 0]] * -(-PROMPT // chunk) + [[0, chunk, 0]] * -(-20 // chunk)
