@@ -65,7 +65,7 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
     // arrival below (a local copy of the 32 words lived in local memory, indexed at run time).
     const int* w = sm.slot(slot);
     if (w[W_OPCODE] == OP_NOOP) return;
-    if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = w[W_OPCODE];  // loader's cap
+    if (threadIdx.x == 0) set_low_cap(sm, is_chain_op(w[W_OPCODE]) || g.low_cap_inputs);
     long long t_start = 0, t_ready = 0;
     if constexpr (TIMING) t_start = (long long)tk::globaltimer();
     int* progress = g.progress + blockIdx.x * PROGRESS_WORDS;

@@ -21,6 +21,12 @@ inline constexpr int OP_ARGMAX_REDUCE = 9;
 inline constexpr int OP_ATTN_O_PROJ = 10;  // attention of one head chunk fused with its O-proj slice
 inline constexpr int NUM_OPCODES = 11;
 
+// The latency-bound ops between two MLPs: while the consumers run one, the loader's copies (the MLP's next
+// pages) get the lower in-flight cap Globals::chain_inflight_pages (roles.cuh).
+__host__ __device__ constexpr bool is_chain_op(int op) {
+  return op == OP_RMS_QKV_ROPE_APPEND || op == OP_ATTN_PARTIAL || op == OP_O_PROJ_RESIDUAL || op == OP_ATTN_O_PROJ;
+}
+
 // Word indices.
 inline constexpr int W_OPCODE = 0;
 inline constexpr int W_ID = 1;

@@ -95,7 +95,10 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_INPUT);
+    set_low_cap(sm, false);  // the input is in: back to the streaming cap (low_cap_inputs)
+  }
   if (!matvec(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
@@ -112,7 +115,10 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_INPUT);
+    set_low_cap(sm, false);  // the input is in: back to the streaming cap (low_cap_inputs)
+  }
   if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
@@ -126,7 +132,10 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_INPUT);
+    set_low_cap(sm, false);  // the input is in: back to the streaming cap (low_cap_inputs)
+  }
   if (!matvec(g, sm, S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;

@@ -114,10 +114,8 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       // (n - cap + R > n is not issued yet, so that position's parity is unambiguous.)
       // While the consumers run a latency-bound op (QKV, attention, O-proj) the copies (the MLP's next
       // pages) may get a lower cap of their own (Globals::chain_inflight_pages; 0: the same cap).
-      const uint32_t consumer_op = *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 3);
-      const bool chain = consumer_op == OP_RMS_QKV_ROPE_APPEND || consumer_op == OP_ATTN_PARTIAL ||
-                         consumer_op == OP_O_PROJ_RESIDUAL || consumer_op == OP_ATTN_O_PROJ;
-      const int cap = chain && g.chain_inflight_pages > 0 ? g.chain_inflight_pages : g.max_inflight_pages;
+      const bool low = *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 3) != 0;  // set_low_cap
+      const int cap = low && g.chain_inflight_pages > 0 ? g.chain_inflight_pages : g.max_inflight_pages;
       if (cap > 0 && cap < (int)R && page_counter >= (uint32_t)cap) {
         const uint32_t old = page_counter - cap, old_ring = ring >= (uint32_t)cap ? ring - cap : ring + R - cap;
         const uint32_t old_round = ring >= (uint32_t)cap ? round : round - 1;

@@ -21,7 +21,7 @@ struct Shared {
   // memory and advanced by thread 0 after each matvec's closing barrier: as a per-thread variable it lived
   // in local memory (its address went into the not-inlined page loop) and the slot / round took two
   // divisions per instruction on the critical path.
-  // ring_cursor[3]: the consumers' current opcode (the loader's in-flight cap depends on it: roles.cuh).
+  // ring_cursor[3]: 1 while the loader should use its low in-flight cap (set_low_cap; roles.cuh).
   uint32_t* ring_cursor;
   tk::semaphore* page_full;
   tk::semaphore* page_empty;
@@ -213,6 +213,12 @@ __device__ __forceinline__ bool consumer_all(bool ok) {
 __device__ __forceinline__ void consumer_sync() {
   __syncwarp();
   asm volatile("barrier.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
+}
+
+// Consumer thread 0: whether the loader keeps its copies in flight to the low cap (Globals::chain_inflight_pages):
+// during the latency-bound ops and, with Globals::low_cap_inputs, during every op's input read.
+__device__ __forceinline__ void set_low_cap(const Shared& sm, bool low) {
+  *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = low ? 1u : 0u;
 }
 
 // Loads of data other SMs wrote in this launch: bypass L1 so no stale line is ever read.

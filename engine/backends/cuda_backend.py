@@ -61,7 +61,8 @@ class CudaBackend(Backend):
                  l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS,
                  max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES, max_ring_pages: int | None = None,
                  attn_kv_ring: bool = True, defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES,
-                 chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES, **split_kw: object) -> None:
+                 chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES, low_cap_inputs: bool = False,
+                 **split_kw: object) -> None:
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
@@ -93,6 +94,7 @@ class CudaBackend(Backend):
         if chain_inflight_pages < 0:
             raise ValueError(f"chain_inflight_pages must be >= 0, got {chain_inflight_pages}")
         self.chain_inflight_pages = chain_inflight_pages  # 0: max_inflight_pages throughout
+        self.low_cap_inputs = low_cap_inputs  # the low cap also while an MLP op reads its input
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
@@ -112,7 +114,8 @@ class CudaBackend(Backend):
         return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                          self.l2_prefetch_bytes, self.l2_beyond_ring_bytes, self.l2_beyond_ring_ops,
                          self.max_inflight_pages, self.attn_kv_ring,
-                         self.defer_free_pages, self.chain_inflight_pages)
+                         self.defer_free_pages, self.chain_inflight_pages,
+                         self.low_cap_inputs)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None

@@ -93,7 +93,7 @@ class DeviceStream:
                dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int,
                l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int,
                attn_kv_ring: bool = True, defer_free_pages: int = 0,
-               chain_inflight_pages: int = 0) -> KernelFields:
+               chain_inflight_pages: int = 0, low_cap_inputs: bool = False) -> KernelFields:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:
@@ -115,6 +115,7 @@ class DeviceStream:
                      l2_beyond_ring_ops=int(l2_beyond_ring_ops), max_inflight_pages=int(max_inflight_pages),
                      ring_pages=self.ring_pages, attn_kv_ring=int(attn_kv_ring),
                      defer_free_pages=int(defer_free_pages), chain_inflight_pages=int(chain_inflight_pages),
+                     low_cap_inputs=int(low_cap_inputs),
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)
