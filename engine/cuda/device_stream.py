@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from engine.cuda.errors import MegakernelError, describe_failure, diagnose_root_cause
+from engine.cuda.kernel_options import KernelOptions
 from engine.instructions.layout import STEP_ARGS_HEADER_WORDS, ModelDims, activation_specs
 from engine.scheduler.step_builder_cache import CompiledStream
 
@@ -90,10 +91,7 @@ class DeviceStream:
         return [int(v) for v in self.compiled.step_args[:STEP_ARGS_HEADER_WORDS].tolist()]
 
     def fields(self, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
-               dims: ModelDims, gu_tile: int, timeout_ns: int, l2_prefetch_bytes: int,
-               l2_beyond_ring_bytes: int, l2_beyond_ring_ops: int, max_inflight_pages: int,
-               attn_kv_ring: bool = True, defer_free_pages: int = 0,
-               chain_inflight_pages: int = 0, low_cap_inputs: bool = False) -> KernelFields:
+               dims: ModelDims, gu_tile: int, timeout_ns: int, kernel: KernelOptions) -> KernelFields:
         """The kernel's Globals by name. Everything but the epoch and the timing buffer is fixed for the
         stream's life, so it is built once, not on every launch."""
         if self._base_fields is None:
@@ -111,11 +109,7 @@ class DeviceStream:
                      n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
                      kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
-                     l2_prefetch_bytes=int(l2_prefetch_bytes), l2_beyond_ring_bytes=int(l2_beyond_ring_bytes),
-                     l2_beyond_ring_ops=int(l2_beyond_ring_ops), max_inflight_pages=int(max_inflight_pages),
-                     ring_pages=self.ring_pages, attn_kv_ring=int(attn_kv_ring),
-                     defer_free_pages=int(defer_free_pages), chain_inflight_pages=int(chain_inflight_pages),
-                     low_cap_inputs=int(low_cap_inputs),
+                     ring_pages=self.ring_pages, **kernel.launch_fields(),
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)

@@ -5,6 +5,7 @@ import inspect
 import pytest
 
 from engine.backends.cuda_backend import CudaBackend
+from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.knobs import KNOBS, backend_knobs
 from engine.scheduler.step_builder_splits import SplitParams
 
@@ -42,7 +43,8 @@ def test_fused_head_chunks_must_be_positive() -> None:
 
 def test_every_knob_is_a_backend_or_split_keyword() -> None:
     """The backend forwards unknown keywords to SplitParams: each knob must land on one of the two."""
-    accepted = set(inspect.signature(CudaBackend.__init__).parameters) | set(inspect.signature(SplitParams).parameters)
+    accepted = (set(inspect.signature(CudaBackend.__init__).parameters) | set(inspect.signature(SplitParams).parameters)
+                | KernelOptions.names())
     assert {name for name, _ in KNOBS.values()} <= accepted
 
 
@@ -50,6 +52,19 @@ def test_every_knob_is_a_backend_or_split_keyword() -> None:
 def test_attn_kv_ring_knob_is_a_backend_keyword(text: str, want: bool) -> None:
     got = backend_knobs({"MEGAKERNEL_ATTN_KV_RING": text})
     assert got == {"attn_kv_ring": want}
-    assert "attn_kv_ring" in inspect.signature(CudaBackend.__init__).parameters  # not forwarded to SplitParams
+    assert "attn_kv_ring" in KernelOptions.names()  # a kernel option, not a SplitParams field
     with pytest.raises(ValueError, match="MEGAKERNEL_ATTN_KV_RING='on'"):
         backend_knobs({"MEGAKERNEL_ATTN_KV_RING": "on"})
+
+
+def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
+    opts = KernelOptions()
+    assert opts.launch_fields()["defer_free_pages"] == 8 and opts.launch_fields()["attn_kv_ring"] == 1
+    got = KernelOptions(l2_beyond_ring_kb=2, l2_beyond_ring_ops=("LM_HEAD",), low_cap_inputs=False).launch_fields()
+    assert got["l2_beyond_ring_bytes"] == 2048 and got["low_cap_inputs"] == 0
+    assert got["l2_beyond_ring_ops"] == 1 << 8  # OP_LM_HEAD
+    assert "max_ring_pages" not in got  # a host-side option (engine/cuda/limits.py)
+    for bad in ({"defer_free_pages": 9}, {"chain_inflight_pages": -1}, {"l2_prefetch_kb": 5000},
+                {"l2_beyond_ring_ops": ("GATE_UP",)}):
+        with pytest.raises(ValueError):
+            KernelOptions(**bad)  # type: ignore[arg-type]

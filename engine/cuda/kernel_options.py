@@ -1,0 +1,72 @@
+"""Launch-time options of the interpreter kernel: how the loader streams and when pages are freed. None of
+them changes the instruction tensors (the VM runs the same program whatever they are), so they live beside
+the stream rather than in the scheduler's SplitParams. Every default below was measured; docs/BENCHMARKS.md
+has the A/Bs, and each option is an env knob for `megakernel bench` / `profile` (engine/cuda/knobs.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from engine.instructions.opcodes import opcode_mask
+
+# L2 prefetch (csrc/interpreter/l2_prefetch.cuh): the controller pulls the first `l2_prefetch_kb` of each
+# instruction it fetches, the loader the `l2_beyond_ring_kb` past the ring. Both measured slower (1B decode
+# on an H200: 1.39 -> 1.32 ms/token without the controller's 96 KiB, 1.30 -> 1.13 without the loader's
+# 256 KiB): prefetches queue in front of the latency-bound loads of the critical path. Off by default.
+DEFAULT_L2_PREFETCH_KB = 0
+DEFAULT_L2_BEYOND_RING_KB = 0
+# Opcodes whose weights get the loader's prefetch past the ring: gate/up is the one the loader reaches
+# while QKV, attention and O-proj (latency-bound, little streaming) run.
+DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
+# Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). Past the
+# bandwidth-delay product more outstanding copies only lengthen the queues the critical path's reads wait
+# in (H200, fourth session: uncapped 1.007 -> 3: 0.973 ms/token; 4: 0.990, 6: 1.005). Eighth session, with
+# the lower caps below: 2 throughout is 1-2 % slower on the 1B and 8B shapes than 3 with them.
+DEFAULT_MAX_INFLIGHT_PAGES = 3
+# While the consumers run QKV / attention / O-proj, the loader keeps at most this many copies in flight
+# (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 with a
+# whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
+DEFAULT_CHAIN_INFLIGHT_PAGES = 1
+# ... and while gate/up, down and the LM head read their inputs (copies started in the previous op's freed
+# pages otherwise slow that read): 1.011 vs 1.022 ms/token on the 1B shape, 5.576 vs 5.648 on the 8B (H100).
+DEFAULT_LOW_CAP_INPUTS = True
+# An op's last ring pages are freed after its release (csrc/interpreter/consumer.cuh): its release fence
+# then does not wait behind new weight copies. 8 (one page per consumer warp, the most allowed) measured
+# 1.051 against 1.099 ms/token with 0 on an H100 (4: 1.076; eighth session).
+DEFAULT_DEFER_FREE_PAGES = 8
+MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB
+    l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB
+    l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS
+    max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES
+    chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES
+    low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
+    max_ring_pages: int | None = None  # None: as many as each stream's inputs leave room for
+    attn_kv_ring: bool = True  # decode attention streams its earlier keys through the ring (kv_stream.cuh)
+    defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
+
+    def __post_init__(self) -> None:
+        for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
+            if not 0 <= getattr(self, name) <= 4096:
+                raise ValueError(f"{name} must be in [0, 4096], got {getattr(self, name)}")
+        for name in ("max_inflight_pages", "chain_inflight_pages"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.defer_free_pages <= MAX_DEFER_FREE_PAGES:
+            raise ValueError(f"defer_free_pages must be in [0, {MAX_DEFER_FREE_PAGES}], got {self.defer_free_pages}")
+        opcode_mask(self.l2_beyond_ring_ops)  # names an unknown opcode -> ValueError
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+    def launch_fields(self) -> dict[str, int]:
+        """The kernel's Globals scalars these options set (max_ring_pages acts on the host: limits.py)."""
+        return {"l2_prefetch_bytes": self.l2_prefetch_kb * 1024, "l2_beyond_ring_bytes": self.l2_beyond_ring_kb * 1024,
+                "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
+                "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
+                "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
+                "defer_free_pages": self.defer_free_pages}
