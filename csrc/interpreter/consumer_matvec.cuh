@@ -141,19 +141,11 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const int n_pages = instr[W_SLOT_NUM_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE], row_bytes = ws.row_elems * 2;
   bool ok = true;
-  // This warp's pages are p = warp, warp + 8, ...; their ring slot and round advance without a division
-  // (the ring size is a run-time value; R > NUM_CONSUMER_WARPS, so a step wraps at most once).
-  const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0], ring0 = sm.ring_cursor[1], round0 = sm.ring_cursor[2];
-  uint32_t ring = ring0 + warp, round = round0;
-  if (ring >= R) {
-    ring -= R;
-    ++round;
-  }
-  static_assert(MIN_RING_PAGES > NUM_CONSUMER_WARPS, "a warp's step must wrap the ring at most once");
+  RingWalk walk(sm, warp);  // this warp's pages p = warp, warp + 8, ...
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
-    const uint32_t n = pos0 + p;
+    const uint32_t n = walk.pos0 + p, ring = walk.ring;
     if (ok) ok = wait_page_issued(g, sm, n, instr);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
     if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);
@@ -176,23 +168,12 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
     __syncwarp();
     if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
     if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_DONE);
-    ring += NUM_CONSUMER_WARPS;
-    if (ring >= R) {
-      ring -= R;
-      ++round;
-    }
+
+    walk.next();
   }
   const bool all_ok = consumer_all(ok);  // also the barrier before the epilogue reads shared `out`
   if (threadIdx.x == 0) {
-    // Every consumer read the cursor before the barrier above; the next reads follow later barriers.
-    uint32_t next_ring = ring0 + n_pages, next_round = round0;
-    while (next_ring >= R) {  // n_pages / R steps: one or none except for the LM head's large blocks
-      next_ring -= R;
-      ++next_round;
-    }
-    sm.ring_cursor[0] = pos0 + n_pages;
-    sm.ring_cursor[1] = next_ring;
-    sm.ring_cursor[2] = next_round;
+    walk.finish(sm, n_pages);
     timing_mark(g, instr, MARK_COMPUTED);
   }
   return all_ok;

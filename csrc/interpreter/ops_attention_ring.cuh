@@ -49,18 +49,12 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
 
-  // Ring pages p = warp, warp + 8, ...: slot and round advance as in consume_pages (consumer_matvec.cuh).
-  const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0], ring0 = sm.ring_cursor[1], round0 = sm.ring_cursor[2];
-  uint32_t ring = ring0 + warp, round = round0;
-  if (ring >= R) {
-    ring -= R;
-    ++round;
-  }
+  RingWalk walk(sm, warp);  // ring pages p = warp, warp + 8, ... (state.cuh)
   bool ok = true;
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
-    const uint32_t n = pos0 + p;
+    const uint32_t n = walk.pos0 + p, ring = walk.ring;
     if (ok) ok = wait_page_issued(g, sm, n, w);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {
       const uint32_t page = tk::smem_addr(sm.page(ring)) + lane * DPL * 2;
@@ -85,24 +79,14 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
     }
     __syncwarp();
     if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
-    ring += NUM_CONSUMER_WARPS;
-    if (ring >= R) {
-      ring -= R;
-      ++round;
-    }
+
+    walk.next();
   }
   if (ok && new_valid[0]) fold_keys<DPL, 1>(merge + warp * stride_w, q_sh, NH, hd, scale, nk, nv, new_valid);
   if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);
   const bool all_ok = consumer_all(ok);  // also orders every warp's merge slot before the merge
   if (threadIdx.x == 0) {
-    uint32_t next_ring = ring0 + n_pages, next_round = round0;
-    while (next_ring >= R) {
-      next_ring -= R;
-      ++next_round;
-    }
-    sm.ring_cursor[0] = pos0 + n_pages;
-    sm.ring_cursor[1] = next_ring;
-    sm.ring_cursor[2] = next_round;
+    walk.finish(sm, n_pages);
     timing_mark(g, w, MARK_COMPUTED);
   }
   if (!all_ok) return false;

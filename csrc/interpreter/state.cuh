@@ -221,6 +221,45 @@ __device__ __forceinline__ void set_low_cap(const Shared& sm, bool low) {
   *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = low ? 1u : 0u;
 }
 
+// A consumer warp's walk over the ring pages of one instruction, p = warp, warp + 8, ... (consume_pages,
+// attend_ring): the ring slot and round of each page advance without a division (the ring size is a run-time
+// value; R > NUM_CONSUMER_WARPS, so a step wraps at most once). Starts from the consumers' cursor, which
+// finish() moves past the instruction's pages (thread 0, after a barrier every consumer passed once it had
+// read the cursor; the next reads follow later barriers).
+struct RingWalk {
+  uint32_t R, pos0, ring0, round0;  // ring size; the cursor at the instruction's start
+  uint32_t ring, round;             // this warp's current page
+
+  __device__ __forceinline__ RingWalk(const Shared& sm, int warp)
+      : R(sm.ring_pages), pos0(sm.ring_cursor[0]), ring0(sm.ring_cursor[1]), round0(sm.ring_cursor[2]),
+        ring(ring0 + warp), round(round0) {
+    wrap();
+  }
+  __device__ __forceinline__ void next() {  // to page p + NUM_CONSUMER_WARPS
+    ring += NUM_CONSUMER_WARPS;
+    wrap();
+  }
+  __device__ __forceinline__ void finish(const Shared& sm, int n_pages) const {
+    uint32_t next_ring = ring0 + n_pages, next_round = round0;
+    while (next_ring >= R) {  // n_pages / R steps: one or none except for the LM head's large blocks
+      next_ring -= R;
+      ++next_round;
+    }
+    sm.ring_cursor[0] = pos0 + n_pages;
+    sm.ring_cursor[1] = next_ring;
+    sm.ring_cursor[2] = next_round;
+  }
+
+ private:
+  __device__ __forceinline__ void wrap() {
+    if (ring >= R) {
+      ring -= R;
+      ++round;
+    }
+  }
+};
+static_assert(MIN_RING_PAGES > NUM_CONSUMER_WARPS, "a warp's step must wrap the ring at most once");
+
 // Loads of data other SMs wrote in this launch: bypass L1 so no stale line is ever read.
 __device__ __forceinline__ float load_cg(const float* p) { return __ldcg(p); }
 
