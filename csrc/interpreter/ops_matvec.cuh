@@ -8,6 +8,15 @@
 
 namespace mk::vm {
 
+// The weight-streaming MLP ops and the LM head, once their input is in shared memory: the timing mark, and
+// the loader back to its streaming cap (it kept the low one while the input was read: low_cap_inputs).
+__device__ __forceinline__ void streamed_input_ready(const Globals& g, const Shared& sm, const int* w) {
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_INPUT);
+    set_low_cap(sm, false);
+  }
+}
+
 // RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group, copy_begin, copy_end. Besides q and the
 // KV append it copies hidden[:, copy_begin:copy_end) into mid (the fused ATTN_O_PROJ adds into mid).
 __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
@@ -95,10 +104,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
-  if (threadIdx.x == 0) {
-    timing_mark(g, w, MARK_INPUT);
-    set_low_cap(sm, false);  // the input is in: back to the streaming cap (low_cap_inputs)
-  }
+  streamed_input_ready(g, sm, w);
   if (!matvec(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
@@ -115,10 +121,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
-  if (threadIdx.x == 0) {
-    timing_mark(g, w, MARK_INPUT);
-    set_low_cap(sm, false);  // the input is in: back to the streaming cap (low_cap_inputs)
-  }
+  streamed_input_ready(g, sm, w);
   if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
@@ -132,10 +135,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
-  if (threadIdx.x == 0) {
-    timing_mark(g, w, MARK_INPUT);
-    set_low_cap(sm, false);  // the input is in: back to the streaming cap (low_cap_inputs)
-  }
+  streamed_input_ready(g, sm, w);
   if (!matvec(g, sm, S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
