@@ -6,6 +6,7 @@
 
 #include "../tk/shared_vec.cuh"
 #include "bf16_unpack.cuh"
+#include "dot_rows_mma.cuh"
 #include "dot_short_rows.cuh"
 #include "marks.cuh"
 #include "state.cuh"
@@ -140,6 +141,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
                                            const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const int n_pages = instr[W_SLOT_NUM_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE], row_bytes = ws.row_elems * 2;
+  const bool mma = NX == 1 && nx == 1 && g.mma_matvec && mma_row_ok(ws.row_elems);
   bool ok = true;
   RingWalk walk(sm, warp);  // this warp's pages p = warp, warp + 8, ...
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
@@ -153,7 +155,9 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
-      if (ws.row_elems <= SHORT_ROW_MAX_K) {  // many short rows per page: reduce 8 rows together
+      if (NX == 1 && mma) {
+        dot_page_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, sm.out, row0);
+      } else if (ws.row_elems <= SHORT_ROW_MAX_K) {  // many short rows per page: reduce 8 rows together
         for (int r = 0; r < rows; r += SHORT_ROWS_PER_CALL<NX>)
           dot_short_rows<NX>(page_addr, row_bytes, r, min(SHORT_ROWS_PER_CALL<NX>, rows - r), ws.row_elems, x_addr,
                              nx, sm.out, row0 + r, ws.rows);

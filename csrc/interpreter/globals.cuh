@@ -58,6 +58,7 @@ struct Globals {
   int attn_kv_ring;          // 1: decode attention streams its earlier keys through the ring (kv_stream.cuh)
   int defer_free_pages;      // an op's last this-many ring pages are freed after its release (consumer.cuh)
   int low_cap_inputs;        // 1: the low cap also while any op reads its input (state.cuh set_low_cap)
+  int mma_matvec;            // 1: batch-1 page matvecs on the tensor cores (dot_rows_mma.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
   int queue_len;
   int dynamic_queue;

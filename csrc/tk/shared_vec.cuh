@@ -1,4 +1,4 @@
-// shared_vec.cuh: loads from shared memory by shared-window address (ld.shared, 2 to 16 bytes).
+// shared_vec.cuh: loads from shared memory by shared-window address (ld.shared, 2 to 16 bytes; ldmatrix).
 //
 // A plain C++ load through a pointer into dynamic shared memory compiles to ld.shared only while the
 // compiler can trace the pointer back to the `extern __shared__` array; once the pointer crosses a
@@ -39,6 +39,20 @@ __device__ __forceinline__ uint2 load_shared_u2(uint32_t addr) {
   uint2 v;
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
+}
+
+__device__ __forceinline__ float2 load_shared_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
+// Four 8x8 b16 matrices by shared-window address: lane l gives the address of row l % 8 of matrix l / 8;
+// lane l receives, of each matrix, row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (packed).
+__device__ __forceinline__ void ldmatrix_x4_shared(uint32_t (&d)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(addr));
 }
 
 // Predicated forms: zeros when `pred` is false, and no branch either way (a guarded load that the

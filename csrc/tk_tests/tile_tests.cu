@@ -87,6 +87,37 @@ __global__ void mma_kernel(const bf16* a, const bf16* b, float* d, int mode) {
   store(d, N, acc);
 }
 
+// d = a @ bf16(bt)^T + d with raw fragments (no tiles): a [16, 16] bf16 through ldmatrix_x4_shared, bt
+// [8, 16] fp32 read as pairs with load_shared_f2 and packed to bf16, then one mma_16x8x16_acc; the
+// primitives the batch-1 page matvec builds on (csrc/interpreter/dot_rows_mma.cuh).
+__global__ void raw_mma_kernel(const bf16* a, const float* bt, float* d) {
+  __shared__ __align__(128) bf16 sa[16 * 16];
+  __shared__ __align__(128) float sbt[8 * 16];
+  for (int i = threadIdx.x; i < 16 * 16; i += blockDim.x) sa[i] = a[i];
+  for (int i = threadIdx.x; i < 8 * 16; i += blockDim.x) sbt[i] = bt[i];
+  __syncthreads();
+  const int l = lane_id(), g = l / 4, t = l % 4;
+  uint32_t af[4];  // matrices: rows 0-7 / 8-15 of k 0-7, then of k 8-15
+  ldmatrix_x4_shared(af, smem_addr(sa) + (uint32_t)(((l % 8) + 8 * ((l / 8) % 2)) * 32 + (l / 16) * 16));
+  uint32_t bf[2];
+  for (int h = 0; h < 2; ++h) {
+    const float2 v = load_shared_f2(smem_addr(sbt) + (uint32_t)(g * 16 + 8 * h + 2 * t) * 4);
+    const __nv_bfloat162 p = __floats2bfloat162_rn(v.x, v.y);
+    bf[h] = *reinterpret_cast<const uint32_t*>(&p);
+  }
+  float acc[4] = {d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1], d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1]};
+  detail::mma_16x8x16_acc(acc, af, bf[0], bf[1]);
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+void raw_mma(std::uintptr_t a, std::uintptr_t bt, std::uintptr_t d) {
+  raw_mma_kernel<<<1, 32>>>(as_ptr<const bf16>(a), as_ptr<const float>(bt), as_ptr<float>(d));
+  MK_CUDA_CHECK_LAUNCH_SYNC();
+}
+
 void tile_roundtrip(std::uintptr_t src, std::uintptr_t out, int mode) {
   MK_REQUIRE(mode >= 0 && mode <= 4, "mode must be 0..4");
   roundtrip_kernel<<<1, 128>>>(as_ptr<const void>(src), as_ptr<void>(out), mode);
@@ -104,6 +135,7 @@ void register_tiles(pybind11::module_& m) {
   namespace py = pybind11;
   m.def("tile_roundtrip", &tile_roundtrip, py::arg("src"), py::arg("out"), py::arg("mode"));
   m.def("mma", &mma, py::arg("a"), py::arg("b"), py::arg("d"), py::arg("transpose_b"));
+  m.def("raw_mma", &raw_mma, py::arg("a"), py::arg("bt"), py::arg("d"));
   m.attr("ROUNDTRIP_SHAPE") = py::make_tuple(R, C);
   m.attr("MMA_SHAPE") = py::make_tuple(M, N, K);
 }

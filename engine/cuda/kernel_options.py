@@ -33,6 +33,9 @@ DEFAULT_LOW_CAP_INPUTS = True
 # then does not wait behind new weight copies. 8 (one page per consumer warp, the most allowed) measured
 # 1.051 against 1.099 ms/token with 0 on an H100 (4: 1.076; eighth session).
 DEFAULT_DEFER_FREE_PAGES = 8
+# Batch-1 page matvecs on the tensor cores (csrc/interpreter/dot_rows_mma.cuh): a 16 KB page on one warp
+# takes 1.0-1.4 µs with CUDA-core FMAs, and each op's last page sits on its critical path.
+DEFAULT_MMA_MATVEC = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
@@ -47,6 +50,7 @@ class KernelOptions:
     max_ring_pages: int | None = None  # None: as many as each stream's inputs leave room for
     attn_kv_ring: bool = True  # decode attention streams its earlier keys through the ring (kv_stream.cuh)
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
+    mma_matvec: bool = DEFAULT_MMA_MATVEC
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
@@ -69,4 +73,4 @@ class KernelOptions:
                 "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
-                "defer_free_pages": self.defer_free_pages}
+                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec)}

@@ -35,6 +35,7 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_DEFER_FREE_PAGES": ("defer_free_pages", int),  # an op's last N pages freed after its release
     "MEGAKERNEL_CHAIN_INFLIGHT_PAGES": ("chain_inflight_pages", int),  # cap while QKV/attention/O-proj run
     "MEGAKERNEL_LOW_CAP_INPUTS": ("low_cap_inputs", _flag),  # ... and while any op reads its input
+    "MEGAKERNEL_MMA_MATVEC": ("mma_matvec", _flag),  # batch-1 page matvecs on the tensor cores
 }
 
 

@@ -52,3 +52,13 @@ def test_mma(tk, transpose_b: bool) -> None:
     expected = a.float() @ bt + d
     tk.mma(a.data_ptr(), b.data_ptr(), d.data_ptr(), transpose_b)
     torch.testing.assert_close(d, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_raw_fragment_mma(tk) -> None:
+    """ldmatrix_x4_shared, load_shared_f2 and mma_16x8x16_acc on hand-built fragments (no tiles)."""
+    a = torch.randn(16, 16, device="cuda").to(torch.bfloat16)
+    bt = torch.randn(8, 16, device="cuda")
+    d = torch.randn(16, 8, device="cuda")
+    expected = a.float() @ bt.to(torch.bfloat16).float().T + d
+    tk.raw_mma(a.data_ptr(), bt.data_ptr(), d.data_ptr())
+    torch.testing.assert_close(d, expected, rtol=1e-4, atol=1e-4)

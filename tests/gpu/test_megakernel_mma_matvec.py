@@ -1,0 +1,57 @@
+"""Batch-1 page matvecs on the tensor cores (csrc/interpreter/dot_rows_mma.cuh) against the VM, on row
+lengths that reach each of its code paths, and the CUDA-core path it replaces (mma_matvec=False):
+- hidden 4096: 2 rows per 16 KB page (the 2-row call, 4 chunks per iteration); with one MLP slice the
+  down rows are 8192 long: 1 row per page (the row pair repeats its one real row);
+- hidden 640 / intermediate 1152: chunks that do not fill a whole iteration (the one-chunk tail), pages of
+  12 and 7 rows (4-row calls, then a 2-row and a 1-row remainder).
+Only batch-1 steps use the path (one activation row), so every step here is one sequence: a prompt in
+chunks, then greedy decodes."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.llama.config import LlamaConfig
+from models.llama.init_random import random_state_dict
+from models.llama.weights import LlamaWeights, weights_from_state_dict
+from tests.gpu.mk_helpers import BUFFERS, pair, rel_err, small
+from tests.vm.helpers import Scenario
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = {  # name: (config, split parameters shared by the VM and the GPU)
+    "rows-4096-8192": (small(4096, 32, 8, 128, 8192, 1, 512), {"mlp_slices": 1}),
+    "rows-640-1152": (small(640, 5, 1, 128, 1152, 2, 300), {}),
+}
+
+
+def scaled_weights(cfg: LlamaConfig, seed: int) -> LlamaWeights:
+    """Random weights whose products have the spread tests.vm.helpers.random_weights gives a 512-wide model:
+    at its fixed scale a 4096-wide model's attention scores reach +-40, so a softmax that picks one key
+    turns any rounding (the tensor cores' bf16 x against the VM's fp32) into a different output."""
+    scale = 5 * (512 / cfg.hidden_size) ** 0.5
+    sd = random_state_dict(cfg, seed=seed, dtype=torch.float32)
+    return weights_from_state_dict(cfg, {k: v if k.endswith("norm.weight") else v * scale for k, v in sd.items()},
+                                   dtype=torch.float32)
+
+
+@pytest.mark.parametrize("mma", [True, False])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_batch1_matvec_matches_vm(shape: str, mma: bool) -> None:
+    cfg, split_kw = SHAPES[shape]
+    vm, gpu = pair(scaled_weights(cfg, seed=21), "dynamic", gpu_kw={"mma_matvec": mma}, **split_kw)
+    scen = Scenario(cfg, [11], page_size=16, num_pages=64, seed=8)
+    per_step = min(8, gpu.max_tokens_per_step)  # hidden 4096 leaves room for 2 tokens of x
+    for step, chunk in enumerate([[per_step]] * -(-11 // per_step) + [[1]] * 4):
+        batch, seqs = scen.batch(chunk)
+        ref_logits = vm.forward(batch)
+        gpu_tokens = gpu.greedy(batch)
+        vm_bufs, _ = vm.last_stream.backend_state
+        for name in BUFFERS:
+            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
+            assert err < 2e-2, f"{shape} mma={mma}: buffer {name} differs (rel {err:.2e}) at step {step}"
+        assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
+        top2 = torch.topk(ref_logits, 2, dim=-1).values
+        clear = (top2[:, 0] - top2[:, 1]) > 1e-2 * top2[:, 0].abs().clamp_min(1)
+        assert torch.equal(gpu_tokens.cpu()[clear], vm.last_tokens[clear]), f"{shape} mma={mma}: greedy ids differ"
+        scen.feed(seqs, vm.last_tokens.tolist())
