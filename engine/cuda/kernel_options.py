@@ -33,8 +33,10 @@ DEFAULT_LOW_CAP_INPUTS = True
 # then does not wait behind new weight copies. 8 (one page per consumer warp, the most allowed) measured
 # 1.051 against 1.099 ms/token with 0 on an H100 (4: 1.076; eighth session).
 DEFAULT_DEFER_FREE_PAGES = 8
-# Batch-1 page matvecs on the tensor cores (csrc/interpreter/dot_rows_mma.cuh): a 16 KB page on one warp
-# takes 1.0-1.4 µs with CUDA-core FMAs, and each op's last page sits on its critical path.
+# Batch-1 page matvecs on the tensor cores (csrc/interpreter/dot_rows_mma.cuh; x rounded to bf16 for them):
+# one warp's 16 KB page takes 1.0-1.4 µs with CUDA-core FMAs and each op's last page is on its critical path.
+# Same-run A/Bs (ninth session): 8B shape 5.668 -> 5.443 ms/token on an H100, 1B 1.030 -> 1.025 (H100) and
+# 0.872 -> 0.868 (H200). Off: every matvec on the CUDA cores (fp32 x), as prefill and batch > 1 always are.
 DEFAULT_MMA_MATVEC = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
