@@ -1,15 +1,17 @@
 // dot_rows_mma.cuh: the page matvec for ONE activation row (batch-1 decode) on the tensor cores.
 //
-// Why: on CUDA cores every bf16 weight is unpacked and multiplied on its own, and one warp takes ≈ 2000
-// cycles for a 16 KB page (measured alone on an H100); the op's last page, computed by one warp after its
+// Why: on CUDA cores every bf16 weight is unpacked and multiplied on its own; one warp alone takes 1654
+// cycles for a 16 KB page of 2048-wide rows, 3044 / 5524 for 4096 / 8192-wide ones, against 1127 / 1321 /
+// 2111 here (H100, scripts/microbench/page_matvec.cu). The op's last page, computed by one warp after its
 // copy lands, sits on the critical path of every weight-streaming op (docs/bench/*_profile_summary.txt).
+// In the kernel it buys 4 % on the 8B shape, 0.5 % on the 1B (docs/BENCHMARKS.md, ninth session).
 //
 // The mapping: one mma.sync m16n8k16 covers a 128-element chunk of TWO weight rows. The chunk is cut
 // into 8 segments, segment q = elements [8q, 8q + 8) and [64 + 8q, 64 + 8q + 8). A's row m = 8r + q is
 // segment q of weight row r (its k 0-7, then k 8-15); B's column n is segment n of x. D[8r + q][q] is
 // then row r's dot product over segment q, and row r's 8 such entries sum to its chunk's. The other 7
 // columns of D are discarded: batch-1 decode has one activation column, so 1/8 of a tensor-core product
-// is the most it can use, and what it is short of is issue slots, not tensor throughput.
+// is the most it can use (a warp issues about one of these mma per 32 cycles: that, not the loads, bounds it).
 // Shared-memory reads are conflict-free without a swizzle: each 8x8 matrix of the ldmatrix.x4 that
 // fills A is 8 consecutive 16-byte segments of one row, i.e. 128 contiguous bytes; lane l's B fragment
 // is x[2l, 2l + 1] and x[64 + 2l, 64 + 2l + 1] of the chunk (shared by every row pair of the page).
