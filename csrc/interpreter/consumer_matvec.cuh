@@ -1,7 +1,8 @@
 // consumer_matvec.cuh: the consumer warps' side of the page ring. out[t][r] = sum_k x[t][k] * W[r][k]
 // for the NX activation rows in shared x and every weight row the instruction streams. Page p of an
 // instruction goes to consumer warp p % NUM_CONSUMER_WARPS; each page holds whole rows, so no
-// cross-warp reduction is needed. Lanes own 8 consecutive k (one 16-byte bf16 vector) per step.
+// cross-warp reduction is needed. Lanes own 8 consecutive k (one 16-byte bf16 vector) per step; with one
+// activation row (batch-1 decode) the page goes to the tensor cores instead (dot_rows_mma.cuh).
 #pragma once
 
 #include "../tk/shared_vec.cuh"
@@ -155,7 +156,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
-      if (NX == 1 && mma) {
+      if (NX == 1 && mma) {  // NX == 1 keeps the tensor-core path out of the other instantiations
         dot_page_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, sm.out, row0);
       } else if (ws.row_elems <= SHORT_ROW_MAX_K) {  // many short rows per page: reduce 8 rows together
         for (int r = 0; r < rows; r += SHORT_ROWS_PER_CALL<NX>)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +70,20 @@ def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
                 {"l2_beyond_ring_ops": ("GATE_UP",)}):
         with pytest.raises(ValueError):
             KernelOptions(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text,want", [("0", False), ("1", True)])
+def test_mma_matvec_knob(text: str, want: bool) -> None:
+    got = backend_knobs({"MEGAKERNEL_MMA_MATVEC": text})
+    assert got == {"mma_matvec": want}
+    assert KernelOptions(**got).launch_fields()["mma_matvec"] == int(want)
+    assert KernelOptions().mma_matvec is True  # the measured default (docs/BENCHMARKS.md, ninth session)
+
+
+def test_launch_fields_are_scalars_the_kernel_reads() -> None:
+    """Every field the options set is one the launcher copies into Globals (csrc/interpreter/interpreter.cu
+    reads each with MK_INT); a name on one side only would fail at launch, on a GPU machine only."""
+    src = (Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "interpreter.cu").read_text()
+    kernel_ints = set(re.findall(r"MK_INT\((\w+)\)", src))
+    assert kernel_ints, "no MK_INT fields found in interpreter.cu"
+    assert set(KernelOptions().launch_fields()) <= kernel_ints
