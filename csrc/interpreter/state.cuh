@@ -220,6 +220,10 @@ __device__ __forceinline__ void consumer_sync() {
 __device__ __forceinline__ void set_low_cap(const Shared& sm, bool low) {
   *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = low ? 1u : 0u;
 }
+// The loader's side: re-read before every copy it starts.
+__device__ __forceinline__ bool low_cap(const Shared& sm) {
+  return *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 3) != 0;
+}
 
 // A consumer warp's walk over the ring pages of one instruction, p = warp, warp + 8, ... (consume_pages,
 // attend_ring): the ring slot and round of each page advance without a division (the ring size is a run-time

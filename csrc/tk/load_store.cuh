@@ -3,6 +3,7 @@
 #pragma once
 
 #include "rt.cuh"
+#include "shared_vec.cuh"
 #include "st.cuh"
 
 #include <type_traits>
@@ -10,12 +11,10 @@
 namespace mk::tk {
 
 namespace detail {
-// Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
+// Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8 (shared_vec.cuh's ldmatrix_x4_shared
+// on a generic pointer into shared memory).
 __device__ __forceinline__ void ldmatrix_x4(bf16_2 (&d)[4], const void* row_addr) {
-  uint32_t* r = reinterpret_cast<uint32_t*>(d);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(row_addr)));
+  ldmatrix_x4_shared(reinterpret_cast<uint32_t(&)[4]>(d), smem_addr(row_addr));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(bf16_2 (&d)[4], const void* row_addr) {
   uint32_t* r = reinterpret_cast<uint32_t*>(d);
