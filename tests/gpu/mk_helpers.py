@@ -24,6 +24,13 @@ def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int
     return vm, gpu
 
 
+def clear_winners(ref_logits: torch.Tensor) -> torch.Tensor:
+    """Rows whose top logit leads the runner-up by more than 1 % (at least 0.01): there the GPU's greedy id
+    must equal the VM's; closer rows are fp32-vs-bf16 near-ties either may break."""
+    top2 = torch.topk(ref_logits, 2, dim=-1).values
+    return (top2[:, 0] - top2[:, 1]) > 1e-2 * top2[:, 0].abs().clamp_min(1)
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.float().cpu(), b.float().cpu()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.mk_helpers import BUFFERS, pair, rel_err, small
+from tests.gpu.mk_helpers import BUFFERS, clear_winners, pair, rel_err, small
 from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
@@ -42,8 +42,7 @@ def test_buffers_match_vm(shape: str, policy: str) -> None:
             err = rel_err(ds.acts[name], vm_bufs.get(name))
             assert err < 2e-2, f"{shape}/{policy}: buffer {name} differs (rel {err:.2e}) at step {chunk}"
         assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
-        top2 = torch.topk(ref_logits, 2, dim=-1).values
-        clear = (top2[:, 0] - top2[:, 1]) > 1e-2 * top2[:, 0].abs().clamp_min(1)
+        clear = clear_winners(ref_logits)
         assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"{shape}/{policy}: greedy ids differ"
         scen.feed(seqs, vm_tokens.tolist())
 
