@@ -61,17 +61,35 @@ struct MmaOperands {
   }
 };
 
+// Row elements one unrolled block of mma_loop covers. A loop over a run-time K is not unrolled, so each
+// iteration's mma waited on its own shared loads: in the kernel a 16 KB page of 2048-wide rows took 1840
+// SM cycles, and 1040 with K known at compile time (every load of the page issued ahead of its mma; H200,
+// tenth session, docs/BENCHMARKS.md). Blocks of a fixed size get the same schedule for any K.
+inline constexpr int MMA_BLOCK_ELEMS = 2048;
+
+// STEPS iterations of C chunks from element k, unrolled: the loads of later iterations may be issued
+// before the mma of earlier ones (the loads are volatile asm, so they keep their order; the mma are not).
+template <int PAIRS, int C, int STEPS>
+__device__ __forceinline__ void mma_steps(float (&acc)[PAIRS][C][4], const uint32_t (&lane_row)[PAIRS],
+                                          uint32_t x_addr, int k, int lane) {
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    MmaOperands<PAIRS, C> ops;
+    ops.load(lane_row, x_addr, k + s * C * MMA_CHUNK, lane);
+    ops.multiply(acc);
+  }
+}
+
 // acc += the products of chunks [k_begin, k_end) in iterations of C chunks ((k_end - k_begin) a multiple
-// of C chunks). Loads are not software-pipelined across iterations: measured alone it was no faster
-// (a warp issues about one mma per 32 cycles, which hides the loads), and it cost registers.
+// of C chunks): whole blocks of MMA_BLOCK_ELEMS, then single iterations.
 template <int PAIRS, int C>
 __device__ __forceinline__ void mma_loop(float (&acc)[PAIRS][C][4], const uint32_t (&lane_row)[PAIRS],
                                          uint32_t x_addr, int k_begin, int k_end, int lane) {
-  for (int k = k_begin; k < k_end; k += C * MMA_CHUNK) {
-    MmaOperands<PAIRS, C> ops;
-    ops.load(lane_row, x_addr, k, lane);
-    ops.multiply(acc);
-  }
+  constexpr int STEPS = MMA_BLOCK_ELEMS / (C * MMA_CHUNK);
+  static_assert(STEPS >= 1 && MMA_BLOCK_ELEMS % (C * MMA_CHUNK) == 0, "a block is whole iterations");
+  int k = k_begin;
+  for (; k + MMA_BLOCK_ELEMS <= k_end; k += MMA_BLOCK_ELEMS) mma_steps<PAIRS, C, STEPS>(acc, lane_row, x_addr, k, lane);
+  for (; k < k_end; k += C * MMA_CHUNK) mma_steps<PAIRS, C, 1>(acc, lane_row, x_addr, k, lane);
 }
 
 // out[out_row0 + r] = W[first + r] . x for r < nrows (<= 2 * PAIRS): rows of one page, K % MMA_CHUNK == 0.
