@@ -10,7 +10,9 @@ op's exec time (dependencies met -> signal) the time goes. Per opcode, mean µs 
 - `join`:       -> every warp done, after the consumer barrier (attention: last page -> all warps' keys);
 - `epilogue`:   -> counter signalled (outputs written, release);
 - `loader lead`: dependencies met - the loader issued the last page (> 0: the ring had every page
-                 requested before the op could start).
+                 requested before the op could start);
+- `page cyc`:   SM clock cycles (clock64) of the last page's dot products alone (batch-1 tensor-core
+                 pages only); `last page` also holds its timing marks and release, ≈ 0.3 µs more.
 An interval whose two marks were not both reached is left out of its mean. ATTN_O_PROJ uses the matvec
 marks with `input` ending when its attention output is ready, so `input` is its whole attention.
 """
@@ -24,6 +26,7 @@ from engine.instructions.format import W_OPCODE
 from profiler.record import ProfileRecord
 
 MARK_INPUT, MARK_LAST_PAGE, MARK_COMPUTED, MARK_LOADER, MARK_LAST_DONE, MARK_FIRST_PAGE = range(6)
+MARK_LAST_PAGE_CYCLES = 6  # a cycle count, not a timestamp
 READY, END = "ready", "end"
 # (name, from, to): a mark index or READY / END
 INTERVAL_SPEC: tuple[tuple[str, int | str, int | str], ...] = (
@@ -43,6 +46,7 @@ class MarkStats:
     name: str
     count: int
     means_ns: tuple[float | None, ...]  # one per INTERVALS entry; None = never measured
+    page_cycles: float | None = None  # mean SM cycles of the last page's dot products
 
 
 def _mean(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -69,8 +73,15 @@ def mark_stats(record: ProfileRecord) -> list[MarkStats]:
         zeros = np.zeros(int(sel.sum()), np.int64)
         at = lambda k: column[k] if isinstance(k, str) else (m[:, k] if k < m.shape[1] else zeros)  # noqa: E731
         means = tuple(_mean(at(a), at(b)) for _, a, b in INTERVAL_SPEC)
-        out.append(MarkStats(record.opcode_names[int(o)], int(sel.sum()), means))
+        out.append(MarkStats(record.opcode_names[int(o)], int(sel.sum()), means, _page_cycles(m)))
     return out
+
+
+def _page_cycles(m: np.ndarray) -> float | None:
+    if m.shape[1] <= MARK_LAST_PAGE_CYCLES:
+        return None
+    cyc = m[:, MARK_LAST_PAGE_CYCLES]
+    return float(cyc[cyc > 0].mean()) if (cyc > 0).any() else None
 
 
 def render_marks(stats: list[MarkStats]) -> list[str]:
@@ -78,8 +89,9 @@ def render_marks(stats: list[MarkStats]) -> list[str]:
         return []
     w = max(6, *(len(s.name) for s in stats))
     lines = ["inside instructions (mean µs from the timing marks; see profiler/marks.py):",
-             f"{'opcode':<{w}} {'count':>6} " + " ".join(f"{n:>11}" for n in INTERVALS)]
+             f"{'opcode':<{w}} {'count':>6} " + " ".join(f"{n:>11}" for n in INTERVALS) + f" {'page cyc':>9}"]
     for s in stats:
         cells = " ".join(f"{'-' if v is None else f'{v / 1e3:.3f}':>11}" for v in s.means_ns)
-        lines.append(f"{s.name:<{w}} {s.count:>6} {cells}")
+        cyc = "-" if s.page_cycles is None else f"{s.page_cycles:.0f}"
+        lines.append(f"{s.name:<{w}} {s.count:>6} {cells} {cyc:>9}")
     return lines

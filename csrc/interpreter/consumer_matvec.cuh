@@ -157,7 +157,12 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
       if (NX == 1 && mma) {  // NX == 1 keeps the tensor-core path out of the other instantiations
+        const long long c0 = clock64();
         dot_page_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, sm.out, row0);
+        if (p == n_pages - 1) {  // the profile's page cycles (marks.cuh); only here: elsewhere it cost spills
+          __syncwarp();  // every lane's dot products, not only lane 0's
+          if (lane == 0) timing_value(g, instr, MARK_LAST_PAGE_CYCLES, clock64() - c0);
+        }
       } else if (ws.row_elems <= SHORT_ROW_MAX_K) {  // many short rows per page: reduce 8 rows together
         for (int r = 0; r < rows; r += SHORT_ROWS_PER_CALL<NX>)
           dot_short_rows<NX>(page_addr, row_bytes, r, min(SHORT_ROWS_PER_CALL<NX>, rows - r), ws.row_elems, x_addr,

@@ -7,6 +7,8 @@
 //              MARK_FIRST_PAGE the instruction's first weight page became ready for its warp (warp 0)
 //              MARK_LAST_PAGE  the instruction's last weight page became ready for its warp
 //              MARK_LAST_DONE  that warp finished the last page's dot products
+//              MARK_LAST_PAGE_CYCLES  SM cycles (clock64) of those dot products alone (batch-1 tensor-core
+//                              pages): what a change to the page loop did, without the marks' own cost
 //              MARK_COMPUTED   matvec done (every warp, after the consumer barrier)
 //              MARK_LOADER     the loader issued the instruction's last page
 // Attention:   MARK_INPUT      queries and block table in shared memory
@@ -24,6 +26,7 @@ namespace mk::vm {
 
 enum TimingMark : int {
   MARK_INPUT = 0, MARK_LAST_PAGE = 1, MARK_COMPUTED = 2, MARK_LOADER = 3, MARK_LAST_DONE = 4, MARK_FIRST_PAGE = 5,
+  MARK_LAST_PAGE_CYCLES = 6,  // not a time: SM clock cycles of the last page's dot products (timing_value)
   NUM_MARKS
 };
 static_assert(TIMING_MARK0 + NUM_MARKS <= TIMING_WORDS, "marks must fit in the timing record");
@@ -32,6 +35,12 @@ static_assert(TIMING_MARK0 + NUM_MARKS <= TIMING_WORDS, "marks must fit in the t
 __device__ __forceinline__ void timing_mark(const Globals& g, const int* w, int mark) {
   if (g.timing == nullptr) return;
   g.timing[(long long)w[W_ID] * TIMING_WORDS + TIMING_MARK0 + mark] = (long long)tk::globaltimer();
+}
+
+// A measured quantity instead of a timestamp (MARK_LAST_PAGE_CYCLES), same slot layout.
+__device__ __forceinline__ void timing_value(const Globals& g, const int* w, int mark, long long value) {
+  if (g.timing == nullptr) return;
+  g.timing[(long long)w[W_ID] * TIMING_WORDS + TIMING_MARK0 + mark] = value;
 }
 
 }  // namespace mk::vm

@@ -55,7 +55,8 @@ def test_record_sizes_match_the_host_readers() -> None:
     # start, dependencies met, end, SM id (engine/cuda/profile.py), then the marks (profiler/marks.py)
     assert c["TIMING_MARK0"] == 4
     marks = dict(re.findall(r"(MARK_\w+) = (\d+)", (CSRC / "marks.cuh").read_text()))
-    for name in ("MARK_INPUT", "MARK_LAST_PAGE", "MARK_COMPUTED", "MARK_LOADER", "MARK_LAST_DONE", "MARK_FIRST_PAGE"):
+    for name in ("MARK_INPUT", "MARK_LAST_PAGE", "MARK_COMPUTED", "MARK_LOADER", "MARK_LAST_DONE", "MARK_FIRST_PAGE",
+                 "MARK_LAST_PAGE_CYCLES"):
         assert int(marks[name]) == getattr(profiler_marks, name), name
     assert c["TIMING_WORDS"] >= c["TIMING_MARK0"] + len(marks)
     assert c["ERR_WORDS"] >= 13  # kind .. layer, then the stall record at words 8..12

@@ -20,6 +20,8 @@ def _record(t0: int) -> ProfileRecord:
     # marks: input, last page, computed, loader, last done, first page; ready = 2 and 14
     marks = np.array([[5, 9, 12, 1, 11, 6], [16, 0, 30, 20, 0, 18], [0] * 6], np.int64)
     marks = np.where(marks != 0, marks + t0, 0)
+    # then the last page's SM cycles: a count, not shifted by t0 (the second never reached that page)
+    marks = np.concatenate([marks, np.array([[3], [0], [0]], np.int64)], axis=1)
     return ProfileRecord(words=words, sm=np.array([0, 1, 0], np.int32), start_ns=start, end_ns=end, wait_ns=wait,
                          opcode_names={1: "A", 2: "B"}, simulated=False, marks_ns=marks)
 
@@ -36,8 +38,9 @@ def test_mark_intervals_are_hand_computed_and_skip_unreached_marks(rng):
     assert join == pytest.approx(12 - 11)
     assert epilogue == pytest.approx(np.mean([20 - 12, 40 - 30]))
     assert lead == pytest.approx(np.mean([2 - 1, 14 - 20]))
+    assert a.page_cycles == pytest.approx(3)
     text = "\n".join(render_marks([a]))
-    assert all(name in text for name in INTERVALS) and "A" in text
+    assert all(name in text for name in INTERVALS) and "A" in text and "page cyc" in text
 
 
 def test_marks_survive_npz_concat_and_summary(tmp_path, rng):
@@ -45,7 +48,7 @@ def test_marks_survive_npz_concat_and_summary(tmp_path, rng):
     back = load_npz(save_npz(rec, tmp_path / "raw.npz"))
     np.testing.assert_array_equal(back.marks_ns, rec.marks_ns)
     both = concat_records([rec, back])
-    assert both.marks_ns.shape == (6, 6)
+    assert both.marks_ns.shape == (6, 7)
     assert "inside instructions" in summarize(both).text()
     plain = ProfileRecord(words=rec.words, sm=rec.sm, start_ns=rec.start_ns, end_ns=rec.end_ns, wait_ns=rec.wait_ns,
                           opcode_names=rec.opcode_names, simulated=False)
@@ -61,3 +64,4 @@ def test_records_with_fewer_mark_columns_leave_those_intervals_unmeasured(rng):
     means = dict(zip(INTERVALS, a.means_ns))
     assert means["1st page"] is None and means["last page"] is None and means["join"] is None
     assert means["weights"] == pytest.approx(4)
+    assert a.page_cycles is None
