@@ -11,7 +11,8 @@
 // segment q of weight row r (its k 0-7, then k 8-15); B's column n is segment n of x. D[8r + q][q] is
 // then row r's dot product over segment q, and row r's 8 such entries sum to its chunk's. The other 7
 // columns of D are discarded: batch-1 decode has one activation column, so 1/8 of a tensor-core product
-// is the most it can use (a warp issues about one of these mma per 32 cycles: that, not the loads, bounds it).
+// is the most it can use. The shared loads, not the tensor pipe, bound a page (loads alone take 2/3 of its
+// cycles, mma alone less than the whole: scripts/microbench/page_mma_bound.cu), hence the unrolled blocks.
 // Shared-memory reads are conflict-free without a swizzle: each 8x8 matrix of the ldmatrix.x4 that
 // fills A is 8 consecutive 16-byte segments of one row, i.e. 128 contiguous bytes; lane l's B fragment
 // is x[2l, 2l + 1] and x[64 + 2l, 64 + 2l + 1] of the chunk (shared by every row pair of the page).
