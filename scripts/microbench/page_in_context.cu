@@ -6,8 +6,8 @@
 //        -o /tmp/page_in_context scripts/microbench/page_in_context.cu && /tmp/page_in_context
 // Background (bit mask): 1 = a loader warp streams 16 KB bulk copies from a 2 GB buffer (HBM) into an
 // 8-page ring, 3 in flight; 2 = a warp spins on mbarrier.try_wait; 4 = seven consumer warps wait at a
-// named barrier; 8 = a warp spins on an acquire load of a global flag (a dependency poll); 16 = 190 KB of
-// other code runs between two pages (instruction-cache misses at the page's start).
+// named barrier; 8 = a warp spins on an acquire load of a global flag (a dependency poll); 16 = 16-192 KB
+// of other code runs between two pages (instruction-cache misses at the page's start).
 #include <cstdio>
 #include <cstring>
 #include <cuda_runtime.h>
@@ -38,7 +38,7 @@ __device__ __noinline__ float evict_icache(float v) {
 }
 
 __global__ void context_kernel(const uint8_t* stream, const float* x_src, const int* flag, float* out,
-                               long long* cycles, int mode) {
+                               long long* cycles, int mode, int evict_k) {
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* ring = smem;
   uint8_t* page = smem + RING * PAGE;
@@ -61,7 +61,15 @@ __global__ void context_kernel(const uint8_t* stream, const float* x_src, const 
     long long total = 0;
     float junk = x[lane];
     for (int rep = 0; rep < REPS; ++rep) {
-      if (mode & 16) junk = evict_icache<12000>(junk);
+      if (mode & 16) {  // other code between pages: 16 B per FFMA, so 1000 = 16 KB
+        switch (evict_k) {
+          case 1: junk = evict_icache<1000>(junk); break;
+          case 2: junk = evict_icache<2000>(junk); break;
+          case 4: junk = evict_icache<4000>(junk); break;
+          case 8: junk = evict_icache<8000>(junk); break;
+          default: junk = evict_icache<12000>(junk); break;
+        }
+      }
       const long long c0 = clock64();
       dot_page_mma(pa, ROW_BYTES, ROWS, K, xa, o, 0);
       __syncwarp();
@@ -135,7 +143,7 @@ int main() {
   printf("mode: 1 loader streams HBM, 2 mbarrier spinner, 4 consumers at a barrier, 8 global acquire poll\n");
   for (int grid : {1, sms})
     for (int mode : {0, 4, 2, 8, 1, 5, 7, 13, 16, 17, 23}) {
-      context_kernel<<<grid, 320, smem>>>(d_stream, d_x, d_flag, d_out, d_cycles, mode);
+      context_kernel<<<grid, 320, smem>>>(d_stream, d_x, d_flag, d_out, d_cycles, mode, 12);
       CHECK(cudaDeviceSynchronize());
       static long long c[1024];
       CHECK(cudaMemcpy(c, d_cycles, grid * sizeof(long long), cudaMemcpyDeviceToHost));
@@ -145,6 +153,17 @@ int main() {
         mx = c[b] > mx ? c[b] : mx;
       }
       printf("grid %3d  mode %2d  page cycles mean %6lld  max %6lld\n", grid, mode, sum / grid, mx);
+    }
+  // Instruction-cache reach: how much other code between two pages makes the page's code cold.
+  for (int mode : {16, 17})
+    for (int k : {1, 2, 4, 8, 12}) {
+      context_kernel<<<sms, 320, smem>>>(d_stream, d_x, d_flag, d_out, d_cycles, mode, k);
+      CHECK(cudaDeviceSynchronize());
+      static long long c[1024];
+      CHECK(cudaMemcpy(c, d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+      long long sum = 0;
+      for (int b = 0; b < sms; ++b) sum += c[b];
+      printf("grid %3d  mode %2d  other code %3d KB  page cycles mean %6lld\n", sms, mode, k * 16, sum / sms);
     }
   return 0;
 }
