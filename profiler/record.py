@@ -50,7 +50,8 @@ class ProfileRecord:
     meta:         free-form run description (model, backend, batch, steps, policy, num_sms, gpu...).
     operand_names: opcode -> names of words 1..k, used to decode args for tooltips and traces.
     marks_ns:     int64 [N, M] raw sub-phase timestamps inside each instruction (GPU timing records,
-                  csrc/interpreter/marks.cuh; 0 = not reached); None when the source has none.
+                  csrc/interpreter/marks.cuh; 0 = not reached), except column MARK_LAST_PAGE_CYCLES, a
+                  cycle count (profiler/marks.py); None when the source has none.
     """
 
     words: np.ndarray
