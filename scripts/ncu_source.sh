@@ -2,7 +2,8 @@
 # Nsight Compute source counters on one megakernel decode launch (after warm-up): warp-state samples per
 # SASS instruction, exported as CSV and summarised by profiler/ncu_source.py (stall reasons, the hottest
 # instructions; add --region LO:HI offsets to cost a stretch of code per execution). Clocks are left alone.
-# Usage: OUT=dir scripts/ncu_source.sh [launch-skip]   (writes $OUT/ncu_source.csv.gz, $OUT/ncu_source.txt)
+# Usage: OUT=dir scripts/ncu_source.sh [launch-skip]   (writes $OUT/ncu_source.csv.gz, $OUT/ncu_source.txt,
+#        $OUT/ncu_code_map.txt: the executed code by region, profiler/code_map.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -14,3 +15,4 @@ ncu --clock-control none -k regex:megakernel --launch-skip "${1:-6}" --launch-co
 ncu --import "$rep.ncu-rep" --page source --csv --print-source sass | gzip > "$OUT/ncu_source.csv.gz"
 rm -f "$rep.ncu-rep"  # ≈ 100 MB; the CSV keeps what the analysis needs
 python3 -m profiler.ncu_source "$OUT/ncu_source.csv.gz" | tee "$OUT/ncu_source.txt"
+python3 -m profiler.code_map "$OUT/ncu_source.csv.gz" | tee "$OUT/ncu_code_map.txt"  # executed code, by region
