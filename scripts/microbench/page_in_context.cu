@@ -114,39 +114,30 @@ __global__ void context_kernel(const uint8_t* stream, const float* x_src, const 
   __syncthreads();
 }
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));       \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   uint8_t* d_stream;
   float *d_x, *d_out;
   int* d_flag;
   long long* d_cycles;
-  CHECK(cudaMalloc(&d_stream, STREAM_BYTES));
-  CHECK(cudaMemset(d_stream, 0x3c, STREAM_BYTES));
-  CHECK(cudaMalloc(&d_x, K * sizeof(float)));
-  CHECK(cudaMemset(d_x, 0, K * sizeof(float)));
-  CHECK(cudaMalloc(&d_flag, sizeof(int)));
-  CHECK(cudaMemset(d_flag, 0, sizeof(int)));
-  CHECK(cudaMalloc(&d_out, sms * sizeof(float)));
-  CHECK(cudaMalloc(&d_cycles, sms * sizeof(long long)));
+  MK_CUDA_CHECK(cudaMalloc(&d_stream, STREAM_BYTES));
+  MK_CUDA_CHECK(cudaMemset(d_stream, 0x3c, STREAM_BYTES));
+  MK_CUDA_CHECK(cudaMalloc(&d_x, K * sizeof(float)));
+  MK_CUDA_CHECK(cudaMemset(d_x, 0, K * sizeof(float)));
+  MK_CUDA_CHECK(cudaMalloc(&d_flag, sizeof(int)));
+  MK_CUDA_CHECK(cudaMemset(d_flag, 0, sizeof(int)));
+  MK_CUDA_CHECK(cudaMalloc(&d_out, sms * sizeof(float)));
+  MK_CUDA_CHECK(cudaMalloc(&d_cycles, sms * sizeof(long long)));
   const int smem = RING * PAGE + PAGE + K * 4 + 64 * 4 + (int)sizeof(Bars);
-  CHECK(cudaFuncSetAttribute(context_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MK_CUDA_CHECK(cudaFuncSetAttribute(context_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   printf("mode: 1 loader streams HBM, 2 mbarrier spinner, 4 consumers at a barrier, 8 global acquire poll\n");
   for (int grid : {1, sms})
     for (int mode : {0, 4, 2, 8, 1, 5, 7, 13, 16, 17, 23}) {
       context_kernel<<<grid, 320, smem>>>(d_stream, d_x, d_flag, d_out, d_cycles, mode, 12);
-      CHECK(cudaDeviceSynchronize());
+      MK_CUDA_CHECK_LAUNCH_SYNC();
       static long long c[1024];
-      CHECK(cudaMemcpy(c, d_cycles, grid * sizeof(long long), cudaMemcpyDeviceToHost));
+      MK_CUDA_CHECK(cudaMemcpy(c, d_cycles, grid * sizeof(long long), cudaMemcpyDeviceToHost));
       long long sum = 0, mx = 0;
       for (int b = 0; b < grid; ++b) {
         sum += c[b];
@@ -158,9 +149,9 @@ int main() {
   for (int mode : {16, 17})
     for (int k : {1, 2, 4, 8, 12}) {
       context_kernel<<<sms, 320, smem>>>(d_stream, d_x, d_flag, d_out, d_cycles, mode, k);
-      CHECK(cudaDeviceSynchronize());
+      MK_CUDA_CHECK_LAUNCH_SYNC();
       static long long c[1024];
-      CHECK(cudaMemcpy(c, d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+      MK_CUDA_CHECK(cudaMemcpy(c, d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
       long long sum = 0;
       for (int b = 0; b < sms; ++b) sum += c[b];
       printf("grid %3d  mode %2d  other code %3d KB  page cycles mean %6lld\n", sms, mode, k * 16, sum / sms);

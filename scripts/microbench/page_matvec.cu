@@ -60,15 +60,6 @@ __global__ void page_kernel(const uint4* page_src, const float* x_src, float* ou
   if (threadIdx.x < rows) out[threadIdx.x] = o[threadIdx.x];
 }
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));       \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-
 int main() {
   static unsigned short w[8192];
   static float x[8192];
@@ -82,15 +73,15 @@ int main() {
   uint4* d_page;
   float *d_x, *d_out;
   long long* d_cycles;
-  CHECK(cudaMalloc(&d_page, PAGE_BYTES));
-  CHECK(cudaMalloc(&d_x, sizeof(x)));
-  CHECK(cudaMalloc(&d_out, 64 * sizeof(float)));
-  CHECK(cudaMalloc(&d_cycles, 2 * sizeof(long long)));
-  CHECK(cudaMemcpy(d_page, w, PAGE_BYTES, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(d_x, x, sizeof(x), cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMalloc(&d_page, PAGE_BYTES));
+  MK_CUDA_CHECK(cudaMalloc(&d_x, sizeof(x)));
+  MK_CUDA_CHECK(cudaMalloc(&d_out, 64 * sizeof(float)));
+  MK_CUDA_CHECK(cudaMalloc(&d_cycles, 2 * sizeof(long long)));
+  MK_CUDA_CHECK(cudaMemcpy(d_page, w, PAGE_BYTES, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMemcpy(d_x, x, sizeof(x), cudaMemcpyHostToDevice));
   const int smem = PAGE_BYTES + 8192 * 4 + 64 * 4;
-  CHECK(cudaFuncSetAttribute(page_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(page_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MK_CUDA_CHECK(cudaFuncSetAttribute(page_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MK_CUDA_CHECK(cudaFuncSetAttribute(page_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   printf("    K  warps resident  path   cycles      ns   row0      ref\n");
   for (int K : {512, 2048, 4096, 8192})
     for (int warps : {1, 8})
@@ -98,11 +89,11 @@ int main() {
         for (int mma = 0; mma < 2; ++mma) {
           if (mma) page_kernel<true><<<1, THREADS, smem>>>(d_page, d_x, d_out, d_cycles, K, warps, resident);
           else page_kernel<false><<<1, THREADS, smem>>>(d_page, d_x, d_out, d_cycles, K, warps, resident);
-          CHECK(cudaDeviceSynchronize());
+          MK_CUDA_CHECK_LAUNCH_SYNC();
           long long c[2];
           float row0;
-          CHECK(cudaMemcpy(c, d_cycles, sizeof(c), cudaMemcpyDeviceToHost));
-          CHECK(cudaMemcpy(&row0, d_out, sizeof(float), cudaMemcpyDeviceToHost));
+          MK_CUDA_CHECK(cudaMemcpy(c, d_cycles, sizeof(c), cudaMemcpyDeviceToHost));
+          MK_CUDA_CHECK(cudaMemcpy(&row0, d_out, sizeof(float), cudaMemcpyDeviceToHost));
           double ref = 0;
           for (int k = 0; k < K; ++k) {
             const unsigned u = (unsigned)w[k] << 16;

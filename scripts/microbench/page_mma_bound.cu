@@ -15,6 +15,12 @@
 using namespace mk::vm;
 
 constexpr int K = 2048, ROWS = 4, ROW_BYTES = K * 2, PAGE = ROWS * ROW_BYTES;  // 16 KB
+// This lane's ldmatrix row address for each row pair of the page (dot_rows_mma's layout).
+__device__ __forceinline__ void ldmatrix_rows(uint32_t page_addr, int lane, uint32_t (&lane_row)[2]) {
+  for (int p = 0; p < 2; ++p)
+    lane_row[p] = page_addr + (uint32_t)((2 * p + ((lane >> 3) & 1)) * ROW_BYTES + ((lane >> 4) & 1) * 128 + (lane & 7) * 16);
+}
+
 enum Mode { FULL = 0, MMA_ONLY = 1, LOADS_ONLY = 2, XPACK = 3, LDS = 4, UNROLL4 = 5 };
 
 // The product's loop (mma_loop in dot_rows_mma.cuh) with the iterations unrolled by 4 even when K is a
@@ -22,8 +28,7 @@ enum Mode { FULL = 0, MMA_ONLY = 1, LOADS_ONLY = 2, XPACK = 3, LDS = 4, UNROLL4 
 __device__ __forceinline__ void page_unroll4(uint32_t page_addr, uint32_t x_addr, float (&acc)[2][2][4], int klen) {
   const int lane = mk::tk::lane_id();
   uint32_t lane_row[2];
-  for (int p = 0; p < 2; ++p)
-    lane_row[p] = page_addr + (uint32_t)((2 * p + ((lane >> 3) & 1)) * ROW_BYTES + ((lane >> 4) & 1) * 128 + (lane & 7) * 16);
+  ldmatrix_rows(page_addr, lane, lane_row);
 #pragma unroll 4
   for (int k = 0; k < klen; k += 2 * MMA_CHUNK) {
     MmaOperands<2, 2> ops;
@@ -46,8 +51,7 @@ __device__ float row_sum(const float (&acc)[2][2][4], int r) {
 __device__ __forceinline__ void page_xpack(uint32_t page_addr, uint32_t xf_addr, float (&acc)[2][2][4], int klen) {
   const int lane = mk::tk::lane_id();
   uint32_t lane_row[2];
-  for (int p = 0; p < 2; ++p)
-    lane_row[p] = page_addr + (uint32_t)((2 * p + ((lane >> 3) & 1)) * ROW_BYTES + ((lane >> 4) & 1) * 128 + (lane & 7) * 16);
+  ldmatrix_rows(page_addr, lane, lane_row);
   for (int k = 0; k < klen; k += 2 * MMA_CHUNK) {
     uint32_t a[2][2][4], b[2][2];
     for (int c = 0; c < 2; ++c) {
@@ -90,8 +94,7 @@ template <int MODE>
 __device__ __forceinline__ float page_rows(uint32_t page_addr, uint32_t x_addr, int klen) {
   const int lane = mk::tk::lane_id();
   uint32_t lane_row[2];
-  for (int p = 0; p < 2; ++p)
-    lane_row[p] = page_addr + (uint32_t)((2 * p + ((lane >> 3) & 1)) * ROW_BYTES + ((lane >> 4) & 1) * 128 + (lane & 7) * 16);
+  ldmatrix_rows(page_addr, lane, lane_row);
   float acc[2][2][4] = {};
   uint32_t sink = 0;
   MmaOperands<2, 2> ops;
@@ -172,30 +175,20 @@ __global__ void bound_kernel(const uint4* page_src, const float* x_src, float* o
   out[threadIdx.x] = s + row0;
 }
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));       \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-
 template <int MODE, bool CT>
-int run(const char* name, uint4* d_page, float* d_x, float* d_out, long long* d_cycles, double ref) {
+void run(const char* name, uint4* d_page, float* d_x, float* d_out, long long* d_cycles, double ref) {
   const int smem = 8 * PAGE + K * 4 + K / 128 * 32 * 8 + 64 * 4;
-  CHECK(cudaFuncSetAttribute(bound_kernel<MODE, CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MK_CUDA_CHECK(cudaFuncSetAttribute(bound_kernel<MODE, CT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   for (int warps : {1, 2, 4, 8}) {
     bound_kernel<MODE, CT><<<1, 256, smem>>>(d_page, d_x, d_out, d_cycles, warps, K);
-    CHECK(cudaDeviceSynchronize());
+    MK_CUDA_CHECK_LAUNCH_SYNC();
     long long c;
     float row0;
-    CHECK(cudaMemcpy(&c, d_cycles, sizeof(c), cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy(&row0, d_out, sizeof(float), cudaMemcpyDeviceToHost));
+    MK_CUDA_CHECK(cudaMemcpy(&c, d_cycles, sizeof(c), cudaMemcpyDeviceToHost));
+    MK_CUDA_CHECK(cudaMemcpy(&row0, d_out, sizeof(float), cudaMemcpyDeviceToHost));
     printf("%-10s %s  warps %d  cycles %6lld  row0 %9.4f  ref %9.4f\n", name, CT ? "K const  " : "K runtime", warps, c,
            row0, ref);
   }
-  return 0;
 }
 
 int main() {
@@ -206,12 +199,12 @@ int main() {
   uint4* d_page;
   float *d_x, *d_out;
   long long* d_cycles;
-  CHECK(cudaMalloc(&d_page, PAGE));
-  CHECK(cudaMalloc(&d_x, sizeof(x)));
-  CHECK(cudaMalloc(&d_out, 256 * sizeof(float)));
-  CHECK(cudaMalloc(&d_cycles, sizeof(long long)));
-  CHECK(cudaMemcpy(d_page, w, PAGE, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(d_x, x, sizeof(x), cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMalloc(&d_page, PAGE));
+  MK_CUDA_CHECK(cudaMalloc(&d_x, sizeof(x)));
+  MK_CUDA_CHECK(cudaMalloc(&d_out, 256 * sizeof(float)));
+  MK_CUDA_CHECK(cudaMalloc(&d_cycles, sizeof(long long)));
+  MK_CUDA_CHECK(cudaMemcpy(d_page, w, PAGE, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMemcpy(d_x, x, sizeof(x), cudaMemcpyHostToDevice));
   double ref = 0;  // row 0 . x with x rounded to bf16 like the tensor-core paths
   for (int k = 0; k < K; ++k) {
     const unsigned u = (unsigned)w[k] << 16;
@@ -223,14 +216,14 @@ int main() {
     memcpy(&xr, &ux, 4);
     ref += (double)wf * xr;
   }
-  if (run<FULL, true>("full", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<FULL, false>("full", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<UNROLL4, false>("unroll4", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<MMA_ONLY, true>("mma_only", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<LOADS_ONLY, true>("loads_only", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<XPACK, true>("xpack", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<XPACK, false>("xpack", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<LDS, true>("lds", d_page, d_x, d_out, d_cycles, ref)) return 1;
-  if (run<LDS, false>("lds", d_page, d_x, d_out, d_cycles, ref)) return 1;
+  run<FULL, true>("full", d_page, d_x, d_out, d_cycles, ref);
+  run<FULL, false>("full", d_page, d_x, d_out, d_cycles, ref);
+  run<UNROLL4, false>("unroll4", d_page, d_x, d_out, d_cycles, ref);
+  run<MMA_ONLY, true>("mma_only", d_page, d_x, d_out, d_cycles, ref);
+  run<LOADS_ONLY, true>("loads_only", d_page, d_x, d_out, d_cycles, ref);
+  run<XPACK, true>("xpack", d_page, d_x, d_out, d_cycles, ref);
+  run<XPACK, false>("xpack", d_page, d_x, d_out, d_cycles, ref);
+  run<LDS, true>("lds", d_page, d_x, d_out, d_cycles, ref);
+  run<LDS, false>("lds", d_page, d_x, d_out, d_cycles, ref);
   return 0;
 }
