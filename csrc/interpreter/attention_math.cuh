@@ -9,10 +9,12 @@
 
 namespace mk::vm {
 
-// Keys per warp per step: 8 while a lane holds at most 2 dims of a key (head_dim <= 64), else 4 (the
-// double-buffered K/V registers grow with both). 8 warps x 8 keys cover a 64-token context in one step.
+// Keys per warp per step: 4 (the double-buffered K/V registers grow with keys and dims). 8 keys for
+// head_dim <= 64 measured 0.9 % slower on the 1B shape (H200, tenth session: 0.868 vs 0.860 ms/token; the
+// attention phase 6.96 -> 6.19 µs with 4): its unrolled code is larger, and the kernel's code executed per
+// layer is near the size at which instruction fetches start missing under HBM load (docs/BENCHMARKS.md).
 template <int DPL>
-inline constexpr int KEYS_PER_STEP = DPL <= 2 ? 8 : 4;
+inline constexpr int KEYS_PER_STEP = 4;
 
 template <int DPL>
 __device__ __forceinline__ void unpack_head_dims(uint32_t lo, uint32_t hi, float (&v)[DPL]) {
