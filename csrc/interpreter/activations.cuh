@@ -91,12 +91,14 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
   return ss;
 }
 
-// x[i][k] = w[k] * src_row(i)[k] * rsqrt(mean(src_row(i)^2) + eps), fp32, like the reference model.
-// The weight product is taken on the way in, so the second pass only rescales shared memory.
+// x[i][k] = w[k] * src_row(i)[k] (fp32), and row i's sum of squares left in shared scratch for rms_inv.
+// The 1/rms factor is not applied here: every consumer of x is linear in it, so the epilogue scales each
+// output instead (rms_inv), which saves a pass over x and a consumer barrier on every layer's critical path.
+// Scratch rows stay untouched until the epilogue (the next use is the next instruction's wait flag).
 template <typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,
                                                   const bf16* weight, RowOf row_of) {
-  const int tid = threadIdx.x, H = g.hidden_size;
+  const int H = g.hidden_size;
   for (int i = 0; i < nx; ++i) {
     float ss = copy_scaled_sumsq(sm.x + i * H, src + (long long)row_of(i) * H, weight, H);
 #pragma unroll
@@ -104,14 +106,14 @@ __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared
     if (tk::lane_id() == 0) sm.scratch[i * NUM_CONSUMER_WARPS + tk::warp_id()] = ss;
   }
   consumer_sync();
-  for (int i = 0; i < nx; ++i) {
-    float total = 0.f;
+}
+
+// 1 / rms of activation row i loaded by load_rows_rmsnorm: rsqrt(mean(src_row(i)^2) + eps), like the reference.
+__device__ __forceinline__ float rms_inv(const Globals& g, const Shared& sm, int i) {
+  float total = 0.f;
 #pragma unroll
-    for (int w = 0; w < NUM_CONSUMER_WARPS; ++w) total += sm.scratch[i * NUM_CONSUMER_WARPS + w];
-    const float inv = 1.0f / sqrtf(total / (float)H + g.eps);
-    for (int k = tid; k < H; k += CONSUMER_THREADS) sm.x[i * H + k] *= inv;
-  }
-  consumer_sync();
+  for (int w = 0; w < NUM_CONSUMER_WARPS; ++w) total += sm.scratch[i * NUM_CONSUMER_WARPS + w];
+  return 1.0f / sqrtf(total / (float)g.hidden_size + g.eps);
 }
 
 }  // namespace mk::vm

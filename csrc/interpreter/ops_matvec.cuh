@@ -52,7 +52,8 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
     const int t = idx / pairs, pr = idx % pairs;
     const int r = row_begin + 2 * pr;
     const int j = (r % group_rows) / hd, p = r % hd;  // p is even: (p, p+1) is a packed pair
-    const float x0 = sm.out[t * rows + 2 * pr], x1 = sm.out[t * rows + 2 * pr + 1];
+    const float inv = rms_inv(g, sm, t);  // the norm's scale, deferred to here (activations.cuh)
+    const float x0 = sm.out[t * rows + 2 * pr] * inv, x1 = sm.out[t * rows + 2 * pr + 1] * inv;
     const int slot = preload ? pre_slot : sa.slot(t);
     const long long kv_row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
     if (j <= G) {  // q or k: rotate the pair, store at original dims i and i + hd/2
@@ -110,7 +111,8 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
     const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
     const int gate_row = 2 * (li / tile) * tile + li % tile;
-    const float gate = sm.out[t * rows + gate_row], up = sm.out[t * rows + gate_row + tile];
+    const float inv = rms_inv(g, sm, t);  // the norm's scale, deferred to here (activations.cuh)
+    const float gate = sm.out[t * rows + gate_row] * inv, up = sm.out[t * rows + gate_row + tile] * inv;
     g.act[(long long)t * g.intermediate + i_begin + li] = gate / (1.f + expf(-gate)) * up;
   }
   return true;
@@ -139,13 +141,14 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   if (!matvec(g, sm, S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
-    g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r];
+    g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r] * rms_inv(g, sm, s);
   }
   const int warp = tk::warp_id(), lane = tk::lane_id();
   for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
+    const float inv = rms_inv(g, sm, s);
     tk::value_index best{-INFINITY, 0x7fffffff};
     for (int r = lane; r < rows; r += 32) {
-      const tk::value_index c{sm.out[s * rows + r], v_begin + r};
+      const tk::value_index c{sm.out[s * rows + r] * inv, v_begin + r};  // as stored in logits
       if (tk::beats(c, best)) best = c;
     }
     best = tk::warp_argmax(best);
