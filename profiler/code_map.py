@@ -6,7 +6,7 @@ weight streams; a page whose code was evicted costs ≈ 1450 more cycles once mo
 ran in between (scripts/microbench/page_in_context.cu, docs/BENCHMARKS.md tenth session). This map says how
 much distinct code a decode step runs and where it sits, so a change meant to shrink it can be checked.
 
-Usage: python -m profiler.code_map out/ncu_source.csv.gz [--top 25] [--gap 256]
+Usage: python -m profiler.code_map out/ncu_source.csv.gz [--top 25] [--gap 256] [--by-fetch]
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ class CodeRegion:
     executions: float  # summed warp-level executions of those instructions
     samples: float
     markers: tuple[str, ...]
+    fetch_samples: float = 0.0  # samples of warps stalled for an instruction fetch (ncu's no_instruction)
 
     @property
     def kib(self) -> float:
@@ -37,6 +38,12 @@ class CodeRegion:
     @property
     def mean_executions(self) -> float:
         return self.executions / self.instructions
+
+
+def fetch_stalls(row: SassRow) -> float:
+    """Samples of `row` whose warp waited for its instruction to be fetched (ncu names the reason
+    no_instruction; shortened names are matched too)."""
+    return sum(v for k, v in row.stalls.items() if k.startswith("no_inst"))
 
 
 def executed_regions(rows: list[SassRow], max_gap: int = 256) -> list[CodeRegion]:
@@ -49,7 +56,8 @@ def executed_regions(rows: list[SassRow], max_gap: int = 256) -> list[CodeRegion
         if group:
             marks = tuple(m for m in MARKERS if any(m in r.text for r in group))
             regions.append(CodeRegion(group[0].offset, group[-1].offset + INSTRUCTION_BYTES, len(group),
-                                      sum(r.executed for r in group), sum(r.samples for r in group), marks))
+                                      sum(r.executed for r in group), sum(r.samples for r in group), marks,
+                                      sum(fetch_stalls(r) for r in group)))
 
     for r in sorted((r for r in rows if r.executed > 0), key=lambda r: r.offset):
         if group and r.offset - (group[-1].offset + INSTRUCTION_BYTES) > max_gap:
@@ -60,13 +68,19 @@ def executed_regions(rows: list[SassRow], max_gap: int = 256) -> list[CodeRegion
     return regions
 
 
-def render(regions: list[CodeRegion], top: int) -> str:
+def render(regions: list[CodeRegion], top: int, by_fetch: bool = False) -> str:
+    """The `top` largest regions (by_fetch: those with the most instruction-fetch stall samples)."""
     total = sum(c.instructions for c in regions)
-    lines = [f"{len(regions)} executed regions, {total} instructions = {total * INSTRUCTION_BYTES / 1024:.1f} KB; "
-             f"the {min(top, len(regions))} largest (exec = mean warp executions per instruction):"]
-    for c in sorted(regions, key=lambda c: -c.instructions)[:top]:
+    fetch = sum(c.fetch_samples for c in regions)
+    order = "most fetch stalls" if by_fetch else "largest"
+    lines = [f"{len(regions)} executed regions, {total} instructions = {total * INSTRUCTION_BYTES / 1024:.1f} KB, "
+             f"{fetch:.0f} fetch-stall samples; the {min(top, len(regions))} {order} (exec = mean warp executions "
+             f"per instruction, fetch = no_instruction samples):"]
+    key = (lambda c: -c.fetch_samples) if by_fetch else (lambda c: -c.instructions)
+    for c in sorted(regions, key=key)[:top]:
         lines.append(f"  [{c.lo:#08x}, {c.hi:#08x})  {c.instructions:5d} instr {c.kib:5.1f} KB  exec "
-                     f"{c.mean_executions:9.0f}  samples {c.samples:7.0f}  {' '.join(c.markers)}")
+                     f"{c.mean_executions:9.0f}  samples {c.samples:7.0f}  fetch {c.fetch_samples:6.0f}  "
+                     f"{' '.join(c.markers)}")
     return "\n".join(lines)
 
 
@@ -75,8 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--gap", type=int, default=256, help="bytes of never-executed code that split two regions")
+    ap.add_argument("--by-fetch", action="store_true", help="rank regions by instruction-fetch stall samples")
     args = ap.parse_args(argv)
-    print(render(executed_regions(load_source_csv(args.csv), args.gap), args.top))
+    print(render(executed_regions(load_source_csv(args.csv), args.gap), args.top, args.by_fetch))
 
 
 if __name__ == "__main__":

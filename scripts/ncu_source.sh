@@ -15,4 +15,4 @@ ncu --clock-control none -k regex:megakernel --launch-skip "${1:-6}" --launch-co
 ncu --import "$rep.ncu-rep" --page source --csv --print-source sass | gzip > "$OUT/ncu_source.csv.gz"
 rm -f "$rep.ncu-rep"  # ≈ 100 MB; the CSV keeps what the analysis needs
 python3 -m profiler.ncu_source "$OUT/ncu_source.csv.gz" | tee "$OUT/ncu_source.txt"
-python3 -m profiler.code_map "$OUT/ncu_source.csv.gz" | tee "$OUT/ncu_code_map.txt"  # executed code, by region
+{ python3 -m profiler.code_map "$OUT/ncu_source.csv.gz"; python3 -m profiler.code_map "$OUT/ncu_source.csv.gz" --by-fetch --top 30; } | tee "$OUT/ncu_code_map.txt"  # executed code, by region

@@ -11,10 +11,11 @@ from profiler.ncu_source import load_source_csv
 from tests.profiler.test_ncu_source import _write
 
 
-def _export(tmp_path: Path, executed: list[int], texts: dict[int, str]) -> Path:
+def _export(tmp_path: Path, executed: list[int], texts: dict[int, str], no_inst: list[int] | None = None) -> Path:
     base = 0x7F0000000000
-    rows = [[hex(base + 16 * k), texts.get(k, f"  INSTR{k} R1, R2"), "3", "3", str(e), "1", "1", "1", "0"]
-            for k, e in enumerate(executed)]
+    fetch = no_inst or [1] * len(executed)
+    rows = [[hex(base + 16 * k), texts.get(k, f"  INSTR{k} R1, R2"), str(2 + f), str(2 + f), str(e), "1", "1", str(f),
+             "0"] for k, (e, f) in enumerate(zip(executed, fetch))]
     return _write(tmp_path / "s.csv", rows, False)
 
 
@@ -33,3 +34,15 @@ def test_regions_split_at_long_cold_runs_and_count_instructions(tmp_path: Path) 
     assert "2 executed regions, 12 instructions" in text and "HMMA" in text and "MUFU.EX2" not in text
     # A smaller gap splits the first region too.
     assert len(executed_regions(load_source_csv(_export(tmp_path, executed, texts)), max_gap=16)) == 3
+
+
+def test_regions_sum_instruction_fetch_stalls_and_rank_by_them(tmp_path: Path) -> None:
+    rng = random.Random()
+    # 8 instructions with few fetch stalls, 20 cold, 4 with many (at 0x1c0)
+    executed = [rng.randrange(1, 500) for _ in range(8)] + [0] * 20 + [rng.randrange(1, 500) for _ in range(4)]
+    no_inst = [rng.randrange(0, 9) for _ in range(8)] + [0] * 20 + [rng.randrange(40, 90) for _ in range(4)]
+    regions = executed_regions(load_source_csv(_export(tmp_path, executed, {}, no_inst)))
+    assert [c.fetch_samples for c in regions] == [sum(no_inst[:8]), sum(no_inst[28:])]
+    by_size, by_fetch = render(regions, top=1), render(regions, top=1, by_fetch=True)
+    assert f"{sum(no_inst):.0f} fetch-stall samples" in by_size
+    assert "[0x0001c0" in by_fetch and "[0x000000" in by_size
