@@ -94,7 +94,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
 // x[i][k] = w[k] * src_row(i)[k] (fp32), and row i's sum of squares left in shared scratch for rms_inv.
 // The 1/rms factor is not applied here: every consumer of x is linear in it, so the epilogue scales each
 // output instead (rms_inv), which saves a pass over x and a consumer barrier on every layer's critical path.
-// Scratch rows stay untouched until the epilogue (the next use is the next instruction's wait flag).
+// Scratch rows stay untouched until the epilogue (nothing else in an instruction uses scratch).
 template <typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,
                                                   const bf16* weight, RowOf row_of) {

@@ -8,19 +8,12 @@
 
 namespace mk::vm {
 
-// Thread 0 spins on every wait; the barrier after it orders all consumers' loads behind the acquire
-// and broadcasts whether the waits succeeded (false = watchdog fired or another block aborted).
-__device__ __forceinline__ bool wait_all_dependencies(const Globals& g, const Shared& sm, const int* w) {
-  int* flag = reinterpret_cast<int*>(sm.scratch + SCRATCH_FLOATS - 1);
-  if (threadIdx.x == 0) {
-    bool ok = true;
-    const int n = w[W_NUM_WAITS];
-    for (int k = 0; k < n && ok; ++k) ok = wait_dependency(g, w, w[W_WAITS + 2 * k], w[W_WAITS + 2 * k + 1]);
-    *flag = ok;
-  }
-  consumer_sync();
-  const bool ok = *flag != 0;
-  consumer_sync();  // nobody rewrites the flag before everyone has read it
+// Thread 0 alone spins on every wait (the caller's barrier then orders the other consumers' loads behind
+// its acquire loads). False: the watchdog fired or another block aborted.
+__device__ __forceinline__ bool wait_all_dependencies(const Globals& g, const int* w) {
+  bool ok = true;
+  const int n = w[W_NUM_WAITS];
+  for (int k = 0; k < n && ok; ++k) ok = wait_dependency(g, w, w[W_WAITS + 2 * k], w[W_WAITS + 2 * k + 1]);
   return ok;
 }
 
@@ -58,26 +51,28 @@ template <bool TIMING>
 __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm) {
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
-    // Every consumer thread must leave together (a lone leaver would strand the others on a barrier).
-    if (!consumer_all(wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_CONSUMER_SLOT_FULL, i)))
-      return;
+    // Each thread waits for the slot itself; thread 0 then waits for the dependencies, and ONE barrier
+    // (a reduction: every consumer thread must leave together, a lone leaver would strand the others on a
+    // barrier) both orders every consumer's loads behind thread 0's acquire and says whether all waits held.
+    const bool slot_ok = wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_CONSUMER_SLOT_FULL, i);
     // The words are read in place: the controller rewrites this slot only after the consumers' slot_free
     // arrival below (a local copy of the 32 words lived in local memory, indexed at run time).
     const int* w = sm.slot(slot);
-    if (w[W_OPCODE] == OP_NOOP) return;
-    if (threadIdx.x == 0) set_low_cap(sm, is_chain_op(w[W_OPCODE]) || g.low_cap_inputs);
     long long t_start = 0, t_ready = 0;
     if constexpr (TIMING) t_start = (long long)tk::globaltimer();
     int* progress = g.progress + blockIdx.x * PROGRESS_WORDS;
-    if (threadIdx.x == 0) {
+    bool ok = slot_ok;
+    if (threadIdx.x == 0 && slot_ok && w[W_OPCODE] != OP_NOOP) {
+      set_low_cap(sm, is_chain_op(w[W_OPCODE]) || g.low_cap_inputs);
       progress[0] = w[W_ID];
       progress[1] = STAGE_WAITING;
       progress[2] = (int)sm.ring_cursor[0];
+      ok = wait_all_dependencies(g, w);
     }
-    if (!wait_all_dependencies(g, sm, w)) return;
+    if (!consumer_all(ok) || w[W_OPCODE] == OP_NOOP) return;
     if constexpr (TIMING) t_ready = (long long)tk::globaltimer();
     if (threadIdx.x == 0) progress[1] = STAGE_RUNNING;
-    const bool ok = execute(g, sm, w);
+    ok = execute(g, sm, w);
     consumer_sync();  // every consumer's global writes happen before the release below
     if (!ok) return;
     if (threadIdx.x == 0) {
