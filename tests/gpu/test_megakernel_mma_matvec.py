@@ -35,6 +35,15 @@ def scaled_weights(cfg: LlamaConfig, seed: int) -> LlamaWeights:
                                    dtype=torch.float32)
 
 
+def tolerance(buffer: str, mma: bool) -> float:
+    """Max relative error against the fp32 VM. The tensor cores round x to bf16 (the VM does not), and the
+    attention output amplifies that rounding of q and k through the softmax: over 8 weight seeds of the
+    640-wide shape attn_out's error was median 2.0e-2, max 3.3e-2 with the norm scale applied before the
+    rounding, median 2.5e-2, max 5.3e-2 with it applied after the matvec (eleventh session, H200; the other
+    buffers: median 1.2e-2, max 2.4e-2, within 2e-2 at this test's seed). A wrong result is off by far more."""
+    return 8e-2 if mma and buffer == "attn_out" else 2e-2
+
+
 @pytest.mark.parametrize("mma", [True, False])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_batch1_matvec_matches_vm(shape: str, mma: bool) -> None:
@@ -49,7 +58,7 @@ def test_batch1_matvec_matches_vm(shape: str, mma: bool) -> None:
         vm_bufs, _ = vm.last_stream.backend_state
         for name in BUFFERS:
             err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
-            assert err < 2e-2, f"{shape} mma={mma}: buffer {name} differs (rel {err:.2e}) at step {step}"
+            assert err < tolerance(name, mma), f"{shape} mma={mma}: buffer {name} differs (rel {err:.2e}) at step {step}"
         assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
         clear = clear_winners(ref_logits)
         assert torch.equal(gpu_tokens.cpu()[clear], vm.last_tokens[clear]), f"{shape} mma={mma}: greedy ids differ"
