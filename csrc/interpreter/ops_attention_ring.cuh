@@ -9,6 +9,7 @@
 #pragma once
 
 #include "attention_math.cuh"
+#include "attention_pass.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 
@@ -31,19 +32,23 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   const int stride_w = NH * (hd + 2), chunk = ps * hd * 2;  // chunk: bytes of one KV page's keys
   float* merge = sm.x;                                      // [warp][h][hd + 2] (attention_math.cuh)
   float* q_sh = sm.x + NUM_CONSUMER_WARPS * stride_w;       // [h][hd]
-  constexpr int KPS = KEYS_PER_STEP<DPL>;
+  // The new token's key and value row (this step's QKV wrote it) is staged in shared memory behind the
+  // queries, so it folds like any ring row (the space is attend()'s block-table cache; unused here).
+  const uint32_t q_addr = tk::smem_addr(q_sh), stage = q_addr + NH * hd * 4;
   // The one round trip after the wait: queries and the new key's row, issued together.
   for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
     q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
   const int new_warp = n_pages % NUM_CONSUMER_WARPS;
-  float nk[1][DPL], nv[1][DPL];
-  bool new_valid[1] = {false};
-  if (warp == new_warp && new_key >= 0) {
+  const bool has_new = new_key >= 0;
+  if (warp == new_warp && has_new) {
     const int slot = w[W_SLOT_KV_NEW_SLOT];
     const long long row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
-    load_head_dims<DPL>(g.k_cache + row + lane * DPL, nk[0]);
-    load_head_dims<DPL>(g.v_cache + row + lane * DPL, nv[0]);
-    new_valid[0] = true;
+    unsigned short* st = reinterpret_cast<unsigned short*>(q_sh + NH * hd);  // [K row][V row], bf16
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+      st[lane * DPL + d] = __ldcg(reinterpret_cast<const unsigned short*>(g.k_cache + row) + lane * DPL + d);
+      st[hd + lane * DPL + d] = __ldcg(reinterpret_cast<const unsigned short*>(g.v_cache + row) + lane * DPL + d);
+    }
   }
   reset_merge_slot<DPL>(merge + warp * stride_w, NH, hd);
   consumer_sync();
@@ -57,24 +62,15 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {
-      const uint32_t page = tk::smem_addr(sm.page(ring)) + lane * DPL * 2;
+      const uint32_t page = tk::smem_addr(sm.page(ring));
       const int first_key = key0 + p * kvpp * ps;
       const int n_kv = min(kvpp, (ring_end - first_key + ps - 1) / ps);
       for (int i = 0; i < n_kv; ++i) {
         const uint32_t kbase = page + i * 2 * chunk;
-        for (int k0 = 0; k0 < ps; k0 += KPS) {
-          float kd[KPS][DPL], vd[KPS][DPL];
-          bool valid[KPS];
-#pragma unroll
-          for (int u = 0; u < KPS; ++u) {
-            const int k = k0 + u;
-            valid[u] = k < ps && first_key + i * ps + k < ring_end;
-            const uint32_t a = kbase + (valid[u] ? k : 0) * hd * 2;
-            load_head_dims_shared<DPL>(a, kd[u]);
-            load_head_dims_shared<DPL>(a + chunk, vd[u]);
-          }
-          fold_keys<DPL, KPS>(merge + warp * stride_w, q_sh, NH, hd, scale, kd, vd, valid);
-        }
+        const int row_end = min(ps, ring_end - (first_key + i * ps));  // valid rows of this KV page
+        for (int k0 = 0; k0 < row_end; k0 += PASS_KEYS<DPL>)
+          fold_pass<DPL>(merge + warp * stride_w, q_addr, NH, scale, kbase + k0 * hd * 2, kbase + chunk + k0 * hd * 2,
+                         min(PASS_KEYS<DPL>, row_end - k0));
       }
     }
     __syncwarp();
@@ -82,7 +78,10 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
 
     walk.next();
   }
-  if (ok && new_valid[0]) fold_keys<DPL, 1>(merge + warp * stride_w, q_sh, NH, hd, scale, nk, nv, new_valid);
+  if (ok && warp == new_warp && has_new) {
+    __syncwarp();  // the staged row (written by this warp's lanes) is visible to all of them
+    fold_pass<DPL>(merge + warp * stride_w, q_addr, NH, scale, stage, stage + hd * 2, 1);
+  }
   if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);
   const bool all_ok = consumer_all(ok);  // also orders every warp's merge slot before the merge
   if (threadIdx.x == 0) {
