@@ -36,9 +36,8 @@ __device__ __forceinline__ void load_keys(const Globals& g, const int* table, in
   }
 }
 // Shared x during attention: merge [warp][head][hd + 2] (o, m, l), the queries [head][hd], then as many
-// block-table entries as fit (at most ATTN_TABLE_MAX; the rest are read from global); the ring path puts
-// the new token's K and V row (hd floats' worth of bf16) there instead. The host checks
-// attn_scratch_floats(NH, hd) + hd <= x (engine/cuda/limits.py).
+// block-table entries as fit (at most ATTN_TABLE_MAX; the rest are read from global). The host checks
+// attn_scratch_floats(NH, hd) + 1 <= x (engine/cuda/limits.py).
 __host__ __device__ constexpr int attn_scratch_floats(int heads, int hd) {
   return NUM_CONSUMER_WARPS * heads * (hd + 2) + heads * hd;
 }

@@ -32,23 +32,20 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   const int stride_w = NH * (hd + 2), chunk = ps * hd * 2;  // chunk: bytes of one KV page's keys
   float* merge = sm.x;                                      // [warp][h][hd + 2] (attention_math.cuh)
   float* q_sh = sm.x + NUM_CONSUMER_WARPS * stride_w;       // [h][hd]
-  // The new token's key and value row (this step's QKV wrote it) is staged in shared memory behind the
-  // queries, so it folds like any ring row (the space is attend()'s block-table cache; unused here).
-  const uint32_t q_addr = tk::smem_addr(q_sh), stage = q_addr + NH * hd * 4;
-  // The one round trip after the wait: queries and the new key's row, issued together.
+  const uint32_t q_addr = tk::smem_addr(q_sh);
+  // The one round trip after the wait: queries and the new key's row, issued together. The new key stays
+  // in registers (its fold waits for it after the ring pages, so the barrier below does not).
   for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
     q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
   const int new_warp = n_pages % NUM_CONSUMER_WARPS;
-  const bool has_new = new_key >= 0;
-  if (warp == new_warp && has_new) {
+  float nk[1][DPL], nv[1][DPL];
+  bool new_valid[1] = {false};
+  if (warp == new_warp && new_key >= 0) {
     const int slot = w[W_SLOT_KV_NEW_SLOT];
     const long long row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
-    unsigned short* st = reinterpret_cast<unsigned short*>(q_sh + NH * hd);  // [K row][V row], bf16
-#pragma unroll
-    for (int d = 0; d < DPL; ++d) {
-      st[lane * DPL + d] = __ldcg(reinterpret_cast<const unsigned short*>(g.k_cache + row) + lane * DPL + d);
-      st[hd + lane * DPL + d] = __ldcg(reinterpret_cast<const unsigned short*>(g.v_cache + row) + lane * DPL + d);
-    }
+    load_head_dims<DPL>(g.k_cache + row + lane * DPL, nk[0]);
+    load_head_dims<DPL>(g.v_cache + row + lane * DPL, nv[0]);
+    new_valid[0] = true;
   }
   reset_merge_slot<DPL>(merge + warp * stride_w, NH, hd);
   consumer_sync();
@@ -78,10 +75,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
 
     walk.next();
   }
-  if (ok && warp == new_warp && has_new) {
-    __syncwarp();  // the staged row (written by this warp's lanes) is visible to all of them
-    fold_pass<DPL>(merge + warp * stride_w, q_addr, NH, scale, stage, stage + hd * 2, 1);
-  }
+  if (ok && new_valid[0]) fold_keys<DPL, 1>(merge + warp * stride_w, q_sh, NH, hd, scale, nk, nv, new_valid);
   if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);
   const bool all_ok = consumer_all(ok);  // also orders every warp's merge slot before the merge
   if (threadIdx.x == 0) {

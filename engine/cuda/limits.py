@@ -84,8 +84,8 @@ class InterpreterLimits:
     def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims) -> int:
         """Shared x one instruction needs (operands `a` = words 3..; `nx` activation rows); raises when its
         matvec output does not fit the out buffer or its weight rows do not fit a page."""
-        if code == op.Opcode.ATTN_PARTIAL:  # + one block-table entry, or the ring path's staged K and V row
-            return self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + d.head_dim
+        if code == op.Opcode.ATTN_PARTIAL:
+            return self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1
         if code == op.Opcode.ATTN_O_PROJ:
             return self._attn_o_proj_x(a, nx, d)
         if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD):
