@@ -1,7 +1,8 @@
 // attention_math.cuh: the per-warp pieces of decode attention shared by both key sources (keys read
 // from the paged cache in global memory, ops_attention.cuh; keys streamed through the page ring,
 // ops_attention_ring.cuh): a lane's dims of one cached row, the online-softmax fold of a few keys into a
-// warp's running (o, m, l) per head, and the merge of the warps' states into each head's output.
+// warp's running (o, m, l) per head (the ring pages use fold_pass, attention_pass.cuh, on the same state),
+// and the merge of the warps' states into each head's output.
 #pragma once
 
 #include "../tk/shared_vec.cuh"
@@ -9,7 +10,9 @@
 
 namespace mk::vm {
 
-// Keys per warp per step: 4 (the double-buffered K/V registers grow with keys and dims). 8 keys for
+// Keys per warp per step of fold_keys (keys from global memory in attend(), and the ring path's new key;
+// the ring pages themselves fold a pass at a time, attention_pass.cuh): 4 (the double-buffered K/V
+// registers grow with keys and dims). 8 keys for
 // head_dim <= 64 measured 0.9 % slower on the 1B shape (H200, tenth session: 0.868 vs 0.860 ms/token; the
 // attention phase 6.96 -> 6.19 µs with 4): its unrolled code is larger, and the kernel's code executed per
 // layer is near the size at which instruction fetches start missing under HBM load (docs/BENCHMARKS.md).
