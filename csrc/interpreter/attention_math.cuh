@@ -11,11 +11,10 @@
 namespace mk::vm {
 
 // Keys per warp per step of fold_keys (keys from global memory in attend(), and the ring path's new key;
-// the ring pages themselves fold a pass at a time, attention_pass.cuh): 4 (the double-buffered K/V
-// registers grow with keys and dims). 8 keys for
-// head_dim <= 64 measured 0.9 % slower on the 1B shape (H200, tenth session: 0.868 vs 0.860 ms/token; the
-// attention phase 6.96 -> 6.19 µs with 4): its unrolled code is larger, and the kernel's code executed per
-// layer is near the size at which instruction fetches start missing under HBM load (docs/BENCHMARKS.md).
+// the ring pages themselves fold a pass at a time, attention_pass.cuh): 4, as the double-buffered K/V
+// registers grow with keys and dims. 8 keys for head_dim <= 64 measured 0.9 % slower on the 1B shape (H200,
+// tenth session, when the ring pages still used this fold: 0.868 vs 0.860 ms/token), 2 keys 3 % slower
+// (eleventh session): a step is a chain of shuffles and exps, so fewer keys per step means more steps.
 template <int DPL>
 inline constexpr int KEYS_PER_STEP = 4;
 

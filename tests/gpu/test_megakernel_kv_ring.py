@@ -42,3 +42,28 @@ def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer
         assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"step {step}: greedy ids differ"
         scen.feed(seqs, vm_tokens.tolist())
     assert gpu.last.ring_pages == 9
+
+
+# The ring path folds keys a pass at a time (32 / (head_dim / 32) keys: csrc/interpreter/attention_pass.cuh):
+# page sizes below, equal to and above a pass, with several KV pages per ring page and GQA groups of 2-8.
+@pytest.mark.parametrize("cfg,page_size", [(small(256, 4, 2, 64, 512, 1, 300), 32),
+                                           (small(256, 8, 1, 32, 512, 1, 256), 8),
+                                           (small(512, 8, 2, 128, 1024, 1, 1000), 8)],
+                         ids=["hd64-ps32", "hd32-ps8", "hd128-ps8"])
+def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int) -> None:  # noqa: ANN001
+    vm, gpu = pair(random_weights(cfg, seed=5), "lpt", num_pages=64, page_size=page_size)
+    scen = Scenario(cfg, [70, 3], page_size=page_size, num_pages=64, seed=9)
+    chunk = gpu.max_tokens_per_step
+    plans: list[list[int | None]] = [[chunk, 0]] * -(-70 // chunk) + [[0, 3]] + [[1, 1]] * 4
+    for step, plan in enumerate(plans):
+        batch, seqs = scen.batch(plan)
+        ref_logits = vm.forward(batch)
+        vm_tokens = vm.last_tokens
+        gpu_tokens = gpu.greedy(batch)
+        vm_bufs, _ = vm.last_stream.backend_state
+        for name in BUFFERS:
+            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
+            assert err < 2e-2, f"page_size={page_size}: {name} differs (rel {err:.2e}) at step {step}"
+        clear = clear_winners(ref_logits)
+        assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"step {step}: greedy ids differ"
+        scen.feed(seqs, vm_tokens.tolist())
