@@ -1,12 +1,18 @@
 """Shared drivers for the megakernel GPU tests: identical steps through the VM and the GPU."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import torch
 
 from engine.backends.cuda_backend import CudaBackend
 from engine.backends.vm_backend import VMBackend
 from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
+
+if TYPE_CHECKING:
+    from tests.vm.helpers import Scenario
 
 BUFFERS = ("hidden", "mid", "q", "attn_out", "act", "logits")
 
@@ -34,6 +40,27 @@ def clear_winners(ref_logits: torch.Tensor) -> torch.Tensor:
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.float().cpu(), b.float().cpu()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+
+
+def steps_match_vm(vm: VMBackend, gpu: CudaBackend, scen: Scenario, plans: list[list[int | None]], label: str,
+                   tolerance: Callable[[str], float] = lambda name: 2e-2, check_kv: bool = False) -> None:
+    """Run each plan (tokens per sequence, as Scenario.batch takes them) through both backends: every buffer
+    within tolerance(name) of the VM's (relative), the KV caches within 2e-2 when check_kv, and the same
+    greedy ids wherever the VM's winner is clear; then feed the VM's tokens back."""
+    for step, plan in enumerate(plans):
+        batch, seqs = scen.batch(plan)
+        ref_logits = vm.forward(batch)
+        vm_tokens = vm.last_tokens
+        gpu_tokens = gpu.greedy(batch)
+        vm_bufs, _ = vm.last_stream.backend_state
+        for name in BUFFERS:
+            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
+            assert err < tolerance(name), f"{label}: {name} differs (rel {err:.2e}) at step {step}"
+        if check_kv:
+            assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
+        clear = clear_winners(ref_logits)
+        assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"{label}: greedy ids differ at step {step}"
+        scen.feed(seqs, vm_tokens.tolist())
 
 
 def small(hidden: int, heads: int, kv: int, hd: int, inter: int, layers: int, vocab: int) -> LlamaConfig:

@@ -6,9 +6,8 @@ pages held past their release (defer_free_pages)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from tests.gpu.mk_helpers import BUFFERS, clear_winners, pair, rel_err, small
+from tests.gpu.mk_helpers import pair, small, steps_match_vm
 from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
@@ -29,18 +28,7 @@ def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer
     chunk = gpu.max_tokens_per_step
     plans: list[list[int | None]] = [[chunk, 0, 0]] * -(-PROMPT // chunk) + [[0, chunk, 0]] * -(-20 // chunk)
     plans += [[1, 1, None]] + [[1, 1, 1]] * 3  # the third prompt is one token: its first decode has C = 1
-    for step, plan in enumerate(plans):
-        batch, seqs = scen.batch(plan)
-        ref_logits = vm.forward(batch)
-        vm_tokens = vm.last_tokens
-        gpu_tokens = gpu.greedy(batch)
-        vm_bufs, _ = vm.last_stream.backend_state
-        for name in BUFFERS:
-            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
-            assert err < 2e-2, f"kv_ring={kv_ring} splits={splits}: {name} differs (rel {err:.2e}) at step {step}"
-        clear = clear_winners(ref_logits)
-        assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"step {step}: greedy ids differ"
-        scen.feed(seqs, vm_tokens.tolist())
+    steps_match_vm(vm, gpu, scen, plans, f"kv_ring={kv_ring} splits={splits}")
     assert gpu.last.ring_pages == 9
 
 
@@ -55,15 +43,4 @@ def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int) -> None:  
     scen = Scenario(cfg, [70, 3], page_size=page_size, num_pages=64, seed=9)
     chunk = gpu.max_tokens_per_step
     plans: list[list[int | None]] = [[chunk, 0]] * -(-70 // chunk) + [[0, 3]] + [[1, 1]] * 4
-    for step, plan in enumerate(plans):
-        batch, seqs = scen.batch(plan)
-        ref_logits = vm.forward(batch)
-        vm_tokens = vm.last_tokens
-        gpu_tokens = gpu.greedy(batch)
-        vm_bufs, _ = vm.last_stream.backend_state
-        for name in BUFFERS:
-            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
-            assert err < 2e-2, f"page_size={page_size}: {name} differs (rel {err:.2e}) at step {step}"
-        clear = clear_winners(ref_logits)
-        assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"step {step}: greedy ids differ"
-        scen.feed(seqs, vm_tokens.tolist())
+    steps_match_vm(vm, gpu, scen, plans, f"page_size={page_size}")

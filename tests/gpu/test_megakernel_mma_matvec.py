@@ -14,7 +14,7 @@ import torch
 from models.llama.config import LlamaConfig
 from models.llama.init_random import random_state_dict
 from models.llama.weights import LlamaWeights, weights_from_state_dict
-from tests.gpu.mk_helpers import BUFFERS, clear_winners, pair, rel_err, small
+from tests.gpu.mk_helpers import pair, small, steps_match_vm
 from tests.vm.helpers import Scenario
 
 pytestmark = pytest.mark.gpu
@@ -51,15 +51,5 @@ def test_batch1_matvec_matches_vm(shape: str, mma: bool) -> None:
     vm, gpu = pair(scaled_weights(cfg, seed=21), "dynamic", gpu_kw={"mma_matvec": mma}, **split_kw)
     scen = Scenario(cfg, [11], page_size=16, num_pages=64, seed=8)
     per_step = min(8, gpu.max_tokens_per_step)  # hidden 4096 leaves room for 2 tokens of x
-    for step, chunk in enumerate([[per_step]] * -(-11 // per_step) + [[1]] * 4):
-        batch, seqs = scen.batch(chunk)
-        ref_logits = vm.forward(batch)
-        gpu_tokens = gpu.greedy(batch)
-        vm_bufs, _ = vm.last_stream.backend_state
-        for name in BUFFERS:
-            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
-            assert err < tolerance(name, mma), f"{shape} mma={mma}: buffer {name} differs (rel {err:.2e}) at step {step}"
-        assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
-        clear = clear_winners(ref_logits)
-        assert torch.equal(gpu_tokens.cpu()[clear], vm.last_tokens[clear]), f"{shape} mma={mma}: greedy ids differ"
-        scen.feed(seqs, vm.last_tokens.tolist())
+    plans: list[list[int | None]] = [[per_step]] * -(-11 // per_step) + [[1]] * 4
+    steps_match_vm(vm, gpu, scen, plans, f"{shape} mma={mma}", lambda name: tolerance(name, mma), check_kv=True)
