@@ -137,3 +137,22 @@ def test_attention_heads_are_cut_only_onto_idle_sms(num_sms: int, batch: int, ca
         assert ranges[0][0] == 0 and ranges[-1][1] == 4 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
     o_wait = next(i for i in cs.stream.instrs if isinstance(i, op.OProjResidual)).header.waits[0]
     assert o_wait.target == cs.stream.counter_period[o_wait.counter]  # O-proj waits for every attention instruction
+
+
+@pytest.mark.parametrize("preset,multi,one", [("llama-3.2-1b", 4, 2), ("llama-3.2-3b", 4, 2), ("llama-3.1-8b", 7, 4)])
+def test_one_token_steps_take_the_fewest_mlp_slices_that_fit(preset: str, multi: int, one: int) -> None:
+    from engine.instructions.layout import StepShape
+    from engine.scheduler.step_builder_splits import SplitParams, make_plan
+
+    d = ModelDims.from_config(preset_config(preset))
+    p = SplitParams(one_token_slice_floats=4096)  # the cuda backend's x at its largest ring
+    one_tok, two_tok = StepShape(1, 1, 16), StepShape(2, 2, 16)
+    cut = make_plan(d, one_tok, p, 2).slices
+    assert len(cut) == one and max(b - a for a, b in cut) <= 4096
+    assert len(make_plan(d, one_tok, SplitParams(), 2).slices) == multi  # no budget: one per ~2048 columns
+    assert len(make_plan(d, two_tok, p, 2).slices) == multi  # several tokens: unchanged
+    assert len(make_plan(d, one_tok, replace(p, mlp_slices=3), 2).slices) == 3  # an explicit count wins
+    # a budget as wide as the intermediate dim gives a single slice
+    assert len(make_plan(d, one_tok, replace(p, one_token_slice_floats=d.intermediate), 2).slices) == 1
+    with pytest.raises(ValueError, match="one_token_slice_floats"):
+        SplitParams(one_token_slice_floats=0)
