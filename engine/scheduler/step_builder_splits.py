@@ -20,7 +20,8 @@ class SplitParams:
     # One-token steps (batch-1 decode) cut the intermediate dim into the fewest K-slices at most this wide
     # (the cuda backend passes what its activation buffer holds at the largest ring; None: the multi-token
     # rule). Fewer slices: fewer down instructions and atomic adds per hidden element, longer rows per
-    # page. H200, twelfth session: 1B 2 slices 0.817 vs 4 0.822 ms/token, 8B 4 vs 7 4.245 vs 4.359.
+    # page. Twelfth session (docs/BENCHMARKS.md): 8B 4 vs 7 slices 4.248 vs 4.367 ms/token (H200), 5.343 vs
+    # 5.382 (H100); 1B 2 vs 4 slices 0.818 vs 0.819 (H200) but 0.980 vs 0.976 (H100).
     one_token_slice_floats: int | None = None
     max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
