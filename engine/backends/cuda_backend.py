@@ -53,6 +53,7 @@ class CudaBackend(Backend):
         # x must hold anyway), so the down projection waits and adds per slice as few times as it can.
         split_kw.setdefault("one_token_slice_floats",
                             max(self.limits.x_floats_at(self.limits.max_ring_pages), self.dims.hidden))
+        split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
         self.policy = policy
         self.timeout_ns = timeout_ns

@@ -23,6 +23,9 @@ class SplitParams:
     # page. Twelfth session (docs/BENCHMARKS.md): 8B 4 vs 7 slices 4.248 vs 4.367 ms/token (H200), 5.343 vs
     # 5.382 (H100); 1B 2 vs 4 slices 0.818 vs 0.819 (H200) but 0.980 vs 0.976 (H100).
     one_token_slice_floats: int | None = None
+    # ... and cut in whole multiples of this many columns when the intermediate dim divides (the cuda backend:
+    # its tensor-core chunk, so every down page of a batch-1 step stays on the tensor cores).
+    one_token_slice_unit: int = 1
     max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
@@ -47,6 +50,8 @@ class SplitParams:
             raise ValueError(f"SplitParams: num_sms and min_pages_per_split must be >= 1 and waves > 0, got {self}")
         if self.fuse_max_context_pages < 0:
             raise ValueError(f"SplitParams.fuse_max_context_pages must be >= 0, got {self.fuse_max_context_pages}")
+        if self.one_token_slice_unit < 1:
+            raise ValueError(f"SplitParams.one_token_slice_unit must be >= 1, got {self.one_token_slice_unit}")
         if self.one_token_slice_floats is not None and self.one_token_slice_floats < 1:
             raise ValueError(f"SplitParams.one_token_slice_floats must be >= 1 or None, got {self.one_token_slice_floats}")
         if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
@@ -112,20 +117,31 @@ def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, num_splits:
     return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
 
 
+def mlp_slice_unit(d: ModelDims, num_tokens: int, p: SplitParams) -> int:
+    """Columns the MLP K-slices are cut in: gate/up tiles, or for a one-token step under a width budget whole
+    multiples of the tile and SplitParams.one_token_slice_unit, when the intermediate dim divides."""
+    if num_tokens == 1 and p.one_token_slice_floats is not None and p.mlp_slices is None:
+        unit = math.lcm(d.gu_tile, p.one_token_slice_unit)
+        if d.intermediate % unit == 0:
+            return unit
+    return d.gu_tile
+
+
 def mlp_slice_count(d: ModelDims, requested: int | None, num_tokens: int = 0,
-                    one_token_floats: int | None = None) -> int:
+                    one_token_floats: int | None = None, unit: int | None = None) -> int:
     """K-slices of the intermediate dim: `requested` (SplitParams.mlp_slices); else for a one-token step
-    with a width budget (SplitParams.one_token_slice_floats) the fewest slices whose widest (a balanced
-    cut in gate/up tiles, make_plan) fits it; else about one per 2048 columns. Never more than there are
-    gate/up tiles."""
-    tiles = d.intermediate // d.gu_tile
+    with a width budget (SplitParams.one_token_slice_floats) the fewest slices whose widest (a balanced cut
+    in `unit` columns, default the gate/up tile: mlp_slice_unit) fits it; else about one per 2048 columns.
+    Never more than there are units."""
+    unit = unit or d.gu_tile
+    units = d.intermediate // unit
     if requested is not None:
         n = requested
     elif num_tokens == 1 and one_token_floats is not None:
-        n = next((k for k in range(1, tiles + 1) if -(-tiles // k) * d.gu_tile <= one_token_floats), tiles)
+        n = next((k for k in range(1, units + 1) if -(-units // k) * unit <= one_token_floats), units)
     else:
         n = max(1, round(d.intermediate / 2048))
-    return max(1, min(n, tiles))
+    return max(1, min(n, d.intermediate // d.gu_tile))
 
 
 def fused_head_ranges(d: ModelDims, p: SplitParams) -> list[tuple[int, int]]:
@@ -170,9 +186,9 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages:
     ha = pow2_align(d.hidden)
     o_proj = partition(0, d.hidden, _count(d.hidden // ha, target), ha)
 
-    tile = d.gu_tile
+    tile, unit = d.gu_tile, mlp_slice_unit(d, shape.num_tokens, p)
     slices = partition(0, d.intermediate,
-                       mlp_slice_count(d, p.mlp_slices, shape.num_tokens, p.one_token_slice_floats), tile)
+                       mlp_slice_count(d, p.mlp_slices, shape.num_tokens, p.one_token_slice_floats, unit), unit)
     gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
                for a, b in partition(lo, hi, _count((hi - lo) // tile, target / len(slices)), tile)]
     down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)

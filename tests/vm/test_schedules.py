@@ -156,3 +156,23 @@ def test_one_token_steps_take_the_fewest_mlp_slices_that_fit(preset: str, multi:
     assert len(make_plan(d, one_tok, replace(p, one_token_slice_floats=d.intermediate), 2).slices) == 1
     with pytest.raises(ValueError, match="one_token_slice_floats"):
         SplitParams(one_token_slice_floats=0)
+
+
+def test_one_token_slices_in_tensor_core_chunks() -> None:
+    """With a slice unit (the cuda backend's 128-column tensor-core chunk) every one-token K-slice is a whole
+    number of chunks when the intermediate dim divides; the presets' cuts are already such, so they do not move."""
+    from engine.instructions.layout import StepShape
+    from engine.scheduler.step_builder_splits import SplitParams, make_plan
+
+    one = StepShape(1, 1, 16)
+    llama2 = ModelDims(hidden=4096, intermediate=11008, layers=2, n_heads=32, n_kv=32, head_dim=128, vocab=512, eps=1e-5)
+    tiles_only = make_plan(llama2, one, SplitParams(one_token_slice_floats=4096), 2).slices
+    chunked = make_plan(llama2, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), 2).slices
+    assert any((b - a) % 128 for a, b in tiles_only)  # 11008 / 3 in 16-column tiles: 3664 / 3680 / 3664
+    assert len(chunked) == 3 and all((b - a) % 128 == 0 and b - a <= 4096 for a, b in chunked)
+    for preset in ("llama-3.2-1b", "llama-3.1-8b"):
+        d = ModelDims.from_config(preset_config(preset))
+        assert (make_plan(d, one, SplitParams(one_token_slice_floats=4096), 2).slices
+                == make_plan(d, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), 2).slices)
+    with pytest.raises(ValueError, match="one_token_slice_unit"):
+        SplitParams(one_token_slice_unit=0)
