@@ -117,31 +117,26 @@ def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, num_splits:
     return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
 
 
-def mlp_slice_unit(d: ModelDims, num_tokens: int, p: SplitParams) -> int:
-    """Columns the MLP K-slices are cut in: gate/up tiles, or for a one-token step under a width budget whole
-    multiples of the tile and SplitParams.one_token_slice_unit, when the intermediate dim divides."""
-    if num_tokens == 1 and p.one_token_slice_floats is not None and p.mlp_slices is None:
-        unit = math.lcm(d.gu_tile, p.one_token_slice_unit)
-        if d.intermediate % unit == 0:
-            return unit
-    return d.gu_tile
-
-
-def mlp_slice_count(d: ModelDims, requested: int | None, num_tokens: int = 0,
-                    one_token_floats: int | None = None, unit: int | None = None) -> int:
-    """K-slices of the intermediate dim: `requested` (SplitParams.mlp_slices); else for a one-token step
-    with a width budget (SplitParams.one_token_slice_floats) the fewest slices whose widest (a balanced cut
-    in `unit` columns, default the gate/up tile: mlp_slice_unit) fits it; else about one per 2048 columns.
-    Never more than there are units."""
-    unit = unit or d.gu_tile
-    units = d.intermediate // unit
-    if requested is not None:
-        n = requested
-    elif num_tokens == 1 and one_token_floats is not None:
-        n = next((k for k in range(1, units + 1) if -(-units // k) * unit <= one_token_floats), units)
-    else:
-        n = max(1, round(d.intermediate / 2048))
+def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
+    """K-slices of the intermediate dim: `requested` (SplitParams.mlp_slices), else about one per 2048
+    columns; never more than there are gate/up tiles."""
+    n = requested if requested is not None else max(1, round(d.intermediate / 2048))
     return max(1, min(n, d.intermediate // d.gu_tile))
+
+
+def mlp_slice_cut(d: ModelDims, num_tokens: int, p: SplitParams) -> list[tuple[int, int]]:
+    """The MLP K-slices of a step, in gate/up tiles, mlp_slice_count of them; except a one-token step under a
+    width budget (SplitParams.one_token_slice_floats, no explicit mlp_slices): the fewest slices whose widest
+    fits the budget, cut in whole multiples of the tile and SplitParams.one_token_slice_unit when the
+    intermediate dim divides."""
+    if num_tokens != 1 or p.one_token_slice_floats is None or p.mlp_slices is not None:
+        return partition(0, d.intermediate, mlp_slice_count(d, p.mlp_slices), d.gu_tile)
+    unit = math.lcm(d.gu_tile, p.one_token_slice_unit)
+    if d.intermediate % unit:
+        unit = d.gu_tile
+    units = d.intermediate // unit
+    n = next((k for k in range(1, units + 1) if -(-units // k) * unit <= p.one_token_slice_floats), units)
+    return partition(0, d.intermediate, n, unit)
 
 
 def fused_head_ranges(d: ModelDims, p: SplitParams) -> list[tuple[int, int]]:
@@ -186,9 +181,8 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages:
     ha = pow2_align(d.hidden)
     o_proj = partition(0, d.hidden, _count(d.hidden // ha, target), ha)
 
-    tile, unit = d.gu_tile, mlp_slice_unit(d, shape.num_tokens, p)
-    slices = partition(0, d.intermediate,
-                       mlp_slice_count(d, p.mlp_slices, shape.num_tokens, p.one_token_slice_floats, unit), unit)
+    tile = d.gu_tile
+    slices = mlp_slice_cut(d, shape.num_tokens, p)
     gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
                for a, b in partition(lo, hi, _count((hi - lo) // tile, target / len(slices)), tile)]
     down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)
