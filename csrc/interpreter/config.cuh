@@ -18,14 +18,17 @@ inline constexpr int PAGE_BYTES = 16384;  // one weight page; a weight row must 
 inline constexpr int NUM_SLOTS = 4;       // instructions fetched ahead
 // The weight ring (shared by consecutive instructions) and the activations of the current instruction
 // (fp32 x) share one pool: the ring takes Globals::ring_pages pages from its front, x the rest. With
-// MIN_RING_PAGES x has X_FLOATS (8 tokens of a 2048-wide model); a stream whose inputs are narrower
+// MIN_RING_PAGES x has X_FLOATS (9 tokens of a 2048-wide model); a stream whose inputs are narrower
 // (batch-1 decode needs a few thousand floats) gives the difference to the ring: more weight bytes
-// buffered while the latency-bound ops run. The host picks ring_pages per stream (engine/cuda/limits.py).
+// buffered while the latency-bound ops run (one page more or less moved 1B batch-1 decode by ≈ 2 %,
+// docs/BENCHMARKS.md). The host picks ring_pages per stream (engine/cuda/limits.py).
 inline constexpr int MIN_RING_PAGES = 9;
-inline constexpr int MAX_RING_PAGES = 12;
-inline constexpr int X_FLOATS = 16384;    // x at MIN_RING_PAGES
+inline constexpr int MAX_RING_PAGES = 13;
+inline constexpr int X_FLOATS = 18432;    // x at MIN_RING_PAGES
 inline constexpr int POOL_BYTES = MIN_RING_PAGES * PAGE_BYTES + X_FLOATS * 4;
-inline constexpr int OUT_FLOATS = 4096;   // matvec results of the current instruction (fp32)
+// Matvec results of the current instruction (fp32): the widest output of a step's instruction, usually the
+// LM head's vocab block (128256 / 132 SMs = 976 rows per sequence; the host cuts more blocks for 3+ sequences).
+inline constexpr int OUT_FLOATS = 2048;
 inline constexpr int SCRATCH_FLOATS = 128;
 inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one matvec handles at once
 inline constexpr int MAX_GQA = 8;

@@ -49,11 +49,12 @@ class CudaBackend(Backend):
         self.dims = ModelDims.from_config(self.config)
         self.limits.check_model(self.dims)
         self.max_tokens_per_step = self.limits.max_tokens(self.dims, split_kw.get("mlp_slices"))  # type: ignore[arg-type]
-        # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring (or as the hidden size, which
-        # x must hold anyway), so the down projection waits and adds per slice as few times as it can.
-        split_kw.setdefault("one_token_slice_floats",
-                            max(self.limits.x_floats_at(self.limits.max_ring_pages), self.dims.hidden))
+        # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
+        # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
+        # page of floats, so a page holds two or more down rows of a slice; in whole tensor-core chunks.
+        split_kw.setdefault("one_token_slice_floats", self.limits.one_token_slice_floats(self.dims))
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
+        split_kw.setdefault("max_out_floats", self.limits.out_floats)
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
         self.policy = policy
         self.timeout_ns = timeout_ns

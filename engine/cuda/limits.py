@@ -37,6 +37,13 @@ class InterpreterLimits:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
         return self.x_floats - (ring_pages - self.min_ring_pages) * self.page_bytes // 4
 
+    def one_token_slice_floats(self, d: ModelDims) -> int:
+        """The widest MLP K-slice a one-token step should take (SplitParams.one_token_slice_floats): x at the
+        largest ring whose x still holds the hidden size, at most a quarter page (two down rows per page)."""
+        ring = max((r for r in range(self.min_ring_pages, self.max_ring_pages + 1) if self.x_floats_at(r) >= d.hidden),
+                   default=self.min_ring_pages)
+        return max(1, min(self.x_floats_at(ring), self.page_bytes // 4))
+
     def attn_scratch_floats(self, heads: int, head_dim: int) -> int:
         """Shared x an ATTN_PARTIAL of `heads` heads needs besides its block-table cache (ops_attention.cuh)."""
         return self.consumer_warps * heads * (head_dim + 2) + heads * head_dim

@@ -26,6 +26,10 @@ class SplitParams:
     # ... and cut in whole multiples of this many columns when the intermediate dim divides (the cuda backend:
     # its tensor-core chunk, so every down page of a batch-1 step stays on the tensor cores).
     one_token_slice_unit: int = 1
+    # At most this many output floats per instruction (None: no cap): the cuda backend's out buffer. The LM
+    # head (sequences x vocab rows) gets more, smaller blocks for several sequences, the fused op (tokens x
+    # its heads' columns, staged) more head ranges; the other ops write a few hundred floats at most.
+    max_out_floats: int | None = None
     max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
@@ -52,6 +56,8 @@ class SplitParams:
             raise ValueError(f"SplitParams.fuse_max_context_pages must be >= 0, got {self.fuse_max_context_pages}")
         if self.one_token_slice_unit < 1:
             raise ValueError(f"SplitParams.one_token_slice_unit must be >= 1, got {self.one_token_slice_unit}")
+        if self.max_out_floats is not None and self.max_out_floats < 1:
+            raise ValueError(f"SplitParams.max_out_floats must be >= 1 or None, got {self.max_out_floats}")
         if self.one_token_slice_floats is not None and self.one_token_slice_floats < 1:
             raise ValueError(f"SplitParams.one_token_slice_floats must be >= 1 or None, got {self.one_token_slice_floats}")
         if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
@@ -139,13 +145,15 @@ def mlp_slice_cut(d: ModelDims, num_tokens: int, p: SplitParams) -> list[tuple[i
     return partition(0, d.intermediate, n, unit)
 
 
-def fused_head_ranges(d: ModelDims, p: SplitParams) -> list[tuple[int, int]]:
+def fused_head_ranges(d: ModelDims, p: SplitParams, num_tokens: int = 1) -> list[tuple[int, int]]:
     """Head ranges of the fused op within a KV group, each about K = max(128, 2 * head_dim) W_o columns
     (at least 1 range, at most G). Fewer heads per instruction shorten its attention; but one head's
     columns make W_o rows of 128-256 bytes, one bulk copy each, and the pages land late. Measured on an
     H200: 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974 ms/token; 8B K = 128 / 256: 5.009 / 4.629."""
     k = max(128, 2 * d.head_dim)
     chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / k)
+    if p.max_out_floats is not None:  # the instruction stages tokens x its heads' columns in out
+        chunks = max(chunks, -(-num_tokens * d.gqa * d.head_dim // p.max_out_floats))
     return partition(0, d.gqa, max(1, min(d.gqa, chunks)))
 
 
@@ -161,7 +169,7 @@ def copy_ranges(hidden: int, parts: int) -> list[tuple[int, int]]:
 def _fused_cuts(d: ModelDims, shape: StepShape, p: SplitParams, num_qkv: int) -> tuple[
         list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
     """(head ranges, row blocks, QKV copy ranges) of the fused path: about waves * num_sms ATTN_O_PROJ."""
-    heads = fused_head_ranges(d, p)
+    heads = fused_head_ranges(d, p, shape.num_tokens)
     ha = pow2_align(d.hidden)
     per_rows = p.waves * p.num_sms / (shape.num_seqs * d.n_kv * len(heads))
     rows = partition(0, d.hidden, _count(d.hidden // ha, per_rows), ha)
@@ -188,7 +196,11 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages:
     down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)
 
     va = pow2_align(d.vocab)
-    lm_head = partition(0, d.vocab, _count(d.vocab // va, target), va)
+    lm_blocks = _count(d.vocab // va, target)
+    if p.max_out_floats is not None:  # rows x sequences within the out buffer: more blocks for many sequences
+        units_per_block = max(1, p.max_out_floats // (shape.num_seqs * va))
+        lm_blocks = min(d.vocab // va, max(lm_blocks, -(-(d.vocab // va) // units_per_block)))
+    lm_head = partition(0, d.vocab, lm_blocks, va)
     ns = num_attn_splits(d, shape, p, max_context_pages)
     fused = fuses_o_proj(shape, p, max_context_pages)
     heads, rows, copy = _fused_cuts(d, shape, p, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))

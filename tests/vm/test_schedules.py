@@ -176,3 +176,19 @@ def test_one_token_slices_in_tensor_core_chunks() -> None:
                 == make_plan(d, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), 2).slices)
     with pytest.raises(ValueError, match="one_token_slice_unit"):
         SplitParams(one_token_slice_unit=0)
+def test_an_out_cap_cuts_more_lm_head_blocks_and_fused_head_ranges() -> None:
+    """SplitParams.max_out_floats (the cuda backend's out buffer): one instruction's outputs fit it."""
+    from engine.instructions.layout import StepShape
+    from engine.scheduler.step_builder_splits import SplitParams, fused_head_ranges, make_plan
+
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    for seqs in (1, 2, 3, 8):
+        p = SplitParams(max_out_floats=2048)
+        lm = make_plan(d, StepShape(seqs, seqs, 16), p, 2).lm_head
+        assert seqs * max(b - a for a, b in lm) <= 2048
+        assert (len(lm) == 132) == (seqs <= 2)  # 976-row blocks (one per SM) fit up to two sequences
+    # 8 tokens x (G = 4) x 64 head dims = 2048 floats: fits in one head range; a 1024 cap needs two
+    assert len(fused_head_ranges(d, SplitParams(fused_head_chunks=1, max_out_floats=2048), 8)) == 1
+    assert len(fused_head_ranges(d, SplitParams(fused_head_chunks=1, max_out_floats=1024), 8)) == 2
+    with pytest.raises(ValueError, match="max_out_floats"):
+        SplitParams(max_out_floats=0)
