@@ -7,6 +7,7 @@
 // 16-byte aligned take the scalar path.
 #pragma once
 
+#include "dot_rows_mma.cuh"
 #include "state.cuh"
 
 namespace mk::vm {
@@ -17,15 +18,37 @@ __device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
   return ((reinterpret_cast<uintptr_t>(p) & 15) | (n_floats & 3)) == 0;
 }
 
-// dst[k] = src[k] for k < n (src written by other SMs in this launch: L2 loads).
-__device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n) {
+// Whether an instruction's x goes to shared memory as bf16: exactly when its pages run on the tensor cores
+// (consume_pages: one activation row, K whole chunks), which round x to bf16 anyway. Written once by the
+// loaders below, x then costs each page half the shared loads and no conversions.
+__device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
+  return nx == 1 && g.mma_matvec && mma_row_ok(K);
+}
+
+// dst (bf16 when as_bf16, else fp32) element k..k+3 = v.
+__device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf16) {
+  if (as_bf16) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(reinterpret_cast<bf16*>(dst) + k) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  } else {
+    *reinterpret_cast<float4*>(dst + k) = v;
+  }
+}
+
+__device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16) {
+  if (as_bf16) reinterpret_cast<bf16*>(dst)[k] = __float2bfloat16(v);
+  else dst[k] = v;
+}
+
+// dst[k] = src[k] for k < n (src written by other SMs in this launch: L2 loads); dst in bf16 when as_bf16.
+__device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n, bool as_bf16) {
   const int tid = threadIdx.x;
   if (!aligned16(src, n) || !aligned16(dst, n)) {
-    for (int k = tid; k < n; k += CONSUMER_THREADS) dst[k] = load_cg(src + k);
+    for (int k = tid; k < n; k += CONSUMER_THREADS) store_x1(dst, k, load_cg(src + k), as_bf16);
     return;
   }
   const float4* s4 = reinterpret_cast<const float4*>(src);
-  float4* d4 = reinterpret_cast<float4*>(dst);
   const int n4 = n / 4;
   for (int base = tid; base < n4; base += LOADS_IN_FLIGHT * CONSUMER_THREADS) {
     float4 v[LOADS_IN_FLIGHT];
@@ -37,34 +60,35 @@ __device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int
 #pragma unroll
     for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
       const int i = base + u * CONSUMER_THREADS;
-      if (i < n4) d4[i] = v[u];
+      if (i < n4) store_x4(dst, 4 * i, v[u], as_bf16);
     }
   }
 }
 
-// x[i][k] = src[row(i) * src_stride + col0 + k] for k < K.
+// x[i][k] = src[row(i) * src_stride + col0 + k] for k < K (bf16 when x_is_bf16).
 template <typename RowOf>
-__device__ __forceinline__ void load_rows(const Shared& sm, const float* src, long long src_stride, int col0,
-                                          int nx, int K, RowOf row_of) {
-  for (int i = 0; i < nx; ++i) copy_to_shared(sm.x + i * K, src + (long long)row_of(i) * src_stride + col0, K);
+__device__ __forceinline__ void load_rows(const Globals& g, const Shared& sm, const float* src, long long src_stride,
+                                          int col0, int nx, int K, RowOf row_of) {
+  const bool as_bf16 = x_is_bf16(g, nx, K);
+  for (int i = 0; i < nx; ++i) copy_to_shared(sm.x + i * K, src + (long long)row_of(i) * src_stride + col0, K, as_bf16);
   consumer_sync();
 }
 
-// Sum of squares of src[0..n) while storing src[k] * w[k] into dst (both loads in flight together).
-__device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src, const bf16* w, int n) {
+// Sum of squares of src[0..n) while storing src[k] * w[k] into dst (both loads in flight together; dst in
+// bf16 when as_bf16).
+__device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src, const bf16* w, int n, bool as_bf16) {
   const int tid = threadIdx.x;
   float ss = 0.f;
   if (!aligned16(src, n) || !aligned16(dst, n) || (reinterpret_cast<uintptr_t>(w) & 7)) {
     for (int k = tid; k < n; k += CONSUMER_THREADS) {
       const float v = load_cg(src + k);
-      dst[k] = v * __bfloat162float(w[k]);
+      store_x1(dst, k, v * __bfloat162float(w[k]), as_bf16);
       ss = fmaf(v, v, ss);
     }
     return ss;
   }
   const float4* s4 = reinterpret_cast<const float4*>(src);
   const uint2* w4 = reinterpret_cast<const uint2*>(w);  // four bf16
-  float4* d4 = reinterpret_cast<float4*>(dst);
   const int n4 = n / 4;
   for (int base = tid; base < n4; base += LOADS_IN_FLIGHT * CONSUMER_THREADS) {
     float4 v[LOADS_IN_FLIGHT];
@@ -84,7 +108,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
         const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[u].x));
         const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[u].y));
         ss = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, ss))));
-        d4[i] = make_float4(v[u].x * w01.x, v[u].y * w01.y, v[u].z * w23.x, v[u].w * w23.y);
+        store_x4(dst, 4 * i, make_float4(v[u].x * w01.x, v[u].y * w01.y, v[u].z * w23.x, v[u].w * w23.y), as_bf16);
       }
     }
   }
@@ -101,8 +125,9 @@ template <typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,
                                                   const bf16* weight, RowOf row_of) {
   const int H = g.hidden_size;
+  const bool as_bf16 = x_is_bf16(g, nx, H);
   for (int i = 0; i < nx; ++i) {
-    float ss = copy_scaled_sumsq(sm.x + i * H, src + (long long)row_of(i) * H, weight, H);
+    float ss = copy_scaled_sumsq(sm.x + i * H, src + (long long)row_of(i) * H, weight, H, as_bf16);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(tk::FULL_MASK, ss, o);
     if (tk::lane_id() == 0) sm.scratch[i * NUM_CONSUMER_WARPS + tk::warp_id()] = ss;

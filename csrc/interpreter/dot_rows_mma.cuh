@@ -17,8 +17,9 @@
 // fills A is 8 consecutive 16-byte segments of one row, i.e. 128 contiguous bytes; lane l's B fragment
 // is x[2l, 2l + 1] and x[64 + 2l, 64 + 2l + 1] of the chunk (shared by every row pair of the page).
 //
-// x is rounded to bf16 for the tensor cores (as torch's bf16 linear layers round their input); products
-// accumulate in fp32.
+// x is rounded to bf16 for the tensor cores (as torch's bf16 linear layers round their input) when the
+// consumers write it to shared memory (activations.cuh, x_is_bf16): every page then reads half the x bytes
+// and converts nothing; products accumulate in fp32.
 #pragma once
 
 #include "../tk/mma.cuh"
@@ -32,12 +33,10 @@ inline constexpr int MMA_CHUNK = 128;  // row elements per mma
 // Rows the tensor-core path takes: longer than the short-row path's (dot_short_rows.cuh), whole chunks.
 __host__ __device__ constexpr bool mma_row_ok(int K) { return K > 256 && K % MMA_CHUNK == 0; }
 
-// x's B fragment for the chunk at x_addr (fp32 in shared memory), packed to bf16 pairs.
+// x's B fragment for the chunk at x_addr (bf16 in shared memory): x[2l, 2l + 1] and x[64 + 2l, 64 + 2l + 1].
 __device__ __forceinline__ void load_x_fragment(uint32_t (&b)[2], uint32_t x_addr, int lane) {
-  const float2 lo = tk::load_shared_f2(x_addr + 8 * lane), hi = tk::load_shared_f2(x_addr + 4 * 64 + 8 * lane);
-  const __nv_bfloat162 plo = __floats2bfloat162_rn(lo.x, lo.y), phi = __floats2bfloat162_rn(hi.x, hi.y);
-  b[0] = *reinterpret_cast<const uint32_t*>(&plo);
-  b[1] = *reinterpret_cast<const uint32_t*>(&phi);
+  b[0] = tk::load_shared_u32(x_addr + 4 * lane);
+  b[1] = tk::load_shared_u32(x_addr + 2 * 64 + 4 * lane);
 }
 
 // The shared loads of one iteration: C chunks (from element k) of PAIRS row pairs. lane_row[p] is this
@@ -48,7 +47,7 @@ struct MmaOperands {
 
   __device__ __forceinline__ void load(const uint32_t (&lane_row)[PAIRS], uint32_t x_addr, int k, int lane) {
 #pragma unroll
-    for (int c = 0; c < C; ++c) load_x_fragment(b[c], x_addr + (uint32_t)(k + c * MMA_CHUNK) * 4, lane);
+    for (int c = 0; c < C; ++c) load_x_fragment(b[c], x_addr + (uint32_t)(k + c * MMA_CHUNK) * 2, lane);
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p)
 #pragma unroll

@@ -10,6 +10,7 @@
 // (their copy operands), and every QKV of the layer precedes this op (it adds into what they read).
 #pragma once
 
+#include "activations.cuh"
 #include "consumer_matvec.cuh"
 #include "ops_attention.cuh"
 
@@ -28,7 +29,8 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   attend<DPL, false>(g, sm, w, task, [&](int t, int h, int d, float out, float) {
     sm.out[(t - q_first) * K + h * hd + d] = out;
   });
-  for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) sm.x[i] = sm.out[i];
+  const bool x_bf16 = x_is_bf16(g, nq, K);  // as the loaders write x (activations.cuh)
+  for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) store_x1(sm.x, i, sm.out[i], x_bf16);
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec(g, sm, nq, w)) return false;

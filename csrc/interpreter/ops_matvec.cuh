@@ -87,7 +87,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   float resid = 0.f;
   if (preload && threadIdx.x < T * rows)
     resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
-  load_rows(sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
+  load_rows(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
@@ -122,7 +122,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
 __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
-  load_rows(sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
+  load_rows(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
   if (!matvec(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {

@@ -48,7 +48,8 @@ __global__ void context_kernel(const uint8_t* stream, const float* x_src, const 
   __shared__ volatile int done;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = threadIdx.x; i < PAGE / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(page)[i] = 0x3c003c00u + i % 97;
-  for (int i = threadIdx.x; i < K; i += blockDim.x) x[i] = x_src[i];
+  // the tensor-core path reads x as bf16 (activations.cuh)
+  for (int i = threadIdx.x; i < K; i += blockDim.x) reinterpret_cast<__nv_bfloat16*>(x)[i] = __float2bfloat16(x_src[i]);
   if (threadIdx.x == 0) {
     for (int i = 0; i < RING; ++i) mk::tk::init_semaphore(bars->full[i], 1);
     mk::tk::init_semaphore(bars->never, 1);

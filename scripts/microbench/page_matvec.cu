@@ -24,7 +24,10 @@ __global__ void page_kernel(const uint4* page_src, const float* x_src, float* ou
   float* o = x + 8192;
   __shared__ volatile int done;
   for (int i = threadIdx.x; i < PAGE_BYTES / 16; i += blockDim.x) reinterpret_cast<uint4*>(page)[i] = page_src[i];
-  for (int i = threadIdx.x; i < K; i += blockDim.x) x[i] = x_src[i];
+  for (int i = threadIdx.x; i < K; i += blockDim.x) {  // the tensor-core path reads x as bf16 (activations.cuh)
+    if (MMA) reinterpret_cast<__nv_bfloat16*>(x)[i] = __float2bfloat16(x_src[i]);
+    else x[i] = x_src[i];
+  }
   if (threadIdx.x == 0) done = 0;
   __syncthreads();
   const int warp = threadIdx.x / 32, rows = 8192 / K;
