@@ -52,7 +52,8 @@ class CudaBackend(Backend):
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
         # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
         # page of floats, so a page holds two or more down rows of a slice; in whole tensor-core chunks.
-        split_kw.setdefault("one_token_slice_floats", self.limits.one_token_slice_floats(self.dims))
+        split_kw.setdefault("one_token_slice_floats",
+                            self.limits.one_token_slice_floats(self.dims, self.kernel.mma_matvec))
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
@@ -86,7 +87,7 @@ class CudaBackend(Backend):
             if cs.backend_state is None:
                 try:
                     ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
-                                                        self.kernel.max_ring_pages)
+                                                        self.kernel.max_ring_pages, self.kernel.mma_matvec)
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False

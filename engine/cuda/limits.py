@@ -26,23 +26,34 @@ class InterpreterLimits:
     min_ring_pages: int
     max_ring_pages: int
     consumer_warps: int
+    mma_chunk: int = 0  # batch-1 x of tensor-core ops is bf16 (activations.cuh x_is_bf16); 0: count all x as fp32
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
         return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
-                                 module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS)
+                                 module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK)
 
     def x_floats_at(self, ring_pages: int) -> int:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
         return self.x_floats - (ring_pages - self.min_ring_pages) * self.page_bytes // 4
 
-    def one_token_slice_floats(self, d: ModelDims) -> int:
-        """The widest MLP K-slice a one-token step should take (SplitParams.one_token_slice_floats): x at the
-        largest ring whose x still holds the hidden size, at most a quarter page (two down rows per page)."""
-        ring = max((r for r in range(self.min_ring_pages, self.max_ring_pages + 1) if self.x_floats_at(r) >= d.hidden),
-                   default=self.min_ring_pages)
-        return max(1, min(self.x_floats_at(ring), self.page_bytes // 4))
+    def x_bf16(self, nx: int, k: int, bf16_x: bool) -> bool:
+        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: one row, tensor-core K)."""
+        return bf16_x and self.mma_chunk > 0 and nx == 1 and k > 256 and k % self.mma_chunk == 0
+
+    def x_need(self, nx: int, k: int, bf16_x: bool) -> int:
+        """Floats of x that nx rows of k elements take."""
+        return -(-k // 2) if self.x_bf16(nx, k, bf16_x) else nx * k
+
+    def one_token_slice_floats(self, d: ModelDims, bf16_x: bool = False) -> int:
+        """The widest MLP K-slice (elements) a one-token step should take (SplitParams.one_token_slice_floats):
+        what x holds at the largest ring whose x still holds the hidden size, at most a quarter page of floats
+        (two down rows per page). `bf16_x`: the kernel runs batch-1 matvecs on the tensor cores (bf16 x)."""
+        ring = max((r for r in range(self.min_ring_pages, self.max_ring_pages + 1)
+                    if self.x_floats_at(r) >= self.x_need(1, d.hidden, bf16_x)), default=self.min_ring_pages)
+        per_float = 2 if bf16_x and self.mma_chunk > 0 else 1
+        return max(1, min(per_float * self.x_floats_at(ring), self.page_bytes // 4))
 
     def attn_scratch_floats(self, heads: int, head_dim: int) -> int:
         """Shared x an ATTN_PARTIAL of `heads` heads needs besides its block-table cache (ops_attention.cuh)."""
@@ -71,16 +82,17 @@ class InterpreterLimits:
         return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
-                   max_ring_pages: int | None = None) -> int:
+                   max_ring_pages: int | None = None, bf16_x: bool = False) -> int:
         """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
         page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
         the widest input (batch-1 decode needs a few thousand floats, so its ring grows), at most
-        `max_ring_pages` (an experiment knob; never below the smallest ring)."""
+        `max_ring_pages` (an experiment knob; never below the smallest ring). `bf16_x`: the kernel keeps
+        batch-1 x of tensor-core matvecs in bf16 (KernelOptions.mma_matvec), half the floats."""
         x_need = 1
         for w in words:
             code = int(w[0])
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
-            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d))
+            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x))
         if x_need > self.x_floats:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
                                    f"({self.x_floats} floats)")
@@ -88,7 +100,7 @@ class InterpreterLimits:
         cap = self.max_ring_pages if max_ring_pages is None else min(max_ring_pages, self.max_ring_pages)
         return max(self.min_ring_pages, min(cap, self.min_ring_pages + spare_pages))
 
-    def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims) -> int:
+    def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims, bf16_x: bool = False) -> int:
         """Shared x one instruction needs (operands `a` = words 3..; `nx` activation rows); raises when its
         matvec output does not fit the out buffer or its weight rows do not fit a page."""
         if code == op.Opcode.ATTN_PARTIAL:
@@ -109,7 +121,7 @@ class InterpreterLimits:
         else:
             return 1
         self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
-        return nx * k
+        return self.x_need(nx, k, bf16_x)
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:
         """ATTN_O_PROJ (operands seq, kv_group, head_begin, head_end, row_begin, row_end) runs its attention

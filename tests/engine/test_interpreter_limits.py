@@ -113,3 +113,23 @@ def test_fused_weight_rows_must_be_16_byte_multiples() -> None:
         _limits().fit_stream(words, 1, 1, d)
     words = np.array([op.encode(op.AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=2, row_begin=0, row_end=16))])
     _limits().fit_stream(words, 1, 1, d)  # 40 bf16 = 80 bytes
+
+
+MMA = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "dot_rows_mma.cuh"
+
+
+@pytest.mark.parametrize("preset,ring", [("llama-3.2-1b", 13), ("llama-3.1-8b", 13)])
+def test_bf16_x_gives_batch1_tensor_core_steps_the_largest_ring(preset: str, ring: int) -> None:
+    """With the kernel's tensor-core matvecs (bf16 x, activations.cuh) batch-1 x takes half the floats: the 8B's
+    4096-wide hidden then fits beside 13 ring pages too."""
+    from dataclasses import replace as dc_replace
+    chunk = int(re.search(r"inline constexpr int MMA_CHUNK = (\d+);", MMA.read_text()).group(1))
+    lim = dc_replace(_limits(), mma_chunk=chunk)
+    d = ModelDims.from_config(preset_config(preset))
+    budget = lim.one_token_slice_floats(d, bf16_x=True)
+    cs = compile_stream(d, decode_batch(1, 33, 16), 16, BuildParams.for_sms(
+        132, "lpt", min_pages_per_split=8, one_token_slice_floats=budget, one_token_slice_unit=chunk,
+        max_out_floats=lim.out_floats))
+    assert lim.fit_stream(cs.words, 1, 1, d, bf16_x=True) == ring
+    assert lim.fit_stream(cs.words, 1, 1, d, bf16_x=False) <= ring  # counted as fp32 the 8B gets 12
+    assert all((b - a) % chunk == 0 and b - a <= lim.page_bytes // 4 for a, b in cs.stream.plan.slices)
