@@ -44,21 +44,18 @@ __device__ __forceinline__ void derive_kv_stream(const Globals& g, int* slot) {
 // KV pages are re-read by the other query-head instructions of their group in the same step.
 inline constexpr tk::cache_hint KV_HINT = tk::cache_hint::normal;
 
-// Loader warp: arm ring page p of w's KV stream on `full` (publishing position `position` as issued)
+// Loader lane: arm ring page p of w's KV stream on `full` (publishing position `position` as issued)
 // and copy its KV pages' keys and values into dst.
 __device__ __forceinline__ void issue_kv_page(const Globals& g, const Shared& sm, const int* w, int p, uint8_t* dst,
                                               tk::semaphore& full, uint32_t position) {
   const StepArgs sa(g);
-  const int lane = tk::lane_id(), kvpp = w[W_SLOT_ROWS_PER_PAGE], ps = sa.page_size();
+  const int kvpp = w[W_SLOT_ROWS_PER_PAGE], ps = sa.page_size();
   const int first = w[W_SLOT_KV_PAGE_LO] + p * kvpp, n = min(kvpp, w[W_SLOT_KV_PAGES] - p * kvpp);
   const uint32_t chunk = ps * g.head_dim * 2;
-  if (lane == 0) {
-    tk::arrive_expect_tx(full, n * 2 * chunk);
-    tk::store_release_shared(sm.ring_issued, position + 1);  // after arming: see wait_page_issued
-  }
-  __syncwarp();
+  tk::arrive_expect_tx(full, n * 2 * chunk);
+  tk::store_release_shared(sm.ring_issued, position + 1);  // after arming: see wait_page_issued
   const int s = w[W_OPERANDS], grp = w[W_OPERANDS + 1], layer = w[W_LAYER];
-  for (int i = lane; i < n; i += 32) {
+  for (int i = 0; i < n; ++i) {  // the loader runs on one lane (roles.cuh)
     const int block = sa.block(s, first + i);
     const long long at = (((long long)layer * g.kv_num_pages + block) * g.n_kv + grp) * ps * g.head_dim;
     tk::bulk_load<KV_HINT>(dst + i * 2 * chunk, g.k_cache + at, chunk, full);

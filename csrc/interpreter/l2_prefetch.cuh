@@ -14,18 +14,19 @@ namespace mk::vm {
 // ops, so the prefetch fills idle HBM time instead of queueing behind a running weight stream). Both are host knobs (CudaBackend),
 // bounded so that all SMs together stay inside L2; their measured effect is in docs/BENCHMARKS.md.
 
-// Pulls rows [first, first + cap_bytes) of an instruction's weights into L2 (lane-parallel).
-__device__ __forceinline__ void prefetch_rows_l2(const WeightStream& ws, int first, int cap_bytes) {
+// Pulls rows [first, first + cap_bytes) of an instruction's weights into L2, spread over `lanes` lanes
+// (this one is `lane`): the controller's 32, the loader's one.
+__device__ __forceinline__ void prefetch_rows_l2(const WeightStream& ws, int first, int cap_bytes, int lane, int lanes) {
   if (ws.rows <= first || cap_bytes <= 0) return;
   const int row_bytes = ws.row_elems * 2;
   const int rows = min(ws.rows - first, cap_bytes / row_bytes);
   if (ws.row_stride == ws.row_elems) {  // contiguous: 32 KiB pieces spread over the lanes
     const long long bytes = (long long)rows * row_bytes;
     const uint8_t* base = reinterpret_cast<const uint8_t*>(ws.base + (long long)first * ws.row_stride);
-    for (long long off = tk::lane_id() * 32768LL; off < bytes; off += 32 * 32768LL)
+    for (long long off = lane * 32768LL; off < bytes; off += lanes * 32768LL)
       tk::bulk_prefetch_l2(base + off, (uint32_t)min(32768LL, bytes - off));
   } else {
-    for (int r = tk::lane_id(); r < rows; r += 32)
+    for (int r = lane; r < rows; r += lanes)
       tk::bulk_prefetch_l2(ws.base + (long long)(first + r) * ws.row_stride, row_bytes);
   }
 }

@@ -55,7 +55,7 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     __syncwarp();
     if (lane == 0) tk::arrive(sm.slot_full[slot]);
     if (!w) return;
-    prefetch_rows_l2(ws, 0, g.l2_prefetch_bytes);
+    prefetch_rows_l2(ws, 0, g.l2_prefetch_bytes, lane, 32);
   }
 }
 
@@ -76,16 +76,19 @@ __device__ __forceinline__ void drain_copies(const Globals& g, const Shared& sm,
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) return;
 }
 
+// One lane: the loader's work is one copy per page (a few for strided rows or KV pages), and its per-page path
+// is on the critical path wherever the in-flight cap binds; lane 0 alone runs it without warp votes, warp
+// barriers or the election loops a lane-0 copy inside a full warp compiles to. The other lanes leave at once
+// (no warp-collective operation follows).
 __device__ void run_loader(const Globals& g, const Shared& sm) {
-  const int lane = tk::lane_id();
+  if (tk::lane_id() != 0) return;
   uint32_t page_counter = 0;  // pages loaded since launch
   const uint32_t R = sm.ring_pages;
   uint32_t ring = 0, round = 0;  // page_counter % R and / R, advanced without a division per page
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
-    if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr,
-                                                 SITE_LOADER_SLOT_FULL, i))) {
-      drain_copies(g, sm, page_counter);  // the whole warp leaves together, after its copies landed
+    if (!wait_pipeline(g, sm.slot_full[slot], (i / NUM_SLOTS) & 1, nullptr, SITE_LOADER_SLOT_FULL, i)) {
+      drain_copies(g, sm, page_counter);  // leave after its copies landed
       return;
     }
     const int* w = sm.slot(slot);
@@ -94,17 +97,14 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       return;
     }
     const WeightStream ws = slot_stream(w);
-    if (lane == 0) {
-      g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
-      g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
-    }
+    g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
+    g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     const int n_pages = w[W_SLOT_NUM_PAGES], rpp = w[W_SLOT_ROWS_PER_PAGE];
     const bool kv_stream = w[W_SLOT_KV_MODE] != 0;  // an attention's earlier keys (kv_stream.cuh)
     if (n_pages > (int)R && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
-      prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes);
+      prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes, 0, 1);
     for (int p = 0; p < n_pages; ++p) {
-      if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w,
-                                                   SITE_LOADER_PAGE_EMPTY, page_counter))) {
+      if (!wait_pipeline(g, sm.page_empty[ring], (round & 1) ^ 1, w, SITE_LOADER_PAGE_EMPTY, page_counter)) {
         drain_copies(g, sm, page_counter);
         return;
       }
@@ -118,45 +118,38 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       if (cap > 0 && cap < (int)R && page_counter >= (uint32_t)cap) {
         const uint32_t old = page_counter - cap, old_ring = ring >= (uint32_t)cap ? ring - cap : ring + R - cap;
         const uint32_t old_round = ring >= (uint32_t)cap ? round : round - 1;
-        if (!__all_sync(tk::FULL_MASK, wait_pipeline(g, sm.page_full[old_ring], old_round & 1, w,
-                                                     SITE_LOADER_INFLIGHT_CAP, old))) {
+        if (!wait_pipeline(g, sm.page_full[old_ring], old_round & 1, w, SITE_LOADER_INFLIGHT_CAP, old)) {
           drain_copies(g, sm, page_counter);
           return;
         }
       }
-      if (lane == 0) g.progress[blockIdx.x * PROGRESS_WORDS + 5] = (int)page_counter;  // exact position
+      g.progress[blockIdx.x * PROGRESS_WORDS + 5] = (int)page_counter;  // exact position
       uint8_t* dst = sm.page(ring);
       if (kv_stream) {
         issue_kv_page(g, sm, w, p, dst, sm.page_full[ring], page_counter);
-        __syncwarp();
       } else {
         const int row0 = p * rpp;
         const int rows = min(rpp, ws.rows - row0);
         const uint32_t row_bytes = ws.row_elems * 2;
-        if (lane == 0) {
-          tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
-          tk::store_release_shared(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
-        }
-        __syncwarp();
+        tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
+        tk::store_release_shared(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
         if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy
-          if (lane == 0)
-            tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride, rows * row_bytes,
-                                       sm.page_full[ring]);
-        } else {  // strided rows (a K-slice of W_down): one copy per row, spread over the lanes
-          for (int r = lane; r < rows; r += 32)
+          tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride, rows * row_bytes,
+                                     sm.page_full[ring]);
+        } else {  // strided rows (a K-slice of W_down): one copy per row
+          for (int r = 0; r < rows; ++r)
             tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes, ws.base + (long long)(row0 + r) * ws.row_stride,
                                        row_bytes, sm.page_full[ring]);
         }
-        __syncwarp();
       }
-      if (p == n_pages - 1 && lane == 0) timing_mark(g, w, MARK_LOADER);
+      if (p == n_pages - 1) timing_mark(g, w, MARK_LOADER);
       ++page_counter;
       if (++ring == R) {
         ring = 0;
         ++round;
       }
     }
-    if (lane == 0) tk::arrive(sm.slot_free[slot]);
+    tk::arrive(sm.slot_free[slot]);
   }
 }
 
