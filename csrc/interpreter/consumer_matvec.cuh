@@ -141,7 +141,10 @@ template <int NX>
 __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
                                            const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
-  const int n_pages = instr[W_SLOT_NUM_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE], row_bytes = ws.row_elems * 2;
+  // Weight pages follow any KV pages of the stream (a fused ATTN_O_PROJ's; kv_stream.cuh), whose consumer
+  // already moved the cursor past them.
+  const int n_pages = instr[W_SLOT_NUM_PAGES] - instr[W_SLOT_KV_RING_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE];
+  const int row_bytes = ws.row_elems * 2;
   const bool mma = NX == 1 && nx == 1 && g.mma_matvec && mma_row_ok(ws.row_elems);
   bool ok = true;
   RingWalk walk(sm, warp);  // this warp's pages p = warp, warp + 8, ...

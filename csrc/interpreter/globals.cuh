@@ -2,6 +2,7 @@
 // parameter. The host fills it by field name (interpreter.cu), so Python never depends on order.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a type only: no driver symbols are linked)
 #include <cuda_bf16.h>
 #include <cstdint>
 
@@ -23,6 +24,9 @@ struct Globals {
   const bf16* final_norm;
   const bf16* lm_head;
   const float* rope_inv_freq;
+  // W_o as 2-D boxes for ATTN_O_PROJ's panel pages (panel_pages.cuh), in global memory, encoded once by the
+  // host (encode_w_o_map); nullptr: the fused op copies W_o rows one by one.
+  const CUtensorMap* w_o_map;
   // paged KV cache [L, num_pages, n_kv, page_size, head_dim]
   bf16* k_cache;
   bf16* v_cache;

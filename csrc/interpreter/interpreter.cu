@@ -83,6 +83,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_PTR(progress, int);
 #undef MK_PTR
   g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
+  g.w_o_map = ptr_field<const CUtensorMap>(d, "w_o_map", /*optional=*/true);
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
@@ -111,6 +112,19 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   MK_CUDA_CHECK(cudaGetLastError());
 }
 
+// W_o [layers x hidden, n_heads x head_dim] in boxes of BOX_ROWS x PANEL_COLS with the 128-byte swizzle, for
+// the fused op's panel pages (panel_pages.cuh), copied to dst (device memory, 64-byte aligned, 128 bytes).
+// False, writing nothing, where head_dim is not whole panels.
+bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_heads, int head_dim) {
+  if (head_dim % mk::vm::PANEL_COLS != 0) return false;
+  if (dst % 64 != 0) throw std::invalid_argument("encode_w_o_map: dst must be 64-byte aligned");
+  const uint64_t rows = (uint64_t)layers * hidden, cols = (uint64_t)n_heads * head_dim;
+  const CUtensorMap map = mk::tk::make_tensor_map_2d(reinterpret_cast<const mk::vm::bf16*>(w_o), rows, cols, cols,
+                                                     mk::vm::BOX_ROWS, mk::vm::PANEL_COLS, CU_TENSOR_MAP_SWIZZLE_128B);
+  MK_CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(dst), &map, sizeof(map), cudaMemcpyHostToDevice));
+  return true;
+}
+
 void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int step, uintptr_t error,
              int num_seqs, uintptr_t stream) {
   if (num_seqs < 1 || num_seqs > 1024) throw std::invalid_argument("advance: num_seqs must be in [1, 1024]");
@@ -129,6 +143,10 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.def("advance", &advance, py::arg("step_args"), py::arg("out_tokens"), py::arg("history"), py::arg("step"),
         py::arg("error"), py::arg("num_seqs"), py::arg("stream"),
         "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
+  m.def("encode_w_o_map", &encode_w_o_map, py::arg("dst"), py::arg("w_o"), py::arg("layers"), py::arg("hidden"),
+        py::arg("n_heads"), py::arg("head_dim"),
+        "Write W_o's tensor map for the fused op's panel pages to dst (device, 128 bytes); False if head_dim is "
+        "not a multiple of 64.");
   m.attr("FORMAT_VERSION") = mk::vm::FORMAT_VERSION;
   m.attr("PAGE_BYTES") = mk::vm::PAGE_BYTES;
   m.attr("MIN_RING_PAGES") = mk::vm::MIN_RING_PAGES;

@@ -45,16 +45,18 @@ inline constexpr int SLOT_WORDS = 48;
 inline constexpr int W_SLOT_NUM_PAGES = 32;
 inline constexpr int W_SLOT_ROWS_PER_PAGE = 33;
 inline constexpr int W_SLOT_STREAM = 34;
-// ATTN_PARTIAL of one new token (decode) streams the keys and values written by earlier steps through
-// the same ring (kv_stream.cuh); then W_SLOT_NUM_PAGES counts ring pages, W_SLOT_ROWS_PER_PAGE KV pages
-// per ring page, and these words say the rest (all derived by the controller from the step args):
-inline constexpr int W_SLOT_KV_MODE = 40;     // 1: the KV-ring path; 0: attention reads keys from global
+// ATTN_PARTIAL and ATTN_O_PROJ of one new token (decode) stream the keys and values written by earlier
+// steps through the same ring (kv_stream.cuh): the stream's first W_SLOT_KV_RING_PAGES ring pages hold KV
+// pages, any weight pages (ATTN_O_PROJ's W_o slice) follow, and W_SLOT_NUM_PAGES counts them all. These
+// words say the rest (all derived by the controller from the step args):
+inline constexpr int W_SLOT_KV_MODE = 40;     // KV pages per ring page (>= 1): the KV-ring path; 0: keys from global
 inline constexpr int W_SLOT_KV_PAGE_LO = 41;  // first KV page (index into the sequence's block table)
 inline constexpr int W_SLOT_KV_PAGES = 42;    // KV pages in the stream
 inline constexpr int W_SLOT_KV_RING_END = 43; // keys [page_lo * page_size, ring_end) come from the ring
 inline constexpr int W_SLOT_KV_NEW_KEY = 44;  // the new token's key index (its position), -1: not in this split
 inline constexpr int W_SLOT_KV_NEW_SLOT = 45; // the new token's KV-cache slot (page * page_size + offset)
 inline constexpr int W_SLOT_KV_TOKEN = 46;    // the new token's index in the step (its query row)
+inline constexpr int W_SLOT_KV_RING_PAGES = 47;  // ring pages of KV at the stream's start (0 without the KV ring)
 
 // Step-args header words.
 inline constexpr int SA_NUM_TOKENS = 1;

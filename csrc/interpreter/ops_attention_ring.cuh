@@ -15,17 +15,22 @@
 
 namespace mk::vm {
 
-// Consumer warps take the ring pages round-robin (page p: warp p % 8); each holds W_SLOT_ROWS_PER_PAGE
-// KV pages, each its keys [page_size][hd] then its values. The new key goes to the first warp without
-// a ring page when there is one. emit as in attend (ops_attention.cuh). False: a page wait failed.
+// Consumer warps take the stream's KV ring pages round-robin (page p: warp p % 8); each holds
+// W_SLOT_KV_MODE KV pages, each its keys [page_size][hd] then its values. The new key goes to the first
+// warp without a ring page when there is one. emit as in attend (ops_attention.cuh). False: a page wait
+// failed. A fused op's weight pages follow its KV pages; the stream's last Globals::defer_free_pages
+// positions stay held either way.
 // Not inlined (like consume_pages, `sm` by value): inlined into the opcode switch its registers raised
 // the whole kernel's spills from 32 to 88 bytes.
 template <int DPL, typename Emit>
 __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, const int* w, Emit emit) {
   const StepArgs sa(g);
-  const int layer = w[W_LAYER], grp = w[4], NH = w[8] - w[7], hd = g.head_dim, ps = sa.page_size();
-  const int head0 = grp * (g.n_heads / g.n_kv) + w[7], t = w[W_SLOT_KV_TOKEN];
-  const int n_pages = w[W_SLOT_NUM_PAGES], kvpp = w[W_SLOT_ROWS_PER_PAGE];
+  // Operands: ATTN_PARTIAL seq, group, split, nsplit, h_begin, h_end; ATTN_O_PROJ seq, group, h_begin, h_end, ...
+  const int hw = w[W_OPCODE] == OP_ATTN_O_PROJ ? W_OPERANDS + 2 : W_OPERANDS + 4, grp = w[W_OPERANDS + 1];
+  const int layer = w[W_LAYER], NH = w[hw + 1] - w[hw], hd = g.head_dim, ps = sa.page_size();
+  const int head0 = grp * (g.n_heads / g.n_kv) + w[hw], t = w[W_SLOT_KV_TOKEN];
+  const int n_pages = w[W_SLOT_KV_RING_PAGES], kvpp = w[W_SLOT_KV_MODE];
+  const int keep_from = w[W_SLOT_NUM_PAGES] - g.defer_free_pages;  // stream positions held past the release
   const int key0 = w[W_SLOT_KV_PAGE_LO] * ps, ring_end = w[W_SLOT_KV_RING_END], new_key = w[W_SLOT_KV_NEW_KEY];
   const int warp = tk::warp_id(), lane = tk::lane_id();
   const float scale = 1.0f / sqrtf((float)hd);
@@ -71,7 +76,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
       }
     }
     __syncwarp();
-    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
+    if (lane == 0 && p < keep_from) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
 
     walk.next();
   }

@@ -13,6 +13,7 @@
 #include "activations.cuh"
 #include "consumer_matvec.cuh"
 #include "ops_attention.cuh"
+#include "panel_pages.cuh"
 
 namespace mk::vm {
 
@@ -26,14 +27,21 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const int q_first = sa.query_start(task.seq), nq = sa.query_start(task.seq + 1) - q_first;
   // The attention output [token][K] is staged in `out` (x holds the attention scratch), then moved to
   // x as the matvec's input rows. The host checks nq * max(K, rows) <= OUT_FLOATS (limits.py).
-  attend<DPL, false>(g, sm, w, task, [&](int t, int h, int d, float out, float) {
-    sm.out[(t - q_first) * K + h * hd + d] = out;
-  });
-  const bool x_bf16 = x_is_bf16(g, nq, K);  // as the loaders write x (activations.cuh)
+  float* staged = sm.out;
+  const auto emit = [=](int t, int h, int d, float out, float) { staged[(t - q_first) * K + h * hd + d] = out; };
+  if (w[W_SLOT_KV_MODE]) {  // one new token: its earlier keys came through the ring, ahead of the W_o pages
+    if (!attend_ring<DPL>(g, sm, w, emit)) return false;
+    consumer_sync();  // every head's output staged
+  } else {
+    attend<DPL, false>(g, sm, w, task, emit);
+  }
+  const bool panels = panel_stream(g, w);
+  const bool x_bf16 = panels || x_is_bf16(g, nq, K);  // as the page math reads x (activations.cuh)
   for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) store_x1(sm.x, i, sm.out[i], x_bf16);
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, nq, w)) return false;
+  // Panel pages (one-token steps) or row copies: the loader made the same choice (panel_stream).
+  if (!(panels ? consume_panel_pages(g, sm, w) : matvec(g, sm, nq, w))) return false;
   float* mid = g.mid + (long long)q_first * H + row_begin;
   float* hidden = g.hidden + (long long)q_first * H + row_begin;
   if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows

@@ -11,6 +11,7 @@
 #include "l2_prefetch.cuh"
 #include "marks.cuh"
 #include "kv_stream.cuh"
+#include "panel_pages.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {
@@ -100,7 +101,8 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
     g.progress[blockIdx.x * PROGRESS_WORDS + 3] = (int)page_counter;
     g.progress[blockIdx.x * PROGRESS_WORDS + 4] = w[W_ID];
     const int n_pages = w[W_SLOT_NUM_PAGES], rpp = w[W_SLOT_ROWS_PER_PAGE];
-    const bool kv_stream = w[W_SLOT_KV_MODE] != 0;  // an attention's earlier keys (kv_stream.cuh)
+    // An attention's earlier keys (kv_stream.cuh), then a fused op's W_o pages (panel_pages.cuh).
+    const bool kv_stream = w[W_SLOT_KV_MODE] != 0;
     if (n_pages > (int)R && ((g.l2_beyond_ring_ops >> w[W_OPCODE]) & 1))
       prefetch_rows_l2(ws, R * rpp, g.l2_beyond_ring_bytes, 0, 1);
     for (int p = 0; p < n_pages; ++p) {
@@ -126,7 +128,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       g.progress[blockIdx.x * PROGRESS_WORDS + 5] = (int)page_counter;  // exact position
       uint8_t* dst = sm.page(ring);
       if (kv_stream) {
-        issue_kv_page(g, sm, w, p, dst, sm.page_full[ring], page_counter);
+        issue_kv_stream_page(g, sm.ring_issued, w, p, dst, sm.page_full[ring], page_counter);
       } else {
         const int row0 = p * rpp;
         const int rows = min(rpp, ws.rows - row0);

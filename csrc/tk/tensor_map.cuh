@@ -27,15 +27,19 @@ constexpr CUtensorMapDataType tensor_map_dtype() {
   }
 }
 
+// Looked up once per process (the lookup goes through the driver; a launch encodes a map every step).
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry_point() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  MK_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                 cudaEnableDefault, &status));
-  if (status != cudaDriverEntryPointSuccess || fn == nullptr) {
-    throw std::runtime_error("cuTensorMapEncodeTiled not found in the CUDA driver (need >= 12.0)");
-  }
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  static const PFN_cuTensorMapEncodeTiled_v12000 cached = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    MK_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                   cudaEnableDefault, &status));
+    if (status != cudaDriverEntryPointSuccess || fn == nullptr) {
+      throw std::runtime_error("cuTensorMapEncodeTiled not found in the CUDA driver (need >= 12.0)");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return cached;
 }
 
 // Map of a row-major [rows, cols] matrix with row stride `ld` elements, read in boxes of

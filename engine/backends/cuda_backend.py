@@ -29,6 +29,9 @@ WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
+W_O_MAP_BYTES = 128  # a CUtensorMap
+
+
 class CudaBackend(Backend):
     name = "cuda"
 
@@ -60,6 +63,14 @@ class CudaBackend(Backend):
         self.policy = policy
         self.timeout_ns = timeout_ns
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
+        # The kernel's extra read-only buffers, passed like the weights: W_o's tensor map for the fused op's
+        # panel pages (csrc/interpreter/panel_pages.cuh) where the option is on and head_dim allows it.
+        self._kernel_buffers = dict(self.weights)
+        if self.kernel.w_o_panels:
+            w_o_map = torch.empty(W_O_MAP_BYTES, dtype=torch.uint8, device=self._device)
+            if self.module.encode_w_o_map(w_o_map.data_ptr(), self.weights["w_o"].data_ptr(), self.dims.layers,
+                                          self.dims.hidden, self.dims.n_heads, self.dims.head_dim):
+                self._kernel_buffers["w_o_map"] = w_o_map
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
         self.page_size = page_size
@@ -75,7 +86,7 @@ class CudaBackend(Backend):
         return self._device
 
     def launch_fields(self, ds: DeviceStream) -> KernelFields:
-        return ds.fields(self.weights, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
+        return ds.fields(self._kernel_buffers, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                          self.kernel)
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:

@@ -38,6 +38,10 @@ DEFAULT_DEFER_FREE_PAGES = 8
 # Same-run A/Bs (ninth session): 8B shape 5.668 -> 5.443 ms/token on an H100, 1B 1.030 -> 1.025 (H100) and
 # 0.872 -> 0.868 (H200). Off: every matvec on the CUDA cores (fp32 x), as prefill and batch > 1 always are.
 DEFAULT_MMA_MATVEC = True
+# The fused ATTN_O_PROJ's W_o slices copied as 2-D TMA boxes of 128-byte swizzled panels and multiplied on
+# the tensor cores (csrc/interpreter/panel_pages.cuh), where the slice is 64, 128 or 256 columns wide and the
+# step has one token; off: one bulk copy per W_o row and the row matvec. Only the fused path reads it.
+DEFAULT_W_O_PANELS = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
@@ -53,6 +57,7 @@ class KernelOptions:
     attn_kv_ring: bool = True  # decode attention streams its earlier keys through the ring (kv_stream.cuh)
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
     mma_matvec: bool = DEFAULT_MMA_MATVEC
+    w_o_panels: bool = DEFAULT_W_O_PANELS
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
@@ -70,7 +75,8 @@ class KernelOptions:
         return frozenset(f.name for f in fields(cls))
 
     def launch_fields(self) -> dict[str, int]:
-        """The kernel's Globals scalars these options set (max_ring_pages acts on the host: limits.py)."""
+        """The kernel's Globals scalars these options set (max_ring_pages acts on the host: limits.py; w_o_panels
+        decides whether the backend encodes W_o's tensor map)."""
         return {"l2_prefetch_bytes": self.l2_prefetch_kb * 1024, "l2_beyond_ring_bytes": self.l2_beyond_ring_kb * 1024,
                 "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,

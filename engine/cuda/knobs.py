@@ -36,6 +36,7 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_CHAIN_INFLIGHT_PAGES": ("chain_inflight_pages", int),  # cap while QKV/attention/O-proj run
     "MEGAKERNEL_LOW_CAP_INPUTS": ("low_cap_inputs", _flag),  # ... and while any op reads its input
     "MEGAKERNEL_MMA_MATVEC": ("mma_matvec", _flag),  # batch-1 page matvecs on the tensor cores
+    "MEGAKERNEL_W_O_PANELS": ("w_o_panels", _flag),  # fused ATTN_O_PROJ: W_o as 2-D TMA panels
 }
 
 

@@ -65,12 +65,15 @@ def test_three_sequences_use_padded_matvec_rows() -> None:
 
 @pytest.mark.parametrize("policy", ["rr", "lpt", "dynamic"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("head_chunks", [None, 1])
-def test_fused_attention_o_proj_matches_vm(shape: str, policy: str, head_chunks: int | None) -> None:
+@pytest.mark.parametrize("head_chunks", [None, 1, "per-head"])
+def test_fused_attention_o_proj_matches_vm(shape: str, policy: str, head_chunks: int | str | None) -> None:
     """Batch-1 steps with one KV split run ATTN_O_PROJ (attention fused with its O-proj slice, atomic adds
-    into mid and hidden) and the QKV ops' hidden -> mid copies: a prefill chunk, its tail, then decodes."""
+    into mid and hidden) and the QKV ops' hidden -> mid copies: a prefill chunk, its tail, then decodes.
+    The decodes take the kernel's KV-ring attention and, where the slice is 64/128/256 columns wide, the W_o
+    panel pages (csrc/interpreter/panel_pages.cuh); "per-head" gives every instruction one head."""
     cfg = SHAPES[shape]
-    vm, gpu = pair(random_weights(cfg, seed=5), policy, fuse_o_proj=True, fused_head_chunks=head_chunks)
+    chunks = cfg.num_attention_heads // cfg.num_key_value_heads if head_chunks == "per-head" else head_chunks
+    vm, gpu = pair(random_weights(cfg, seed=5), policy, fuse_o_proj=True, fused_head_chunks=chunks)
     scen = Scenario(cfg, [13], page_size=16, num_pages=64, seed=2)
     for chunk in [[8], [None]] + [[1]] * 4:
         batch, seqs = scen.batch(chunk)
