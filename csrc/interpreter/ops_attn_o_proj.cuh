@@ -2,9 +2,10 @@
 //
 // Why: as separate ops, attention (32 tiny instructions) and O-proj (128 instructions of 64 KB) each
 // pay a full dependency hop — wait, input read, epilogue fence — while the O-proj bytes are only ≈2 µs
-// of streaming. Here each instruction computes the attention of a few heads (the K/V reads repeat once
-// per row chunk, from L2) and multiplies it by the matching columns of W_o for a chunk of rows, whose
-// pages the loader has already streamed into the ring during the previous ops. The result is added
+// of streaming. Here each instruction computes the attention of a few heads (repeated once per row chunk)
+// and multiplies it by the matching columns of W_o for a chunk of rows. On a decode step the loader has
+// already streamed both into the ring during the previous ops: the group's earlier keys (kv_stream.cuh),
+// then the W_o slice, as panel pages where it is 64-256 columns wide (panel_pages.cuh). The result is added
 // atomically into both residual copies: `mid` (read by gate/up) and `hidden` (the next layer's input,
 // which the down-projection then accumulates into). The QKV ops initialised mid = hidden for this
 // (their copy operands), and every QKV of the layer precedes this op (it adds into what they read).

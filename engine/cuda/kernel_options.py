@@ -40,7 +40,9 @@ DEFAULT_DEFER_FREE_PAGES = 8
 DEFAULT_MMA_MATVEC = True
 # The fused ATTN_O_PROJ's W_o slices copied as 2-D TMA boxes of 128-byte swizzled panels and multiplied on
 # the tensor cores (csrc/interpreter/panel_pages.cuh), where the slice is 64, 128 or 256 columns wide and the
-# step has one token; off: one bulk copy per W_o row and the row matvec. Only the fused path reads it.
+# step has one token; off: one bulk copy per W_o row and the row matvec. Only the fused path reads it. Not
+# A/B'd against the row copies on the ring attention (the fifth session's row copies landed late, and short
+# rows leave the tensor cores); the fused path itself measured in docs/BENCHMARKS.md, thirteenth session.
 DEFAULT_W_O_PANELS = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
