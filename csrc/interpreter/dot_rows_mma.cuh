@@ -25,13 +25,14 @@
 #include "../tk/mma.cuh"
 #include "../tk/shared_vec.cuh"
 #include "../tk/util.cuh"
+#include "dot_short_rows.cuh"
 
 namespace mk::vm {
 
 inline constexpr int MMA_CHUNK = 128;  // row elements per mma
 
 // Rows the tensor-core path takes: longer than the short-row path's (dot_short_rows.cuh), whole chunks.
-__host__ __device__ constexpr bool mma_row_ok(int K) { return K > 256 && K % MMA_CHUNK == 0; }
+__host__ __device__ constexpr bool mma_row_ok(int K) { return K > SHORT_ROW_MAX_K && K % MMA_CHUNK == 0; }
 
 // x's B fragment for the chunk at x_addr (bf16 in shared memory): x[2l, 2l + 1] and x[64 + 2l, 64 + 2l + 1].
 __device__ __forceinline__ void load_x_fragment(uint32_t (&b)[2], uint32_t x_addr, int lane) {

@@ -27,20 +27,24 @@ class InterpreterLimits:
     max_ring_pages: int
     consumer_warps: int
     mma_chunk: int = 0  # batch-1 x of tensor-core ops is bf16 (activations.cuh x_is_bf16); 0: count all x as fp32
+    short_row_max_k: int = 256  # rows up to this long take the CUDA-core short-row path (dot_short_rows.cuh)
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
         return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
-                                 module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK)
+                                 module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK,
+                                 module.SHORT_ROW_MAX_K)
 
     def x_floats_at(self, ring_pages: int) -> int:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
         return self.x_floats - (ring_pages - self.min_ring_pages) * self.page_bytes // 4
 
     def x_bf16(self, nx: int, k: int, bf16_x: bool) -> bool:
-        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: one row, tensor-core K)."""
-        return bf16_x and self.mma_chunk > 0 and nx == 1 and k > 256 and k % self.mma_chunk == 0
+        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: one row, tensor-core K, i.e.
+        dot_rows_mma.cuh mma_row_ok)."""
+        return (bf16_x and self.mma_chunk > 0 and nx == 1 and k > self.short_row_max_k
+                and k % self.mma_chunk == 0)
 
     def x_need(self, nx: int, k: int, bf16_x: bool) -> int:
         """Floats of x that nx rows of k elements take."""

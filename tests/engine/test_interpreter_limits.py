@@ -116,6 +116,14 @@ def test_fused_weight_rows_must_be_16_byte_multiples() -> None:
 
 
 MMA = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "dot_rows_mma.cuh"
+SHORT_ROWS = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "dot_short_rows.cuh"
+
+
+def test_short_row_bound_default_follows_the_kernel() -> None:
+    """InterpreterLimits' default for rows off the tensor cores is the kernel's SHORT_ROW_MAX_K (the module's
+    attribute sets it on a GPU; CPU-built limits use the default)."""
+    k = int(re.search(r"inline constexpr int SHORT_ROW_MAX_K = (\d+);", SHORT_ROWS.read_text()).group(1))
+    assert _limits().short_row_max_k == k
 
 
 @pytest.mark.parametrize("preset,ring", [("llama-3.2-1b", 13), ("llama-3.1-8b", 13)])
