@@ -148,8 +148,10 @@ def mlp_slice_cut(d: ModelDims, num_tokens: int, p: SplitParams) -> list[tuple[i
 def fused_head_ranges(d: ModelDims, p: SplitParams, num_tokens: int = 1) -> list[tuple[int, int]]:
     """Head ranges of the fused op within a KV group, each about K = max(128, 2 * head_dim) W_o columns
     (at least 1 range, at most G). Fewer heads per instruction shorten its attention; but one head's
-    columns make W_o rows of 128-256 bytes, one bulk copy each, and the pages land late. Measured on an
-    H200: 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974 ms/token; 8B K = 128 / 256: 5.009 / 4.629."""
+    columns made W_o rows of 128-256 bytes, one bulk copy each, and the pages landed late. Measured on an
+    H200 (fifth session, before the kernel's panel pages): 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974
+    ms/token; 8B K = 128 / 256: 5.009 / 4.629. With panel pages (thirteenth session) one head per
+    instruction (fused_head_chunks = G) measured best on the 1B: 0.806-0.808 vs two heads 0.817."""
     k = max(128, 2 * d.head_dim)
     chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / k)
     if p.max_out_floats is not None:  # the instruction stages tokens x its heads' columns in out
