@@ -9,6 +9,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, KernelFields, launch
+from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda_build import load_extension
@@ -60,6 +61,11 @@ class CudaBackend(Backend):
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
         self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
+        # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM (engine/cuda/fusion.py)
+        fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), self.kernel.w_o_panels,
+                                     self.kernel.attn_kv_ring)
+        if split_kw.setdefault("fuse_o_proj", fused["fuse_o_proj"]) and fused["fuse_o_proj"]:
+            split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
         self.policy = policy
         self.timeout_ns = timeout_ns
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}

@@ -23,6 +23,7 @@ def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int
     # page per split (the default here) keeps the split-KV + reduce path covered at these short contexts.
     # gpu_kw: kernel-only options (e.g. attn_kv_ring) that do not change the instruction tensors.
     split_kw.setdefault("min_pages_per_split", 1)
+    split_kw.setdefault("fuse_o_proj", False)  # the cuda backend's own default may fuse; the VM's does not
     gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, **split_kw,
                       **(gpu_kw or {}))
     vm = VMBackend(weights, num_pages=num_pages, page_size=page_size, num_sms=gpu.num_sms, policy=policy,

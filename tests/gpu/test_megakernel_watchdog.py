@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 def test_planted_impossible_wait_names_the_instruction() -> None:
     cfg = small(256, 4, 2, 64, 512, 2, 512)
     gpu = CudaBackend(random_weights(cfg, seed=5), num_pages=32, page_size=16, policy="rr",
-                      timeout_ns=200_000_000)
+                      timeout_ns=200_000_000, fuse_o_proj=False)  # the planted wait is an O_PROJ_RESIDUAL's
     scen = Scenario(cfg, [3], page_size=16, num_pages=32, seed=2)
     batch, _ = scen.batch([None])
     good = gpu.greedy(batch)
