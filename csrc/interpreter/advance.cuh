@@ -1,22 +1,22 @@
 // advance.cuh: the on-device decode loop's glue. After a decode step, feed each sequence's sampled id
 // back as its next input token and move its position, context length and KV slot one forward, so
-// benchmark loops launch step after step without a host round trip (like a CUDA-graph baseline).
+// benchmark loops launch step after step without a host round trip (like a CUDA-graph baseline). Either
+// ARGMAX_REDUCE does it at the end of the step (Globals::advance_history) or a one-block kernel after it.
 #pragma once
 
+#include "../tk/grid_dependency.cuh"
 #include "opcodes.cuh"
 
 namespace mk::vm {
 
 inline constexpr int ERR_NO_PAGE = 4;  // the block table has no page for the next position
 
-__global__ void advance_decode(int* step_args, const int* out_tokens, int* history, int step, int* error) {
-  const int S = step_args[SA_NUM_SEQS], s = threadIdx.x;
-  if (s >= S) return;
-  if (*reinterpret_cast<volatile const int*>(error) != 0) return;  // the step failed: out_tokens invalid
+// Sequence s sampled `tok`: record it in the history row and advance its step args. Safe inside the step
+// only once every other instruction has finished, as at ARGMAX_REDUCE (all of them are its ancestors).
+__device__ __forceinline__ void advance_sequence(int* step_args, int s, int tok, int* history_row, int* error) {
   int* w = step_args;
   const int ps = w[SA_PAGE_SIZE], max_pages = w[SA_MAX_PAGES];
-  const int tok = out_tokens[s];
-  history[step * S + s] = tok;
+  history_row[s] = tok;
   const int t = w[w[SA_OFF_QUERY_START] + s];  // decode: one token per sequence
   const int pos = w[w[SA_OFF_POSITIONS] + t] + 1;
   const int page_index = pos / ps;
@@ -29,6 +29,16 @@ __global__ void advance_decode(int* step_args, const int* out_tokens, int* histo
   w[w[SA_OFF_POSITIONS] + t] = pos;
   w[w[SA_OFF_CONTEXT_LENS] + s] = pos + 1;
   w[w[SA_OFF_SLOTS] + t] = page * ps + pos % ps;
+}
+
+// Launched after each step (with PDL where the step was: it then starts early and waits here).
+__global__ void advance_decode(int* step_args, const int* out_tokens, int* history, int step, int* error) {
+  tk::allow_dependent_grids();
+  tk::wait_prerequisite_grids();
+  const int S = step_args[SA_NUM_SEQS], s = threadIdx.x;
+  if (s >= S) return;
+  if (*reinterpret_cast<volatile const int*>(error) != 0) return;  // the step failed: out_tokens invalid
+  advance_sequence(step_args, s, out_tokens[s], history + step * S, error);
 }
 
 }  // namespace mk::vm

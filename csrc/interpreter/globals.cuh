@@ -52,6 +52,9 @@ struct Globals {
   int* error;               // [ERR_WORDS]
   long long* timing;        // [num_instructions, TIMING_WORDS] or nullptr
   int* progress;            // [grid, PROGRESS_WORDS]: where each block is (post-mortem of a failure)
+  // nullptr, or an on-device decode loop's token history at this step's row: ARGMAX_REDUCE then also feeds
+  // the sampled ids into step_args for the next launch (advance.cuh), instead of a kernel of its own.
+  int* advance_history;
   // scalars
   long long timeout_ns;
   int l2_prefetch_bytes;  // per fetched instruction, by the controller (l2_prefetch.cuh)

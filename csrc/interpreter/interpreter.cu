@@ -18,6 +18,9 @@ namespace mk::vm {
 template <bool TIMING>
 __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_constant__ Globals g) {
   extern __shared__ __align__(1024) uint8_t smem[];
+  // Launched with PDL (KernelOptions.pdl), the next step's blocks take this grid's SMs as its blocks exit and
+  // set up their shared memory, instead of the launch starting after the whole grid ended.
+  tk::allow_dependent_grids();
   const Shared sm = Shared::carve(smem, g.ring_pages);
   if (threadIdx.x == 0) {
     for (int i = 0; i < sm.ring_pages; ++i) {
@@ -31,6 +34,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
     *sm.ring_issued = 0;
     sm.ring_cursor[0] = sm.ring_cursor[1] = sm.ring_cursor[2] = sm.ring_cursor[3] = 0;
     tk::fence_semaphore_init();
+    // Everything after this reads what earlier steps wrote (error word, step args, counters, activations).
+    tk::wait_prerequisite_grids();
     // An earlier queued step failed (its error word is still set): run nothing and issue no copy, so
     // the first failure's record survives and no block works on inconsistent counters.
     reinterpret_cast<int*>(sm.scratch)[SCRATCH_FLOATS - 2] = aborted(g) ? 1 : 0;
@@ -84,6 +89,7 @@ Globals globals_from_dict(const py::dict& d) {
 #undef MK_PTR
   g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
   g.w_o_map = ptr_field<const CUtensorMap>(d, "w_o_map", /*optional=*/true);
+  g.advance_history = ptr_field<int>(d, "advance_history", /*optional=*/true);
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
@@ -101,6 +107,24 @@ Globals globals_from_dict(const py::dict& d) {
   return g;
 }
 
+// A launch on `stream`; with pdl, the programmatic-stream-serialization attribute lets it start while the
+// kernel before it still runs (the kernel waits for it in tk::wait_prerequisite_grids).
+template <typename... Params, typename... Args>
+void launch_maybe_pdl(void (*kernel)(Params...), int grid, int threads, size_t smem, cudaStream_t stream, bool pdl,
+                      Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = pdl ? &attribute : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
+  MK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
 void launch(const py::dict& fields, int grid, uintptr_t stream) {
   const Globals g = globals_from_dict(fields);
   if (g.ring_pages < mk::vm::MIN_RING_PAGES || g.ring_pages > mk::vm::MAX_RING_PAGES)
@@ -108,8 +132,8 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   const size_t smem = mk::vm::SharedPlan::total;
   auto* kernel = g.timing ? &mk::vm::megakernel<true> : &mk::vm::megakernel<false>;
   MK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  kernel<<<grid, mk::vm::BLOCK_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(g);
-  MK_CUDA_CHECK(cudaGetLastError());
+  const bool pdl = fields.contains("pdl") && fields["pdl"].cast<int>() != 0;
+  launch_maybe_pdl(kernel, grid, mk::vm::BLOCK_THREADS, smem, reinterpret_cast<cudaStream_t>(stream), pdl, g);
 }
 
 // W_o [layers x hidden, n_heads x head_dim] in boxes of BOX_ROWS x PANEL_COLS with the 128-byte swizzle, for
@@ -126,12 +150,11 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
 }
 
 void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int step, uintptr_t error,
-             int num_seqs, uintptr_t stream) {
+             int num_seqs, uintptr_t stream, bool pdl) {
   if (num_seqs < 1 || num_seqs > 1024) throw std::invalid_argument("advance: num_seqs must be in [1, 1024]");
-  mk::vm::advance_decode<<<1, num_seqs, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<int*>(step_args), reinterpret_cast<const int*>(out_tokens), reinterpret_cast<int*>(history),
-      step, reinterpret_cast<int*>(error));
-  MK_CUDA_CHECK(cudaGetLastError());
+  launch_maybe_pdl(&mk::vm::advance_decode, 1, num_seqs, 0, reinterpret_cast<cudaStream_t>(stream), pdl,
+                   reinterpret_cast<int*>(step_args), reinterpret_cast<const int*>(out_tokens),
+                   reinterpret_cast<int*>(history), step, reinterpret_cast<int*>(error));
 }
 
 }  // namespace
@@ -141,7 +164,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.def("launch", &launch, py::arg("fields"), py::arg("grid"), py::arg("stream"),
         "Launch one step: fields maps every Globals member to a device pointer (int) or a scalar.");
   m.def("advance", &advance, py::arg("step_args"), py::arg("out_tokens"), py::arg("history"), py::arg("step"),
-        py::arg("error"), py::arg("num_seqs"), py::arg("stream"),
+        py::arg("error"), py::arg("num_seqs"), py::arg("stream"), py::arg("pdl") = false,
         "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
   m.def("encode_w_o_map", &encode_w_o_map, py::arg("dst"), py::arg("w_o"), py::arg("layers"), py::arg("hidden"),
         py::arg("n_heads"), py::arg("head_dim"),

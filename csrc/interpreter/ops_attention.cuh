@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../tk/reduce.cuh"
+#include "advance.cuh"
 #include "attention_math.cuh"
 #include "ops_attention_ring.cuh"
 #include "marks.cuh"
@@ -183,7 +184,11 @@ __device__ void op_argmax(const Globals& g, const int* w) {
       if (tk::beats(c, best)) best = c;
     }
     best = tk::warp_argmax(best);
-    if (lane == 0) g.out_tokens[s] = best.index;
+    if (lane == 0) {
+      g.out_tokens[s] = best.index;
+      // The on-device decode loop's next inputs: every reader of step_args in this step is an ancestor.
+      if (g.advance_history) advance_sequence(const_cast<int*>(g.step_args), s, best.index, g.advance_history, g.error);
+    }
   }
 }
 

@@ -18,3 +18,4 @@
 #include "mma.cuh"
 #include "matvec.cuh"
 #include "warpgroup.cuh"
+#include "grid_dependency.cuh"

@@ -3,7 +3,8 @@
 Protocol (engine/bench/baselines.py): the first P-1 prompt tokens are prefilled untimed; then N decode
 steps are timed, the first taking the last prompt token. Like the CUDA-graph baselines, tokens stay on
 the device between steps: each launch is followed by a tiny `advance` kernel that feeds the sampled id
-back, so the host only queues launches and reads all N ids at the end.
+back (or, with KernelOptions.fold_advance, the step's ARGMAX_REDUCE does), so the host only queues launches and
+reads all N ids at the end; with KernelOptions.pdl each launch may start while the one before it ends.
 """
 from __future__ import annotations
 
@@ -40,13 +41,19 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
         ds.upload_step_args()  # back to the first step's inputs
         return ds
 
+    fold, pdl = backend.kernel.fold_advance, backend.kernel.pdl
+
     def queue_steps(ds: DeviceStream, steps: int) -> None:
         for i in range(steps):
             ds.before_launch()
-            launch(module, ds, backend.launch_fields(ds))
+            fields = backend.launch_fields(ds)
+            if fold:  # the step's ARGMAX_REDUCE writes history[i] and the next step's args itself
+                fields["advance_history"] = history.data_ptr() + i * history.element_size()
+            launch(module, ds, fields)
             ds.after_launch()
-            module.advance(ds.step_args.data_ptr(), ds.out_tokens.data_ptr(), history.data_ptr(), i,
-                           ds.status.data_ptr(), 1, stream.cuda_stream)
+            if not fold:
+                module.advance(ds.step_args.data_ptr(), ds.out_tokens.data_ptr(), history.data_ptr(), i,
+                               ds.status.data_ptr(), 1, stream.cuda_stream, pdl)
 
     warm = prepare()
     queue_steps(warm, min(8, new_tokens))  # warm-up (the timed run rewrites the same positions)

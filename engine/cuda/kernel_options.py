@@ -44,6 +44,13 @@ DEFAULT_MMA_MATVEC = True
 # A/B'd against the row copies on the ring attention (the fifth session's row copies landed late, and short
 # rows leave the tensor cores); the fused path itself measured in docs/BENCHMARKS.md, thirteenth session.
 DEFAULT_W_O_PANELS = True
+# Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
+# take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
+# between steps that the host queued back to back (the bench's on-device loop). Not yet measured: off.
+DEFAULT_PDL = False
+# The bench's on-device decode loop feeds each sampled id back inside the step (ARGMAX_REDUCE, advance.cuh)
+# instead of in a one-block kernel after it. Not yet measured: off.
+DEFAULT_FOLD_ADVANCE = False
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
@@ -60,6 +67,8 @@ class KernelOptions:
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
     mma_matvec: bool = DEFAULT_MMA_MATVEC
     w_o_panels: bool = DEFAULT_W_O_PANELS
+    pdl: bool = DEFAULT_PDL
+    fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (engine/cuda/bench_runner.py)
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
@@ -77,10 +86,11 @@ class KernelOptions:
         return frozenset(f.name for f in fields(cls))
 
     def launch_fields(self) -> dict[str, int]:
-        """The kernel's Globals scalars these options set (max_ring_pages acts on the host: limits.py; w_o_panels
-        decides whether the backend encodes W_o's tensor map)."""
+        """The kernel's Globals scalars these options set, and `pdl`, which the launch reads (max_ring_pages acts on
+        the host: limits.py; w_o_panels decides whether the backend encodes W_o's tensor map; fold_advance is
+        the decode loop's)."""
         return {"l2_prefetch_bytes": self.l2_prefetch_kb * 1024, "l2_beyond_ring_bytes": self.l2_beyond_ring_kb * 1024,
                 "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
-                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec)}
+                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "pdl": int(self.pdl)}

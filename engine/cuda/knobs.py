@@ -37,6 +37,8 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_LOW_CAP_INPUTS": ("low_cap_inputs", _flag),  # ... and while any op reads its input
     "MEGAKERNEL_MMA_MATVEC": ("mma_matvec", _flag),  # batch-1 page matvecs on the tensor cores
     "MEGAKERNEL_W_O_PANELS": ("w_o_panels", _flag),  # fused ATTN_O_PROJ: W_o as 2-D TMA panels
+    "MEGAKERNEL_PDL": ("pdl", _flag),  # each step launched with programmatic dependent launch
+    "MEGAKERNEL_FOLD_ADVANCE": ("fold_advance", _flag),  # on-device loops: ARGMAX_REDUCE feeds the id back
 }
 
 

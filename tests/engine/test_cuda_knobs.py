@@ -82,8 +82,11 @@ def test_mma_matvec_knob(text: str, want: bool) -> None:
 
 def test_launch_fields_are_scalars_the_kernel_reads() -> None:
     """Every field the options set is one the launcher copies into Globals (csrc/interpreter/interpreter.cu
-    reads each with MK_INT); a name on one side only would fail at launch, on a GPU machine only."""
+    reads each with MK_INT, and the launch itself reads `pdl`); a name on one side only would fail at launch, on a
+    GPU machine only."""
     src = (Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "interpreter.cu").read_text()
     kernel_ints = set(re.findall(r"MK_INT\((\w+)\)", src))
     assert kernel_ints, "no MK_INT fields found in interpreter.cu"
-    assert set(KernelOptions().launch_fields()) <= kernel_ints
+    launch_reads = set(re.findall(r'fields\["(\w+)"\]', src))
+    assert launch_reads == {"pdl"}
+    assert set(KernelOptions().launch_fields()) <= kernel_ints | launch_reads
