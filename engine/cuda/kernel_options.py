@@ -20,8 +20,10 @@ DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
 # Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). Past the
 # bandwidth-delay product more outstanding copies only lengthen the queues the critical path's reads wait
 # in (H200, fourth session: uncapped 1.007 -> 3: 0.973 ms/token; 4: 0.990, 6: 1.005). Eighth session, with
-# the lower caps below: 2 throughout is 1-2 % slower on the 1B and 8B shapes than 3 with them.
-DEFAULT_MAX_INFLIGHT_PAGES = 3
+# the lower caps below: 2 throughout is 1-2 % slower on the 1B and 8B shapes than 3 with them. Fourteenth
+# session, on the one-lane loader (whose per-page path no longer adds to each cap's cycle): 4 beats 3 on the
+# H200 (1B 0.802 -> 0.799 and 0.811 -> 0.809, 8B 4.177 -> 4.169; 2 is 0.832).
+DEFAULT_MAX_INFLIGHT_PAGES = 4
 # While the consumers run QKV / attention / O-proj, the loader keeps at most this many copies in flight
 # (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 with a
 # whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
@@ -46,11 +48,13 @@ DEFAULT_MMA_MATVEC = True
 DEFAULT_W_O_PANELS = True
 # Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
 # take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
-# between steps that the host queued back to back (the bench's on-device loop). Not yet measured: off.
-DEFAULT_PDL = False
+# between steps that the host queued back to back (the bench's on-device loop). With fold_advance below and the
+# cap of 4: 1B 0.811 -> 0.805 ms/token on an H200 (4 rounds; pdl or fold alone measured within noise, both
+# -0.2 %), fourteenth session (docs/BENCHMARKS.md). Where the host waits for each step (serving) it changes nothing.
+DEFAULT_PDL = True
 # The bench's on-device decode loop feeds each sampled id back inside the step (ARGMAX_REDUCE, advance.cuh)
-# instead of in a one-block kernel after it. Not yet measured: off.
-DEFAULT_FOLD_ADVANCE = False
+# instead of in a one-block kernel after it (whose 2.4 µs were on the loop's critical path).
+DEFAULT_FOLD_ADVANCE = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
