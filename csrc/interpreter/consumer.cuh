@@ -63,7 +63,9 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
     int* progress = g.progress + blockIdx.x * PROGRESS_WORDS;
     bool ok = slot_ok;
     if (threadIdx.x == 0 && slot_ok && w[W_OPCODE] != OP_NOOP) {
-      set_low_cap(sm, is_chain_op(w[W_OPCODE]) || g.low_cap_inputs);
+      set_low_cap_from(sm, is_chain_op(w[W_OPCODE]) ? (uint32_t)(i + g.chain_cap_ahead)
+                           : g.low_cap_inputs          ? (uint32_t)i
+                                                       : NO_LOW_CAP);
       progress[0] = w[W_ID];
       progress[1] = STAGE_WAITING;
       progress[2] = (int)sm.ring_cursor[0];

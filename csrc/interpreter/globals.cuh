@@ -64,9 +64,10 @@ struct Globals {
   int ring_pages;            // weight-ring pages, MIN_RING_PAGES..MAX_RING_PAGES (config.cuh)
   int attn_kv_ring;          // 1: decode attention streams its earlier keys through the ring (kv_stream.cuh)
   int defer_free_pages;      // an op's last this-many ring pages are freed after its release (consumer.cuh)
-  int low_cap_inputs;        // 1: the low cap also while any op reads its input (state.cuh set_low_cap)
+  int low_cap_inputs;        // 1: the low cap also while any op reads its input (state.cuh set_low_cap_from)
   int mma_matvec;            // 1: batch-1 page matvecs on the tensor cores (dot_rows_mma.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
+  int chain_cap_ahead;       // ... for the pages of instructions this many or more past the running one (state.cuh)
   int queue_len;
   int dynamic_queue;
   int epoch;

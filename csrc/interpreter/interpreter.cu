@@ -32,7 +32,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
       tk::init_semaphore(sm.slot_free[i], 2);  // the loader and the consumers
     }
     *sm.ring_issued = 0;
-    sm.ring_cursor[0] = sm.ring_cursor[1] = sm.ring_cursor[2] = sm.ring_cursor[3] = 0;
+    sm.ring_cursor[0] = sm.ring_cursor[1] = sm.ring_cursor[2] = 0;
+    sm.ring_cursor[3] = NO_LOW_CAP;
     tk::fence_semaphore_init();
     // Everything after this reads what earlier steps wrote (error word, step args, counters, activations).
     tk::wait_prerequisite_grids();
@@ -95,7 +96,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
   MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
-  MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(low_cap_inputs);
+  MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(chain_cap_ahead); MK_INT(low_cap_inputs);
   MK_INT(mma_matvec);
 #undef MK_INT
   const auto header = scalar_field<std::vector<int>>(d, "sa_header");

@@ -13,7 +13,7 @@ namespace mk::vm {
 __device__ __forceinline__ void streamed_input_ready(const Globals& g, const Shared& sm, const int* w) {
   if (threadIdx.x == 0) {
     timing_mark(g, w, MARK_INPUT);
-    set_low_cap(sm, false);
+    set_low_cap_from(sm, NO_LOW_CAP);
   }
 }
 

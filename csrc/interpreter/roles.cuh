@@ -116,7 +116,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       // (n - cap + R > n is not issued yet, so that position's parity is unambiguous.)
       // While the consumers run a latency-bound op (QKV, attention, O-proj) the copies (the MLP's next
       // pages) may get a lower cap of their own (Globals::chain_inflight_pages; 0: the same cap).
-      const int cap = low_cap(sm) && g.chain_inflight_pages > 0 ? g.chain_inflight_pages : g.max_inflight_pages;
+      const int cap = low_cap(sm, i) && g.chain_inflight_pages > 0 ? g.chain_inflight_pages : g.max_inflight_pages;
       if (cap > 0 && cap < (int)R && page_counter >= (uint32_t)cap) {
         const uint32_t old = page_counter - cap, old_ring = ring >= (uint32_t)cap ? ring - cap : ring + R - cap;
         const uint32_t old_round = ring >= (uint32_t)cap ? round : round - 1;

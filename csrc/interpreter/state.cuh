@@ -21,7 +21,8 @@ struct Shared {
   // memory and advanced by thread 0 after each matvec's closing barrier: as a per-thread variable it lived
   // in local memory (its address went into the not-inlined page loop) and the slot / round took two
   // divisions per instruction on the critical path.
-  // ring_cursor[3]: 1 while the loader should use its low in-flight cap (set_low_cap; roles.cuh).
+  // ring_cursor[3]: the first instruction whose pages the loader copies under its low in-flight cap
+  // (set_low_cap_from; roles.cuh), NO_LOW_CAP for none.
   uint32_t* ring_cursor;
   tk::semaphore* page_full;
   tk::semaphore* page_empty;
@@ -215,14 +216,18 @@ __device__ __forceinline__ void consumer_sync() {
   asm volatile("barrier.sync %0, %1;" ::"r"(CONSUMER_BARRIER), "r"(CONSUMER_THREADS) : "memory");
 }
 
-// Consumer thread 0: whether the loader keeps its copies in flight to the low cap (Globals::chain_inflight_pages):
-// during the latency-bound ops and, with Globals::low_cap_inputs, during every op's input read.
-__device__ __forceinline__ void set_low_cap(const Shared& sm, bool low) {
-  *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = low ? 1u : 0u;
+// Consumer thread 0: from which instruction on the loader keeps its copies in flight to the low cap
+// (Globals::chain_inflight_pages): during the latency-bound ops, for the pages of the instructions
+// Globals::chain_cap_ahead or more past the one running (the MLP's next pages; an op's own pages, which it
+// waits for, as at the step's start where the ring is empty, go at the streaming cap), and, with
+// Globals::low_cap_inputs, for every page while an op reads its input.
+inline constexpr uint32_t NO_LOW_CAP = 0xffffffffu;
+__device__ __forceinline__ void set_low_cap_from(const Shared& sm, uint32_t first_instruction) {
+  *reinterpret_cast<volatile uint32_t*>(sm.ring_cursor + 3) = first_instruction;
 }
-// The loader's side: re-read before every copy it starts.
-__device__ __forceinline__ bool low_cap(const Shared& sm) {
-  return *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 3) != 0;
+// The loader's side, for instruction i of its queue: re-read before every copy it starts.
+__device__ __forceinline__ bool low_cap(const Shared& sm, int i) {
+  return (uint32_t)i >= *reinterpret_cast<volatile const uint32_t*>(sm.ring_cursor + 3);
 }
 
 // A consumer warp's walk over the ring pages of one instruction, p = warp, warp + 8, ... (consume_pages,

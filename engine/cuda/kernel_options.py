@@ -28,6 +28,11 @@ DEFAULT_MAX_INFLIGHT_PAGES = 4
 # (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 with a
 # whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
 DEFAULT_CHAIN_INFLIGHT_PAGES = 1
+# ... but only for the pages of instructions this many past the one the consumers run: an op's own pages,
+# which it waits for, go at the streaming cap (0: every page, as measured above). At a step's start the ring
+# is empty and layer 0's QKV / attention loaded their own pages one at a time: layer 0 took 60 µs against
+# 44 for the others (H200 profile, fourteenth session). Not yet measured: 0.
+DEFAULT_CHAIN_CAP_AHEAD = 0
 # ... and while gate/up, down and the LM head read their inputs (copies started in the previous op's freed
 # pages otherwise slow that read): 1.011 vs 1.022 ms/token on the 1B shape, 5.576 vs 5.648 on the 8B (H100).
 DEFAULT_LOW_CAP_INPUTS = True
@@ -65,6 +70,7 @@ class KernelOptions:
     l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS
     max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES
     chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES
+    chain_cap_ahead: int = DEFAULT_CHAIN_CAP_AHEAD
     low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
     max_ring_pages: int | None = None  # None: as many as each stream's inputs leave room for
     attn_kv_ring: bool = True  # decode attention streams its earlier keys through the ring (kv_stream.cuh)
@@ -78,7 +84,7 @@ class KernelOptions:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
             if not 0 <= getattr(self, name) <= 4096:
                 raise ValueError(f"{name} must be in [0, 4096], got {getattr(self, name)}")
-        for name in ("max_inflight_pages", "chain_inflight_pages"):
+        for name in ("max_inflight_pages", "chain_inflight_pages", "chain_cap_ahead"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.defer_free_pages <= MAX_DEFER_FREE_PAGES:
@@ -96,5 +102,6 @@ class KernelOptions:
         return {"l2_prefetch_bytes": self.l2_prefetch_kb * 1024, "l2_beyond_ring_bytes": self.l2_beyond_ring_kb * 1024,
                 "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
+                "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "pdl": int(self.pdl)}

@@ -34,6 +34,7 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_ATTN_KV_RING": ("attn_kv_ring", _flag),  # decode attention's earlier keys through the ring
     "MEGAKERNEL_DEFER_FREE_PAGES": ("defer_free_pages", int),  # an op's last N pages freed after its release
     "MEGAKERNEL_CHAIN_INFLIGHT_PAGES": ("chain_inflight_pages", int),  # cap while QKV/attention/O-proj run
+    "MEGAKERNEL_CHAIN_CAP_AHEAD": ("chain_cap_ahead", int),  # ... for instructions this many past the running one
     "MEGAKERNEL_LOW_CAP_INPUTS": ("low_cap_inputs", _flag),  # ... and while any op reads its input
     "MEGAKERNEL_MMA_MATVEC": ("mma_matvec", _flag),  # batch-1 page matvecs on the tensor cores
     "MEGAKERNEL_W_O_PANELS": ("w_o_panels", _flag),  # fused ATTN_O_PROJ: W_o as 2-D TMA panels
