@@ -29,10 +29,10 @@ DEFAULT_MAX_INFLIGHT_PAGES = 4
 # whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
 DEFAULT_CHAIN_INFLIGHT_PAGES = 1
 # ... but only for the pages of instructions this many past the one the consumers run: an op's own pages,
-# which it waits for, go at the streaming cap (0: every page, as measured above). At a step's start the ring
-# is empty and layer 0's QKV / attention loaded their own pages one at a time: layer 0 took 60 µs against
-# 44 for the others (H200 profile, fourteenth session). Not yet measured: 0.
-DEFAULT_CHAIN_CAP_AHEAD = 0
+# which it waits for, go at the streaming cap (0: every page, as measured above). The 8B shape's QKV slice
+# (23 pages per SM) is larger than the ring, so its own pages streamed one at a time: 8B 4.167 -> 4.075
+# ms/token on an H200 (2 rounds, every round); 1B unchanged (0.807 vs 0.807; 2: 0.806), fourteenth session.
+DEFAULT_CHAIN_CAP_AHEAD = 1
 # ... and while gate/up, down and the LM head read their inputs (copies started in the previous op's freed
 # pages otherwise slow that read): 1.011 vs 1.022 ms/token on the 1B shape, 5.576 vs 5.648 on the 8B (H100).
 DEFAULT_LOW_CAP_INPUTS = True
