@@ -9,6 +9,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, KernelFields, launch
+from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
@@ -47,6 +48,10 @@ class CudaBackend(Backend):
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
         self._device = torch.device("cuda", torch.cuda.current_device())
+        props = torch.cuda.get_device_properties(self._device)
+        self.tuning = device_tuning(peak_memory_gbps(props))  # bandwidth-dependent defaults
+        if self.kernel.max_inflight_pages is None:
+            self.kernel = replace(self.kernel, max_inflight_pages=self.tuning.max_inflight_pages)
         self.module = load_extension("mk_interpreter")
         self.limits = InterpreterLimits.of(self.module)
         self.config = weights.config
@@ -60,10 +65,11 @@ class CudaBackend(Backend):
                             self.limits.one_token_slice_floats(self.dims, self.kernel.mma_matvec))
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
-        self.num_sms = num_sms or torch.cuda.get_device_properties(self._device).multi_processor_count
-        # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM (engine/cuda/fusion.py)
+        self.num_sms = num_sms or props.multi_processor_count
+        # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM and memory is fast
+        # (engine/cuda/fusion.py, device_tuning.py)
         fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), self.kernel.w_o_panels,
-                                     self.kernel.attn_kv_ring)
+                                     self.kernel.attn_kv_ring) if self.tuning.fuse_small_w_o else {"fuse_o_proj": False}
         if split_kw.setdefault("fuse_o_proj", fused["fuse_o_proj"]) and fused["fuse_o_proj"]:
             split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
         self.policy = policy

@@ -21,9 +21,9 @@ DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
 # bandwidth-delay product more outstanding copies only lengthen the queues the critical path's reads wait
 # in (H200, fourth session: uncapped 1.007 -> 3: 0.973 ms/token; 4: 0.990, 6: 1.005). Eighth session, with
 # the lower caps below: 2 throughout is 1-2 % slower on the 1B and 8B shapes than 3 with them. Fourteenth
-# session, on the one-lane loader (whose per-page path no longer adds to each cap's cycle): 4 beats 3 on the
-# H200 (1B 0.802 -> 0.799 and 0.811 -> 0.809, 8B 4.177 -> 4.169; 2 is 0.832).
-DEFAULT_MAX_INFLIGHT_PAGES = 4
+# session, on the one-lane loader (whose per-page path no longer adds to each cap's cycle), the optimum
+# follows the memory bandwidth: None here, so the backend picks it per device (engine/cuda/device_tuning.py).
+DEFAULT_MAX_INFLIGHT_PAGES: int | None = None
 # While the consumers run QKV / attention / O-proj, the loader keeps at most this many copies in flight
 # (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 with a
 # whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
@@ -68,7 +68,7 @@ class KernelOptions:
     l2_prefetch_kb: int = DEFAULT_L2_PREFETCH_KB
     l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB
     l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS
-    max_inflight_pages: int = DEFAULT_MAX_INFLIGHT_PAGES
+    max_inflight_pages: int | None = DEFAULT_MAX_INFLIGHT_PAGES  # None: the device's (device_tuning.py)
     chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES
     chain_cap_ahead: int = DEFAULT_CHAIN_CAP_AHEAD
     low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
@@ -85,7 +85,7 @@ class KernelOptions:
             if not 0 <= getattr(self, name) <= 4096:
                 raise ValueError(f"{name} must be in [0, 4096], got {getattr(self, name)}")
         for name in ("max_inflight_pages", "chain_inflight_pages", "chain_cap_ahead"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.defer_free_pages <= MAX_DEFER_FREE_PAGES:
             raise ValueError(f"defer_free_pages must be in [0, {MAX_DEFER_FREE_PAGES}], got {self.defer_free_pages}")
@@ -99,6 +99,8 @@ class KernelOptions:
         """The kernel's Globals scalars these options set, and `pdl`, which the launch reads (max_ring_pages acts on
         the host: limits.py; w_o_panels decides whether the backend encodes W_o's tensor map; fold_advance is
         the decode loop's)."""
+        if self.max_inflight_pages is None:
+            raise ValueError("max_inflight_pages is unresolved: CudaBackend sets it for its device (device_tuning.py)")
         return {"l2_prefetch_bytes": self.l2_prefetch_kb * 1024, "l2_beyond_ring_bytes": self.l2_beyond_ring_kb * 1024,
                 "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,

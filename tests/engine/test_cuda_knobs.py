@@ -60,13 +60,16 @@ def test_attn_kv_ring_knob_is_a_backend_keyword(text: str, want: bool) -> None:
 
 
 def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
-    opts = KernelOptions()
+    with pytest.raises(ValueError, match="max_inflight_pages is unresolved"):
+        KernelOptions().launch_fields()  # the backend sets the device's cap first (device_tuning.py)
+    opts = KernelOptions(max_inflight_pages=3)
+    assert opts.launch_fields()["max_inflight_pages"] == 3
     assert opts.launch_fields()["defer_free_pages"] == 8 and opts.launch_fields()["attn_kv_ring"] == 1
-    got = KernelOptions(l2_beyond_ring_kb=2, l2_beyond_ring_ops=("LM_HEAD",), low_cap_inputs=False).launch_fields()
+    got = KernelOptions(max_inflight_pages=4, l2_beyond_ring_kb=2, l2_beyond_ring_ops=("LM_HEAD",), low_cap_inputs=False).launch_fields()
     assert got["l2_beyond_ring_bytes"] == 2048 and got["low_cap_inputs"] == 0
     assert got["l2_beyond_ring_ops"] == 1 << 8  # OP_LM_HEAD
     assert "max_ring_pages" not in got  # a host-side option (engine/cuda/limits.py)
-    for bad in ({"defer_free_pages": 9}, {"chain_inflight_pages": -1}, {"l2_prefetch_kb": 5000},
+    for bad in ({"defer_free_pages": 9}, {"chain_inflight_pages": -1}, {"max_inflight_pages": -1}, {"chain_cap_ahead": -1}, {"l2_prefetch_kb": 5000},
                 {"l2_beyond_ring_ops": ("GATE_UP",)}):
         with pytest.raises(ValueError):
             KernelOptions(**bad)  # type: ignore[arg-type]
@@ -76,7 +79,7 @@ def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
 def test_mma_matvec_knob(text: str, want: bool) -> None:
     got = backend_knobs({"MEGAKERNEL_MMA_MATVEC": text})
     assert got == {"mma_matvec": want}
-    assert KernelOptions(**got).launch_fields()["mma_matvec"] == int(want)
+    assert KernelOptions(max_inflight_pages=3, **got).launch_fields()["mma_matvec"] == int(want)
     assert KernelOptions().mma_matvec is True  # the measured default (docs/BENCHMARKS.md, ninth session)
 
 
@@ -89,4 +92,4 @@ def test_launch_fields_are_scalars_the_kernel_reads() -> None:
     assert kernel_ints, "no MK_INT fields found in interpreter.cu"
     launch_reads = set(re.findall(r'fields\["(\w+)"\]', src))
     assert launch_reads == {"pdl"}
-    assert set(KernelOptions().launch_fields()) <= kernel_ints | launch_reads
+    assert set(KernelOptions(max_inflight_pages=3).launch_fields()) <= kernel_ints | launch_reads
