@@ -3,10 +3,10 @@
 
 Both were measured on the two GPUs we have (docs/BENCHMARKS.md, fourteenth session; same-run A/Bs):
 - the loader's in-flight page cap: copies in flight should cover the bandwidth-delay product, which grows
-  with the bandwidth. H200 (4.9 TB/s peak): 4 beats 3 (1B 0.811 -> 0.809 and 0.802 -> 0.799, 8B 4.177 ->
+  with the bandwidth. H200 (4.8 TB/s peak): 4 beats 3 (1B 0.811 -> 0.809 and 0.802 -> 0.799, 8B 4.177 ->
   4.169); H100 (3.35 TB/s): 3 beats 4 (1B 0.982 vs 0.986, 8B 5.283 vs 5.290);
 - fusing batch-1 attention with its O-proj slice (engine/cuda/fusion.py): H200 1B 0.809 -> 0.801, H100 1B
-  0.983 vs 0.978 without (the slice's copies stay on the chain longer where memory is slower).
+  0.982 vs 0.978 split at cap 3 (0.986 vs 0.983 at cap 4); why the fused phase costs there is not yet profiled.
 With two points the rule is a threshold between them; an unknown bandwidth (0) gets the H100's choices.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-HIGH_BANDWIDTH_GBPS = 4000.0  # between the H100's 3352 and the H200's 4915 GB/s peaks
+HIGH_BANDWIDTH_GBPS = 4000.0  # between the H100's 3352 and the H200's 4814 GB/s peaks
 
 
 class MemoryProperties(Protocol):  # torch.cuda.get_device_properties(...)

@@ -8,7 +8,7 @@ Measured on an H200, thirteenth session (docs/BENCHMARKS.md): Llama-3.2-1B shape
 per SM) 0.815 -> 0.806-0.808 ms/token; Llama-3.1-8B shape (16 pages per SM) 4.169 -> 4.247. So the default
 fuses where one layer's W_o spread over the SMs takes at most FUSED_MAX_W_O_PAGES_PER_SM ring pages, and (the
 backend's other condition, engine/cuda/device_tuning.py) where memory is fast: on an H100 the 1B fused measured
-0.983 against 0.978 ms/token split (fourteenth session), on an H200 0.801 against 0.809.
+0.982 against 0.978 ms/token split (fourteenth session), on an H200 0.801 against 0.809.
 """
 from __future__ import annotations
 
