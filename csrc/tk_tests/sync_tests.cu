@@ -1,6 +1,6 @@
 // compile-check: module mk_tk_tests
 // sync_tests.cu: warp reductions, global counters, mbarrier waits/timeouts, fp32 atomics,
-// timers and warpgroup hand-off.
+// timers, warpgroup hand-off and programmatic dependent launch.
 #include "common.cuh"
 
 namespace mk::tk_tests {
@@ -106,6 +106,26 @@ __global__ void __launch_bounds__(256, 1) handoff_kernel(const float* in, float*
   }
 }
 
+// Programmatic dependent launch: the producer lets its dependent launch at once, then spins before writing;
+// the consumer (launched with the PDL attribute) notes when it started, waits for the producer, then reads.
+// times[b] = {producer's write time, consumer's start time}.
+__global__ void pdl_producer_kernel(int* data, uint64_t spin_ns, long long* times) {
+  allow_dependent_grids();
+  if (threadIdx.x != 0) return;
+  const uint64_t t0 = globaltimer();
+  while (globaltimer() - t0 < spin_ns) nanosleep(100);
+  data[blockIdx.x] = 1000 + 7 * blockIdx.x;
+  times[2 * blockIdx.x] = (long long)globaltimer();
+}
+
+__global__ void pdl_consumer_kernel(const int* data, int* out, long long* times) {
+  const long long started = (long long)globaltimer();
+  wait_prerequisite_grids();
+  if (threadIdx.x != 0) return;
+  times[2 * blockIdx.x + 1] = started;
+  out[blockIdx.x] = data[blockIdx.x];
+}
+
 void warp_reduce(std::uintptr_t x, std::uintptr_t idx, int n_warps, std::uintptr_t sums,
                  std::uintptr_t maxes, std::uintptr_t arg_vals, std::uintptr_t arg_idx) {
   MK_REQUIRE(n_warps > 0, "n_warps must be positive");
@@ -124,6 +144,23 @@ void counter_chain(std::uintptr_t data, std::uintptr_t counter, int n_blocks, ui
                                          status.get());
   MK_CUDA_CHECK_LAUNCH_SYNC();
   status.check("counter_chain: a wait timed out");
+}
+
+void pdl_handoff(std::uintptr_t data, std::uintptr_t out, std::uintptr_t times, int n_blocks, uint64_t spin_ns) {
+  MK_REQUIRE(n_blocks > 0, "n_blocks must be positive");
+  pdl_producer_kernel<<<n_blocks, 32>>>(as_ptr<int>(data), spin_ns, as_ptr<long long>(times));
+  MK_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(n_blocks);
+  config.blockDim = dim3(32);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  MK_CUDA_CHECK(cudaLaunchKernelEx(&config, pdl_consumer_kernel, as_ptr<const int>(data), as_ptr<int>(out),
+                                   as_ptr<long long>(times)));
+  MK_CUDA_CHECK_LAUNCH_SYNC();
 }
 
 void counter_timeout(std::uintptr_t counter, int target, uint64_t timeout_ns, std::uintptr_t out) {
@@ -163,6 +200,8 @@ void register_sync(pybind11::module_& m) {
         py::arg("sums"), py::arg("maxes"), py::arg("arg_vals"), py::arg("arg_idx"));
   m.def("counter_chain", &counter_chain, py::arg("data"), py::arg("counter"), py::arg("n_blocks"),
         py::arg("timeout_ns"));
+  m.def("pdl_handoff", &pdl_handoff, py::arg("data"), py::arg("out"), py::arg("times"), py::arg("n_blocks"),
+        py::arg("spin_ns"));
   m.def("counter_timeout", &counter_timeout, py::arg("counter"), py::arg("target"),
         py::arg("timeout_ns"), py::arg("out"));
   m.def("mbarrier_waits", &mbarrier_waits, py::arg("timeout_ns"), py::arg("out"));
