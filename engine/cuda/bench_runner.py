@@ -47,7 +47,7 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
         for i in range(steps):
             ds.before_launch()
             fields = backend.launch_fields(ds)
-            if fold:  # the step's ARGMAX_REDUCE writes history[i] and the next step's args itself
+            if fold:  # the step's ARGMAX_REDUCE writes history[i] (batch 1: one id per step) and the next args
                 fields["advance_history"] = history.data_ptr() + i * history.element_size()
             launch(module, ds, fields)
             ds.after_launch()
