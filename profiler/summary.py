@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from profiler.marks import MarkStats, mark_stats, render_marks
-from profiler.phases import PhaseStats, layer_phases, render_phases
+from profiler.phases import LayerSpanStats, PhaseStats, layer_phases, layer_spans, render_layer_spans, render_phases
 from profiler.record import MetaValue, ProfileRecord
 
 
@@ -49,6 +49,7 @@ class Summary:
     total_bytes: int
     bandwidth_gb_s: float | None  # None when bytes_moved is unknown (all zero)
     phases: list[PhaseStats]  # per-layer critical-path phases (profiler/phases.py)
+    layer_spans: LayerSpanStats | None  # layer 0 against the rest (profiler/phases.py); None without layers
     marks: list[MarkStats]  # sub-phases inside instructions (profiler/marks.py); [] without marks
 
     def to_json(self) -> str:
@@ -109,6 +110,7 @@ def summarize(record: ProfileRecord) -> Summary:
         total_bytes=total_bytes,
         bandwidth_gb_s=total_bytes / makespan if total_bytes and makespan else None,  # B/ns == GB/s
         phases=layer_phases(record),
+        layer_spans=layer_spans(record),
         marks=mark_stats(record),
     )
 
@@ -143,6 +145,7 @@ def render_text(s: Summary) -> str:
     lines.append("")
     if s.phases:
         lines.extend(render_phases(s.phases))
+        lines.extend(render_layer_spans(s.layer_spans))
         lines.append("")
     if s.marks:
         lines.extend(render_marks(s.marks))
