@@ -69,7 +69,7 @@ class CudaBackend(Backend):
         # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM and memory is fast
         # (engine/cuda/fusion.py, device_tuning.py)
         fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), self.kernel.w_o_panels,
-                                     self.kernel.attn_kv_ring) if self.tuning.fuse_small_w_o else {"fuse_o_proj": False}
+                                     self.kernel.attn_kv_ring, self.tuning.fuse_small_w_o)
         if split_kw.setdefault("fuse_o_proj", fused["fuse_o_proj"]) and fused["fuse_o_proj"]:
             split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
         self.policy = policy
