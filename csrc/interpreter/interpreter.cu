@@ -108,24 +108,6 @@ Globals globals_from_dict(const py::dict& d) {
   return g;
 }
 
-// A launch on `stream`; with pdl, the programmatic-stream-serialization attribute lets it start while the
-// kernel before it still runs (the kernel waits for it in tk::wait_prerequisite_grids).
-template <typename... Params, typename... Args>
-void launch_maybe_pdl(void (*kernel)(Params...), int grid, int threads, size_t smem, cudaStream_t stream, bool pdl,
-                      Args... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = pdl ? &attribute : nullptr;
-  config.numAttrs = pdl ? 1 : 0;
-  MK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
-}
-
 void launch(const py::dict& fields, int grid, uintptr_t stream) {
   const Globals g = globals_from_dict(fields);
   if (g.ring_pages < mk::vm::MIN_RING_PAGES || g.ring_pages > mk::vm::MAX_RING_PAGES)
@@ -134,7 +116,8 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   auto* kernel = g.timing ? &mk::vm::megakernel<true> : &mk::vm::megakernel<false>;
   MK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const bool pdl = fields.contains("pdl") && fields["pdl"].cast<int>() != 0;
-  launch_maybe_pdl(kernel, grid, mk::vm::BLOCK_THREADS, smem, reinterpret_cast<cudaStream_t>(stream), pdl, g);
+  mk::tk::launch_maybe_pdl(kernel, dim3(grid), dim3(mk::vm::BLOCK_THREADS), smem,
+                           reinterpret_cast<cudaStream_t>(stream), pdl, g);
 }
 
 // W_o [layers x hidden, n_heads x head_dim] in boxes of BOX_ROWS x PANEL_COLS with the 128-byte swizzle, for
@@ -153,9 +136,9 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
 void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int step, uintptr_t error,
              int num_seqs, uintptr_t stream, bool pdl) {
   if (num_seqs < 1 || num_seqs > 1024) throw std::invalid_argument("advance: num_seqs must be in [1, 1024]");
-  launch_maybe_pdl(&mk::vm::advance_decode, 1, num_seqs, 0, reinterpret_cast<cudaStream_t>(stream), pdl,
-                   reinterpret_cast<int*>(step_args), reinterpret_cast<const int*>(out_tokens),
-                   reinterpret_cast<int*>(history), step, reinterpret_cast<int*>(error));
+  mk::tk::launch_maybe_pdl(&mk::vm::advance_decode, dim3(1), dim3(num_seqs), 0, reinterpret_cast<cudaStream_t>(stream),
+                           pdl, reinterpret_cast<int*>(step_args), reinterpret_cast<const int*>(out_tokens),
+                           reinterpret_cast<int*>(history), step, reinterpret_cast<int*>(error));
 }
 
 }  // namespace

@@ -5,7 +5,27 @@
 // calls return at once, so code using them is correct either way.
 #pragma once
 
+#include "util.cuh"
+
 namespace mk::tk {
+
+// Host: launch `kernel` on `stream`; with pdl, with the programmatic-stream-serialization attribute, so it may
+// start while the kernel before it in the stream still runs (it waits in wait_prerequisite_grids).
+template <typename... Params, typename... Args>
+void launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                      Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = pdl ? &attribute : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
+  MK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
 
 // Lets the next kernel in the stream launch (its blocks still need free SM resources to start). Once every
 // block of this grid has called it or exited, the dependent grid may begin.

@@ -150,16 +150,8 @@ void pdl_handoff(std::uintptr_t data, std::uintptr_t out, std::uintptr_t times, 
   MK_REQUIRE(n_blocks > 0, "n_blocks must be positive");
   pdl_producer_kernel<<<n_blocks, 32>>>(as_ptr<int>(data), spin_ns, as_ptr<long long>(times));
   MK_CUDA_CHECK(cudaGetLastError());
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(n_blocks);
-  config.blockDim = dim3(32);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MK_CUDA_CHECK(cudaLaunchKernelEx(&config, pdl_consumer_kernel, as_ptr<const int>(data), as_ptr<int>(out),
-                                   as_ptr<long long>(times)));
+  launch_maybe_pdl(pdl_consumer_kernel, dim3(n_blocks), dim3(32), 0, nullptr, /*pdl=*/true, as_ptr<const int>(data),
+                   as_ptr<int>(out), as_ptr<long long>(times));
   MK_CUDA_CHECK_LAUNCH_SYNC();
 }
 
