@@ -50,8 +50,9 @@ class CudaBackend(Backend):
         self._device = torch.device("cuda", torch.cuda.current_device())
         props = torch.cuda.get_device_properties(self._device)
         self.tuning = device_tuning(peak_memory_gbps(props))  # bandwidth-dependent defaults
-        if self.kernel.max_inflight_pages is None:
-            self.kernel = replace(self.kernel, max_inflight_pages=self.tuning.max_inflight_pages)
+        for name in ("max_inflight_pages", "chain_inflight_pages"):  # None: the device's
+            if getattr(self.kernel, name) is None:
+                self.kernel = replace(self.kernel, **{name: getattr(self.tuning, name)})
         self.module = load_extension("mk_interpreter")
         self.limits = InterpreterLimits.of(self.module)
         self.config = weights.config

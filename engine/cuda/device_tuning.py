@@ -6,7 +6,10 @@ Both were measured on the two GPUs we have (docs/BENCHMARKS.md, fourteenth sessi
   with the bandwidth. H200 (4.8 TB/s peak): 4 beats 3 (1B 0.811 -> 0.809 and 0.802 -> 0.799, 8B 4.177 ->
   4.169); H100 (3.35 TB/s): 3 beats 4 (1B 0.982 vs 0.986, 8B 5.283 vs 5.290);
 - fusing batch-1 attention with its O-proj slice (engine/cuda/fusion.py): H200 1B 0.809 -> 0.801, H100 1B
-  0.982 vs 0.978 split at cap 3 (0.986 vs 0.983 at cap 4); why the fused phase costs there is not yet profiled.
+  0.982 vs 0.978 split at cap 3 (0.986 vs 0.983 at cap 4); why the fused phase costs there is not yet profiled;
+- the cap while the chain runs (QKV, attention, O-proj; kernel_options.py), fifteenth session: H200 2 beats 1
+  (1B 0.805 -> 0.800, 8B 4.080 -> 4.075, every round; 3: 0.816), H100 1 beats 2 (1B 0.979 vs 0.989, 8B 5.272
+  vs 5.277).
 With two points the rule is a threshold between them; an unknown bandwidth (0) gets the H100's choices.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ class MemoryProperties(Protocol):  # torch.cuda.get_device_properties(...)
 class DeviceTuning:
     peak_gbps: float  # 0: unknown
     max_inflight_pages: int
+    chain_inflight_pages: int
     fuse_small_w_o: bool  # fusion.py's rule may fuse (it still decides by the model's W_o per SM)
 
 
@@ -38,4 +42,5 @@ def peak_memory_gbps(props: MemoryProperties) -> float:
 
 def device_tuning(peak_gbps: float) -> DeviceTuning:
     high = peak_gbps >= HIGH_BANDWIDTH_GBPS
-    return DeviceTuning(peak_gbps=peak_gbps, max_inflight_pages=4 if high else 3, fuse_small_w_o=high)
+    return DeviceTuning(peak_gbps=peak_gbps, max_inflight_pages=4 if high else 3,
+                        chain_inflight_pages=2 if high else 1, fuse_small_w_o=high)

@@ -27,7 +27,9 @@ DEFAULT_MAX_INFLIGHT_PAGES: int | None = None
 # While the consumers run QKV / attention / O-proj, the loader keeps at most this many copies in flight
 # (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 with a
 # whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
-DEFAULT_CHAIN_INFLIGHT_PAGES = 1
+# Fifteenth session, with chain_cap_ahead below: 2 beats 1 on the H200 (1B 0.805 -> 0.800, 8B 4.080 -> 4.075,
+# every round) and loses on the H100 (1B 0.979 vs 0.989, 8B 5.272 vs 5.277), so it is the device's too.
+DEFAULT_CHAIN_INFLIGHT_PAGES: int | None = None
 # ... but only for the pages of instructions this many past the one the consumers run: an op's own pages,
 # which it waits for, go at the streaming cap (0: every page, as measured above). The 8B shape's QKV slice
 # (23 pages per SM) is larger than the ring, so its own pages streamed one at a time: 8B 4.167 -> 4.075
@@ -69,7 +71,7 @@ class KernelOptions:
     l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB
     l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS
     max_inflight_pages: int | None = DEFAULT_MAX_INFLIGHT_PAGES  # None: the device's (device_tuning.py)
-    chain_inflight_pages: int = DEFAULT_CHAIN_INFLIGHT_PAGES
+    chain_inflight_pages: int | None = DEFAULT_CHAIN_INFLIGHT_PAGES  # None: the device's (device_tuning.py)
     chain_cap_ahead: int = DEFAULT_CHAIN_CAP_AHEAD
     low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
     max_ring_pages: int | None = None  # None: as many as each stream's inputs leave room for
@@ -99,8 +101,9 @@ class KernelOptions:
         """The kernel's Globals scalars these options set, and `pdl`, which the launch reads (max_ring_pages acts on
         the host: limits.py; w_o_panels decides whether the backend encodes W_o's tensor map; fold_advance is
         the decode loop's)."""
-        if self.max_inflight_pages is None:
-            raise ValueError("max_inflight_pages is unresolved: CudaBackend sets it for its device (device_tuning.py)")
+        for name in ("max_inflight_pages", "chain_inflight_pages"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name} is unresolved: CudaBackend sets it for its device (device_tuning.py)")
         return {"l2_prefetch_bytes": self.l2_prefetch_kb * 1024, "l2_beyond_ring_bytes": self.l2_beyond_ring_kb * 1024,
                 "l2_beyond_ring_ops": opcode_mask(self.l2_beyond_ring_ops),
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,

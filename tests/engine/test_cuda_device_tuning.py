@@ -21,13 +21,13 @@ def test_peak_bandwidth_of_an_h100() -> None:
 
 def test_h100_keeps_cap_3_and_the_split_path() -> None:
     t = device_tuning(peak_memory_gbps(Props(2_619_000, 5120)))
-    assert (t.max_inflight_pages, t.fuse_small_w_o) == (3, False)
+    assert (t.max_inflight_pages, t.chain_inflight_pages, t.fuse_small_w_o) == (3, 1, False)
 
 
 def test_h200_class_bandwidth_gets_cap_4_and_fusion() -> None:
     t = device_tuning(peak_memory_gbps(Props(3_201_000, 6016)))  # what an H200 reports: 4814 GB/s
     assert t.peak_gbps == pytest.approx(4814.3, abs=0.1) and t.peak_gbps > HIGH_BANDWIDTH_GBPS
-    assert (t.max_inflight_pages, t.fuse_small_w_o) == (4, True)
+    assert (t.max_inflight_pages, t.chain_inflight_pages, t.fuse_small_w_o) == (4, 2, True)
 
 
 def test_unknown_bandwidth_gets_the_conservative_choices() -> None:
@@ -36,4 +36,4 @@ def test_unknown_bandwidth_gets_the_conservative_choices() -> None:
 
     assert peak_memory_gbps(NoMemoryInfo()) == 0.0  # type: ignore[arg-type]
     t = device_tuning(0.0)
-    assert (t.max_inflight_pages, t.fuse_small_w_o) == (3, False)
+    assert (t.max_inflight_pages, t.chain_inflight_pages, t.fuse_small_w_o) == (3, 1, False)

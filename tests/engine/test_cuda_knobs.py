@@ -61,11 +61,13 @@ def test_attn_kv_ring_knob_is_a_backend_keyword(text: str, want: bool) -> None:
 
 def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
     with pytest.raises(ValueError, match="max_inflight_pages is unresolved"):
-        KernelOptions().launch_fields()  # the backend sets the device's cap first (device_tuning.py)
-    opts = KernelOptions(max_inflight_pages=3)
-    assert opts.launch_fields()["max_inflight_pages"] == 3
+        KernelOptions().launch_fields()  # the backend sets the device's caps first (device_tuning.py)
+    with pytest.raises(ValueError, match="chain_inflight_pages is unresolved"):
+        KernelOptions(max_inflight_pages=3).launch_fields()
+    opts = KernelOptions(max_inflight_pages=3, chain_inflight_pages=2)
+    assert opts.launch_fields()["max_inflight_pages"] == 3 and opts.launch_fields()["chain_inflight_pages"] == 2
     assert opts.launch_fields()["defer_free_pages"] == 8 and opts.launch_fields()["attn_kv_ring"] == 1
-    got = KernelOptions(max_inflight_pages=4, l2_beyond_ring_kb=2, l2_beyond_ring_ops=("LM_HEAD",), low_cap_inputs=False).launch_fields()
+    got = KernelOptions(max_inflight_pages=4, chain_inflight_pages=1, l2_beyond_ring_kb=2, l2_beyond_ring_ops=("LM_HEAD",), low_cap_inputs=False).launch_fields()
     assert got["l2_beyond_ring_bytes"] == 2048 and got["low_cap_inputs"] == 0
     assert got["l2_beyond_ring_ops"] == 1 << 8  # OP_LM_HEAD
     assert "max_ring_pages" not in got  # a host-side option (engine/cuda/limits.py)
@@ -79,7 +81,7 @@ def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
 def test_mma_matvec_knob(text: str, want: bool) -> None:
     got = backend_knobs({"MEGAKERNEL_MMA_MATVEC": text})
     assert got == {"mma_matvec": want}
-    assert KernelOptions(max_inflight_pages=3, **got).launch_fields()["mma_matvec"] == int(want)
+    assert KernelOptions(max_inflight_pages=3, chain_inflight_pages=1, **got).launch_fields()["mma_matvec"] == int(want)
     assert KernelOptions().mma_matvec is True  # the measured default (docs/BENCHMARKS.md, ninth session)
 
 
@@ -92,4 +94,4 @@ def test_launch_fields_are_scalars_the_kernel_reads() -> None:
     assert kernel_ints, "no MK_INT fields found in interpreter.cu"
     launch_reads = set(re.findall(r'fields\["(\w+)"\]', src))
     assert launch_reads == {"pdl"}
-    assert set(KernelOptions(max_inflight_pages=3).launch_fields()) <= kernel_ints | launch_reads
+    assert set(KernelOptions(max_inflight_pages=3, chain_inflight_pages=1).launch_fields()) <= kernel_ints | launch_reads
