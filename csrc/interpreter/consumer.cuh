@@ -28,7 +28,7 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, cons
     case OP_RMS_GATE_UP_SILU: return op_gate_up(g, sm, w);
     case OP_DOWN_RESIDUAL: return op_down(g, sm, w);
     case OP_LM_HEAD: return op_lm_head(g, sm, w);
-    case OP_ARGMAX_REDUCE: op_argmax(g, w); return true;
+    case OP_ARGMAX_REDUCE: op_argmax(g, sm, w); return true;
     default:
       if (threadIdx.x == 0) record_error(g, ERR_BAD_OPCODE, w, -1, 0, 0);
       return false;

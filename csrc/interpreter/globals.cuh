@@ -68,6 +68,7 @@ struct Globals {
   int mma_matvec;            // 1: batch-1 page matvecs on the tensor cores (dot_rows_mma.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
   int chain_cap_ahead;       // ... for the pages of instructions this many or more past the running one (state.cuh)
+  int embed_next;            // with advance_history: the next step has no EMBED, ARGMAX_REDUCE writes its hidden
   int queue_len;
   int dynamic_queue;
   int epoch;

@@ -45,6 +45,9 @@ class CudaBackend(Backend):
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
+        # False: the streams have no EMBED and each launch's caller writes hidden (load_inputs; the bench's loop:
+        # the previous step's ARGMAX_REDUCE, KernelOptions.fold_embed)
+        self.embed_in_stream = bool(split_kw.get("embed_in_stream", True))
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU")
         self._device = torch.device("cuda", torch.cuda.current_device())
@@ -131,12 +134,18 @@ class CudaBackend(Backend):
         ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
-        ds.upload_step_args()
+        self.load_inputs(ds)
         ds.before_launch()
         launch(self.module, ds, self.launch_fields(ds))
         ds.after_launch()
         self.last = ds
         return ds
+
+    def load_inputs(self, ds: DeviceStream) -> None:
+        """The stream's step args to the device, and its embedding rows into hidden where it has no EMBED."""
+        ds.upload_step_args()
+        if not self.embed_in_stream:
+            ds.embed_inputs(self.weights["embed"])
 
     def _finish(self, ds: DeviceStream) -> torch.Tensor:
         status = ds.status.cpu()  # synchronises; error record and sampled ids in one copy

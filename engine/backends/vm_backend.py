@@ -58,6 +58,9 @@ class VMBackend(Backend):
         cs = self.cache.get(batch)
         bufs, sync = self._buffers(cs)
         bufs.args = StepArgsView.decode(cs.step_args)
+        if not self.params.split.embed_in_stream:  # no EMBED in the stream: its input, as the cuda backend writes it
+            T = bufs.args.num_tokens
+            bufs.get("hidden")[:T] = bufs.w("embed")[bufs.args.token_ids[:T]].to(torch.float32)
         vm = VM(bufs, seed=self.vm_seed + self.steps, check_races=self.check_races)
         if cs.schedule.dynamic:
             self.last_trace = vm.run_dynamic(cs.tensor, cs.schedule.num_sms, sync)

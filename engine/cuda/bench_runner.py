@@ -3,12 +3,14 @@
 Protocol (engine/bench/baselines.py): the first P-1 prompt tokens are prefilled untimed; then N decode
 steps are timed, the first taking the last prompt token. Like the CUDA-graph baselines, tokens stay on
 the device between steps: each launch is followed by a tiny `advance` kernel that feeds the sampled id
-back (or, with KernelOptions.fold_advance, the step's ARGMAX_REDUCE does), so the host only queues launches and
-reads all N ids at the end; with KernelOptions.pdl each launch may start while the one before it ends.
+back (or, with KernelOptions.fold_advance, the step's ARGMAX_REDUCE does, and with fold_embed also writes the
+next step's embedding row, the streams then having no EMBED), so the host only queues launches and reads all N
+ids at the end; with KernelOptions.pdl each launch may start while the one before it ends.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -17,6 +19,7 @@ from engine.backends import has_sm90_gpu
 from engine.backends.cuda_backend import CudaBackend
 from engine.bench.engines import register_engine_runner
 from engine.cuda.device_stream import DeviceStream, launch
+from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.knobs import backend_knobs
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
@@ -38,10 +41,12 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
     def prepare() -> DeviceStream:
         backend.greedy(first)  # (re)loads the first step's args, builds the stream, checks errors
         ds = backend.last
-        ds.upload_step_args()  # back to the first step's inputs
+        backend.load_inputs(ds)  # back to the first step's inputs
         return ds
 
     fold, pdl = backend.kernel.fold_advance, backend.kernel.pdl
+    if not backend.embed_in_stream and not fold:
+        raise ValueError("a stream without EMBED needs fold_advance in the decode loop (ARGMAX_REDUCE embeds)")
 
     def queue_steps(ds: DeviceStream, steps: int) -> None:
         for i in range(steps):
@@ -49,6 +54,7 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
             fields = backend.launch_fields(ds)
             if fold:  # the step's ARGMAX_REDUCE writes history[i] (batch 1: one id per step) and the next args
                 fields["advance_history"] = history.data_ptr() + i * history.element_size()
+                fields["embed_next"] = int(not backend.embed_in_stream)
             launch(module, ds, fields)
             ds.after_launch()
             if not fold:
@@ -69,11 +75,19 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
     return history.cpu().tolist(), seconds
 
 
+def folds_embedding(knobs: dict[str, object], config: LlamaConfig) -> bool:
+    """Whether the loop's steps get their embedding rows from the previous step's ARGMAX_REDUCE (its 16-byte row
+    copy needs hidden_size % 8 == 0) instead of an EMBED of their own."""
+    opts = replace(KernelOptions(), **{k: v for k, v in knobs.items() if k in KernelOptions.names()})
+    return opts.fold_advance and opts.fold_embed and config.hidden_size % 8 == 0
+
+
 def megakernel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                       new_tokens: int) -> tuple[Sequence[int], float]:
     knobs = backend_knobs(os.environ)  # experiment knobs (engine/cuda/knobs.py); defaults are the engine's
     pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
-    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, **knobs)  # type: ignore[arg-type]
+    backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE,
+                          embed_in_stream=not folds_embedding(knobs, config), **knobs)  # type: ignore[arg-type]
     return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 

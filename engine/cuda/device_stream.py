@@ -14,7 +14,8 @@ import torch
 
 from engine.cuda.errors import MegakernelError, describe_failure, diagnose_root_cause
 from engine.cuda.kernel_options import KernelOptions
-from engine.instructions.layout import STEP_ARGS_HEADER_WORDS, ModelDims, activation_specs
+from engine.instructions.layout import (SA_NUM_TOKENS, SA_OFF_TOKEN_IDS, STEP_ARGS_HEADER_WORDS, ModelDims,
+                                        activation_specs)
 from engine.scheduler.step_builder_cache import CompiledStream
 
 KernelFields = dict[str, int | float | list[int]]  # Globals by member name (csrc/interpreter/globals.cuh)
@@ -86,6 +87,14 @@ class DeviceStream:
                                   "launch parameter built once per stream)")
         self.step_args.copy_(self.compiled.step_args, non_blocking=False)
 
+    def embed_inputs(self, embed: torch.Tensor) -> None:
+        """hidden = the embedding rows of the step's tokens, read from the device's step args (for a stream without
+        EMBED: SplitParams.embed_in_stream)."""
+        header = self.compiled.step_args[:STEP_ARGS_HEADER_WORDS]
+        T, off = int(header[SA_NUM_TOKENS]), int(header[SA_OFF_TOKEN_IDS])
+        ids = self.step_args[off:off + T].to(torch.int64)
+        self.acts["hidden"][:T] = embed[ids].to(torch.float32)
+
     def _header(self) -> list[int]:
         """The step-args header (shape and section offsets): fixed for the stream's life."""
         return [int(v) for v in self.compiled.step_args[:STEP_ARGS_HEADER_WORDS].tolist()]
@@ -109,7 +118,7 @@ class DeviceStream:
                      n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
                      kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
-                     ring_pages=self.ring_pages, **kernel.launch_fields(),
+                     ring_pages=self.ring_pages, embed_next=0, **kernel.launch_fields(),
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)

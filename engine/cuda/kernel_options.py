@@ -62,6 +62,9 @@ DEFAULT_PDL = True
 # The bench's on-device decode loop feeds each sampled id back inside the step (ARGMAX_REDUCE, advance.cuh)
 # instead of in a one-block kernel after it (whose 2.4 µs were on the loop's critical path).
 DEFAULT_FOLD_ADVANCE = True
+# ... and, with fold_advance, writes the next step's embedding rows into hidden too, so that step's stream has
+# no EMBED and its layer 0 starts without a dependency hop (engine/cuda/bench_runner.py).
+DEFAULT_FOLD_EMBED = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
@@ -81,6 +84,7 @@ class KernelOptions:
     w_o_panels: bool = DEFAULT_W_O_PANELS
     pdl: bool = DEFAULT_PDL
     fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (engine/cuda/bench_runner.py)
+    fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):

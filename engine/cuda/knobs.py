@@ -40,6 +40,7 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_W_O_PANELS": ("w_o_panels", _flag),  # fused ATTN_O_PROJ: W_o as 2-D TMA panels
     "MEGAKERNEL_PDL": ("pdl", _flag),  # each step launched with programmatic dependent launch
     "MEGAKERNEL_FOLD_ADVANCE": ("fold_advance", _flag),  # on-device loops: ARGMAX_REDUCE feeds the id back
+    "MEGAKERNEL_FOLD_EMBED": ("fold_embed", _flag),  # ... and writes its embedding (the stream has no EMBED)
 }
 
 

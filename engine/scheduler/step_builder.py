@@ -81,12 +81,12 @@ class _Emitter:
 
 
 def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
-                     prev_wait: tuple[int, int]) -> tuple[int, int]:
+                     prev_waits: Waits) -> tuple[int, int]:
     """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
     ctr, ns, nh = emit.ctr, plan.num_splits, len(plan.attn_heads)
     c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
     for a, b, g in plan.qkv:
-        emit(op.RmsQkvRopeAppend, layer, [prev_wait], c_qkv[g], row_begin=a, row_end=b, kv_group=g,
+        emit(op.RmsQkvRopeAppend, layer, prev_waits, c_qkv[g], row_begin=a, row_end=b, kv_group=g,
              copy_begin=0, copy_end=0)
     per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
     c_attn = ctr(f"ATTN_DONE[{layer}]")
@@ -107,11 +107,11 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
 
 
 def _attention_fused(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
-                     prev_wait: tuple[int, int]) -> tuple[int, int]:
+                     prev_waits: Waits) -> tuple[int, int]:
     """QKV (with the mid copies) and ATTN_O_PROJ of one layer; returns gate/up's wait."""
     c_qkv = emit.ctr(f"QKV[{layer}]")
     for (a, b, g), (c0, c1) in zip(plan.qkv, plan.qkv_copy):
-        emit(op.RmsQkvRopeAppend, layer, [prev_wait], c_qkv, row_begin=a, row_end=b, kv_group=g,
+        emit(op.RmsQkvRopeAppend, layer, prev_waits, c_qkv, row_begin=a, row_end=b, kv_group=g,
              copy_begin=c0, copy_end=c1)
     c_ao = emit.ctr(f"ATTN_O[{layer}]")
     for s in range(shape.num_seqs):
@@ -140,16 +140,18 @@ def _mlp(emit: _Emitter, plan: Plan, layer: int, gu_wait: tuple[int, int]) -> tu
 def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
     """Emit the step's instructions in a topological order (every waited signal comes earlier)."""
     emit = _Emitter()
-    c_embed = emit.ctr("EMBED")
-    for a, b in plan.embed:
-        emit(op.Embed, -1, [], c_embed, tok_begin=a, tok_end=b)
-    prev_wait = (c_embed, len(plan.embed))
+    prev_waits: Waits = []  # no EMBED (SplitParams.embed_in_stream): the caller wrote hidden before the step
+    if plan.embed:
+        c_embed = emit.ctr("EMBED")
+        for a, b in plan.embed:
+            emit(op.Embed, -1, [], c_embed, tok_begin=a, tok_end=b)
+        prev_waits = [(c_embed, len(plan.embed))]
     attention = _attention_fused if plan.fused else _attention_split
     for layer in range(dims.layers):
-        gu_wait = attention(emit, dims, shape, plan, layer, prev_wait)
-        prev_wait = _mlp(emit, plan, layer, gu_wait)
+        gu_wait = attention(emit, dims, shape, plan, layer, prev_waits)
+        prev_waits = [_mlp(emit, plan, layer, gu_wait)]
     c_lm = emit.ctr("LM_HEAD")
     for blk, (a, b) in enumerate(plan.lm_head):
-        emit(op.LmHead, -1, [prev_wait], c_lm, v_begin=a, v_end=b, block=blk)
+        emit(op.LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)
     emit(op.ArgmaxReduce, -1, [(c_lm, len(plan.lm_head))], emit.ctr("DONE"), num_blocks=len(plan.lm_head))
     return Stream(dims, shape, plan, emit.out, emit.period(), list(emit.ctr.names))

@@ -38,6 +38,9 @@ class SplitParams:
     # (sequence, group) and no reduce hop (the GPU backend uses 8; measured in docs/BENCHMARKS.md).
     min_pages_per_split: int = 1
     embed_bytes_per_instr: int = 1 << 18
+    # False: the step has no EMBED; its caller wrote `hidden` (the cuda backend's host path, or the previous step's
+    # ARGMAX_REDUCE in an on-device decode loop), and layer 0 waits for nothing.
+    embed_in_stream: bool = True
     # Batch-1 steps with short contexts may run ATTN_O_PROJ (attention fused with its O-proj slice)
     # instead of ATTN_PARTIAL + O_PROJ_RESIDUAL: one dependency hop less per layer, but each fused
     # instruction repeats its heads' attention and runs a short-row matvec. Off by default: on an H200
@@ -181,7 +184,7 @@ def _fused_cuts(d: ModelDims, shape: StepShape, p: SplitParams, num_qkv: int) ->
 def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, max_context_pages: int) -> Plan:
     target = p.waves * p.num_sms
     tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
-    embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed))
+    embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed)) if p.embed_in_stream else []
 
     qa = pow2_align(d.head_dim)  # even: RoPE partners stay in one block; never straddles a head pair
     per_group = _count(d.group_rows // qa, target / d.n_kv)

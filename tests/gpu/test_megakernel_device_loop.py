@@ -1,6 +1,7 @@
 """The bench's on-device decode loop (engine/cuda/bench_runner.py) in each of its launch modes: the advance
-kernel or ARGMAX_REDUCE feeding ids back (fold_advance), plain launches or programmatic dependent launch (pdl,
-where a step's blocks start while the previous step ends). Each run's tokens are checked step by step against
+kernel or ARGMAX_REDUCE feeding ids back (fold_advance; with fold_embed also the next step's embedding row, the
+streams then having no EMBED), plain launches or programmatic dependent launch (pdl, where a step's blocks start
+while the previous step ends). Each run's tokens are checked step by step against
 the torch reference, teacher-forced on them: a step that read stale step args, activations or KV would pick a
 token far from the reference's argmax."""
 from __future__ import annotations
@@ -23,14 +24,16 @@ PROMPT, NEW = 7, 40
 NEAR_TIE = 0.125  # as in test_megakernel_llama1b.py: bf16 rounding of the reference's logits
 
 
-@pytest.mark.parametrize("pdl,fold", [(False, False), (True, False), (False, True), (True, True)])
-def test_device_loop_tokens_follow_reference(pdl: bool, fold: bool) -> None:
+@pytest.mark.parametrize("pdl,fold,embed", [(False, False, False), (True, False, False), (False, True, False),
+                                            (True, True, False), (False, True, True), (True, True, True)])
+def test_device_loop_tokens_follow_reference(pdl: bool, fold: bool, embed: bool) -> None:
     cfg = small(hidden=512, heads=8, kv=2, hd=64, inter=1024, layers=3, vocab=2048)
     dev = torch.device("cuda")
     weights = random_weights(cfg, torch.bfloat16, dev, seed=5)
     pages = -(-(PROMPT + NEW) // PAGE_SIZE)
     prompt = torch.randint(0, cfg.vocab_size, (PROMPT,), generator=torch.Generator().manual_seed(2)).tolist()
-    mk = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, pdl=pdl, fold_advance=fold)
+    mk = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, pdl=pdl, fold_advance=fold, fold_embed=embed,
+                     embed_in_stream=not embed)
     tokens, seconds = decode_on_device(mk, prompt, NEW)
     assert len(tokens) == NEW and seconds > 0
 
@@ -41,8 +44,8 @@ def test_device_loop_tokens_follow_reference(pdl: bool, fold: bool) -> None:
     exact = 0
     for i, tok in enumerate(tokens):
         gap = float(logits.max()) - float(logits[tok])
-        assert gap <= NEAR_TIE, f"pdl={pdl} fold={fold} step {i}: token {tok}, reference logit {gap:.3f} below max"
+        assert gap <= NEAR_TIE, f"pdl={pdl} fold={fold} embed={embed} step {i}: token {tok}, reference logit {gap:.3f} below max"
         exact += int(tok == int(logits.argmax()))
         batch = StepBatch.build([[tok]], [PROMPT + i], table, device=dev, page_size=PAGE_SIZE)
         logits = ref.forward(batch, kv)[0]
-    assert exact >= int(0.8 * NEW), f"pdl={pdl} fold={fold}: only {exact}/{NEW} steps on the reference's argmax"
+    assert exact >= int(0.8 * NEW), f"pdl={pdl} fold={fold} embed={embed}: only {exact}/{NEW} steps on the reference's argmax"
