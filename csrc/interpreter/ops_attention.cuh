@@ -206,7 +206,7 @@ __device__ void op_argmax(const Globals& g, const Shared& sm, const int* w) {
       g.out_tokens[s] = best.index;
       // The on-device decode loop's next inputs: every reader of step_args in this step is an ancestor.
       if (g.advance_history) advance_sequence(const_cast<int*>(g.step_args), s, best.index, g.advance_history, g.error);
-      reinterpret_cast<int*>(sm.out)[s] = best.index;  // for the embedding rows below
+      reinterpret_cast<int*>(sm.out)[s] = best.index;  // for the embedding rows below (S <= tokens <= OUT_FLOATS)
     }
   }
   // ... and their embedding rows, where the next step has no EMBED: every reader of hidden in this step (the LM
