@@ -103,8 +103,8 @@ class KernelOptions:
 
     def launch_fields(self) -> dict[str, int]:
         """The kernel's Globals scalars these options set, and `pdl`, which the launch reads (max_ring_pages acts on
-        the host: limits.py; w_o_panels decides whether the backend encodes W_o's tensor map; fold_advance is
-        the decode loop's)."""
+        the host: limits.py; w_o_panels decides whether the backend encodes W_o's tensor map; fold_advance and
+        fold_embed are the decode loop's)."""
         for name in ("max_inflight_pages", "chain_inflight_pages"):
             if getattr(self, name) is None:
                 raise ValueError(f"{name} is unresolved: CudaBackend sets it for its device (device_tuning.py)")
