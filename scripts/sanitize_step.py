@@ -1,4 +1,5 @@
-"""A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer. The
+"""A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer, then the
+bench's on-device loop (ARGMAX_REDUCE advancing the step args and writing the next step's embedding rows). The
 cuda knobs of engine/cuda/knobs.py apply (e.g. MEGAKERNEL_FUSE_O_PROJ=1 checks the fused path)."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import torch
 
 from engine.backends.cuda_backend import CudaBackend
+from engine.cuda.bench_runner import PAGE_SIZE, decode_on_device
 from engine.cuda.knobs import backend_knobs
 from models.llama.config import LlamaConfig
 from models.llama.init_random import random_state_dict
@@ -28,6 +30,10 @@ def main() -> None:
         for pos in range(4, 20):
             ids = be.greedy(StepBatch.build([[int(ids[0])]], [pos], [table], device="cuda", page_size=16))
         print(f"{policy}: ok, last token {int(ids[0])}")
+    loop = CudaBackend(weights, num_pages=2, page_size=PAGE_SIZE, embed_in_stream=False,
+                       **{**knobs, "fold_advance": True, "fold_embed": True})
+    tokens, _ = decode_on_device(loop, [5, 9, 2, 7], 12)
+    print(f"device loop: ok, tokens {tokens}")
 
 
 if __name__ == "__main__":
