@@ -1,7 +1,7 @@
 """Defaults of the cuda backend that depend on the GPU's memory bandwidth, derived from the device's peak
 (memory clock x bus width), not from its name or SM count.
 
-Both were measured on the two GPUs we have (docs/BENCHMARKS.md, fourteenth session; same-run A/Bs):
+Each was measured on the two GPUs we have (docs/BENCHMARKS.md, fourteenth and fifteenth sessions; same-run A/Bs):
 - the loader's in-flight page cap: copies in flight should cover the bandwidth-delay product, which grows
   with the bandwidth. H200 (4.8 TB/s peak): 4 beats 3 (1B 0.811 -> 0.809 and 0.802 -> 0.799, 8B 4.177 ->
   4.169); H100 (3.35 TB/s): 3 beats 4 (1B 0.982 vs 0.986, 8B 5.283 vs 5.290);
