@@ -3,7 +3,7 @@
 `megakernel profile` times steps that the host prepares one by one, with other kernels (prefill, step-args
 set-up) between them; the bench queues megakernel launches back to back. This runs the bench's loop
 (engine/cuda/bench_runner.decode_on_device) with timing compiled in for every launch, so the last step's
-records show the kernel in the bench's conditions, and prints its layer spans and summary.
+records show the kernel in the bench's conditions, and prints its summary (layer spans included).
   python3 scripts/profile_device_loop.py [--preset llama-3.2-1b] [--prompt-len 32] [--steps 16] [--out DIR]
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ from engine.bench.model_source import load_bench_weights
 from engine.cuda.bench_runner import PAGE_SIZE, decode_on_device
 from engine.cuda.knobs import backend_knobs
 from engine.cuda.profile import record_from_timing
-from profiler.phases import layer_spans, render_layer_spans
 from profiler.record import save_npz
 from profiler.summary import render_text, summarize
 
@@ -44,7 +43,6 @@ def main() -> None:
             "gpu": torch.cuda.get_device_name()}
     record = record_from_timing(backend, meta)
     print(f"device loop: {seconds * 1e3:.3f} ms/token with timing on ({args.steps} steps)")
-    print("\n".join(render_layer_spans(layer_spans(record))))
     print(render_text(summarize(record)))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
