@@ -35,6 +35,14 @@ inline constexpr int MAX_GQA = 8;
 
 inline constexpr int CONSUMER_BARRIER = 1;  // named barrier id for the consumer warps
 
+// Compiled variants of the interpreter (interpreter.cu; the host picks one per stream: engine/cuda/variant.py).
+// The batch-1 ones hold only the paths of one sequence's one new token, and only one attention path each.
+enum KernelVariant : int {
+  VARIANT_GENERAL = 0,
+  VARIANT_BATCH1_SPLIT = 1,  // ATTN_PARTIAL (+ ATTN_REDUCE) and O_PROJ_RESIDUAL
+  VARIANT_BATCH1_FUSED = 2,  // ATTN_O_PROJ
+};
+
 struct SharedPlan {
   static constexpr int pages = 0;  // ring pages, then x (runtime split: x_floats())
   static constexpr int out = pages + POOL_BYTES;

@@ -17,17 +17,21 @@ __device__ __forceinline__ bool wait_all_dependencies(const Globals& g, const in
   return ok;
 }
 
+// V: the kernel variant (config.cuh KernelVariant); a batch-1 variant runs only its paths (state.cuh
+// variant_mismatch for the rest).
+template <int V>
 __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, const int* w) {
+  constexpr bool B1 = V != VARIANT_GENERAL, SPLIT = V != VARIANT_BATCH1_FUSED, FUSED = V != VARIANT_BATCH1_SPLIT;
   switch (w[W_OPCODE]) {
     case OP_EMBED: op_embed(g, w); return true;
-    case OP_RMS_QKV_ROPE_APPEND: return op_qkv(g, sm, w);
-    case OP_ATTN_PARTIAL: return op_attn_partial(g, sm, w);
+    case OP_RMS_QKV_ROPE_APPEND: return op_qkv<B1>(g, sm, w);
+    case OP_ATTN_PARTIAL: if constexpr (SPLIT) return op_attn_partial<B1>(g, sm, w); else return variant_mismatch(g, w);
     case OP_ATTN_REDUCE: op_attn_reduce(g, w); return true;
-    case OP_O_PROJ_RESIDUAL: return op_o_proj(g, sm, w);
-    case OP_ATTN_O_PROJ: return op_attn_o_proj(g, sm, w);
-    case OP_RMS_GATE_UP_SILU: return op_gate_up(g, sm, w);
-    case OP_DOWN_RESIDUAL: return op_down(g, sm, w);
-    case OP_LM_HEAD: return op_lm_head(g, sm, w);
+    case OP_O_PROJ_RESIDUAL: if constexpr (SPLIT) return op_o_proj<B1>(g, sm, w); else return variant_mismatch(g, w);
+    case OP_ATTN_O_PROJ: if constexpr (FUSED) return op_attn_o_proj<B1>(g, sm, w); else return variant_mismatch(g, w);
+    case OP_RMS_GATE_UP_SILU: return op_gate_up<B1>(g, sm, w);
+    case OP_DOWN_RESIDUAL: return op_down<B1>(g, sm, w);
+    case OP_LM_HEAD: return op_lm_head<B1>(g, sm, w);
     case OP_ARGMAX_REDUCE: op_argmax(g, sm, w); return true;
     default:
       if (threadIdx.x == 0) record_error(g, ERR_BAD_OPCODE, w, -1, 0, 0);
@@ -47,7 +51,7 @@ __device__ __forceinline__ void free_deferred_pages(const Globals& g, const Shar
   for (int k = n_pages - held; k < n_pages; ++k) tk::arrive(sm.page_empty[(end - n_pages + k) % R]);
 }
 
-template <bool TIMING>
+template <bool TIMING, int V>
 __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm) {
   for (int i = 0;; ++i) {
     const int slot = i % NUM_SLOTS;
@@ -74,7 +78,7 @@ __device__ __forceinline__ void run_consumers(const Globals& g, const Shared& sm
     if (!consumer_all(ok) || w[W_OPCODE] == OP_NOOP) return;
     if constexpr (TIMING) t_ready = (long long)tk::globaltimer();
     if (threadIdx.x == 0) progress[1] = STAGE_RUNNING;
-    ok = execute(g, sm, w);
+    ok = execute<V>(g, sm, w);
     consumer_sync();  // every consumer's global writes happen before the release below
     if (!ok) return;
     if (threadIdx.x == 0) {

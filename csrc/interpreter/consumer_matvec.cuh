@@ -193,9 +193,14 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
 }
 
 // The instruction's weight stream (from its slot) against nx activation rows in x, dispatched on nx
-// (1 for batch-1 decode keeps registers low).
+// (1 for batch-1 decode keeps registers low). The batch-1 kernel (B1) holds only the one-row loop.
+template <bool B1>
 __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int nx, const int* instr) {
   const WeightStream ws = slot_stream(instr);
+  if constexpr (B1) {
+    if (nx != 1) return variant_mismatch(g, instr);
+    return consume_pages<1>(g, sm, ws, 1, instr);
+  }
   if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr);
   if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);
   if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr);

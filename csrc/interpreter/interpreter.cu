@@ -15,7 +15,12 @@
 
 namespace mk::vm {
 
-template <bool TIMING>
+// TIMING: per-instruction timing records (Globals::timing). V: the variant (config.cuh); the batch-1 ones are
+// compiled with only the paths of one sequence's one new token (the one-row matvec, the ring attention, one
+// attention path): a third of the general kernel's 900 KB of code, so a layer's hot code fits the instruction
+// caches better (docs/BENCHMARKS.md, sixteenth session). The host picks the variant per stream
+// (engine/cuda/variant.py); an instruction a variant cannot run is a recorded error, never a guess.
+template <bool TIMING, int V>
 __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_constant__ Globals g) {
   extern __shared__ __align__(1024) uint8_t smem[];
   // Launched with PDL (KernelOptions.pdl), the next step's blocks take this grid's SMs as its blocks exit and
@@ -45,7 +50,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
   if (reinterpret_cast<const int*>(sm.scratch)[SCRATCH_FLOATS - 2] != 0) return;  // block-uniform
   const int warp = tk::warp_id();
   if (warp < NUM_CONSUMER_WARPS) {
-    run_consumers<TIMING>(g, sm);
+    run_consumers<TIMING, V>(g, sm);
   } else if (warp == CONTROLLER_WARP) {
     run_controller(g, sm);
   } else {
@@ -113,7 +118,16 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   if (g.ring_pages < mk::vm::MIN_RING_PAGES || g.ring_pages > mk::vm::MAX_RING_PAGES)
     throw std::invalid_argument("megakernel launch: 'ring_pages' must be in [MIN_RING_PAGES, MAX_RING_PAGES]");
   const size_t smem = mk::vm::SharedPlan::total;
-  auto* kernel = g.timing ? &mk::vm::megakernel<true> : &mk::vm::megakernel<false>;
+  using mk::vm::megakernel;
+  using KernelFn = void (*)(const Globals);
+  const int variant = scalar_field<int>(fields, "variant");
+  const KernelFn by_variant[2][3] = {
+      {&megakernel<false, mk::vm::VARIANT_GENERAL>, &megakernel<false, mk::vm::VARIANT_BATCH1_SPLIT>,
+       &megakernel<false, mk::vm::VARIANT_BATCH1_FUSED>},
+      {&megakernel<true, mk::vm::VARIANT_GENERAL>, &megakernel<true, mk::vm::VARIANT_BATCH1_SPLIT>,
+       &megakernel<true, mk::vm::VARIANT_BATCH1_FUSED>}};
+  if (variant < 0 || variant > 2) throw std::invalid_argument("megakernel launch: 'variant' must be 0, 1 or 2");
+  const KernelFn kernel = by_variant[g.timing ? 1 : 0][variant];
   MK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const bool pdl = fields.contains("pdl") && fields["pdl"].cast<int>() != 0;
   mk::tk::launch_maybe_pdl(kernel, dim3(grid), dim3(mk::vm::BLOCK_THREADS), smem,
@@ -170,4 +184,6 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("TIMING_WORDS") = mk::vm::TIMING_WORDS;
   m.attr("TIMING_MARK0") = mk::vm::TIMING_MARK0;
   m.attr("PROGRESS_WORDS") = mk::vm::PROGRESS_WORDS;
+  m.attr("VARIANT_BATCH1_SPLIT") = static_cast<int>(mk::vm::VARIANT_BATCH1_SPLIT);
+  m.attr("VARIANT_BATCH1_FUSED") = static_cast<int>(mk::vm::VARIANT_BATCH1_FUSED);
 }

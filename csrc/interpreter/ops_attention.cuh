@@ -131,18 +131,23 @@ __device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
 // ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
 // One new token whose earlier keys the controller put on the page ring (kv_stream.cuh) takes the ring
 // path; anything else (prefill chunks, the knob off) reads its keys from global memory.
-template <int DPL>
+template <int DPL, bool B1>
 __device__ bool attn_partial(const Globals& g, const Shared& sm, const int* w) {
   if (w[W_SLOT_KV_MODE]) return attend_ring<DPL>(g, sm, w, partial_output(g, w));
-  const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
-  attend<DPL, true>(g, sm, w, task, partial_output(g, w));
-  return true;
+  if constexpr (B1) {
+    return variant_mismatch(g, w);
+  } else {
+    const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
+    attend<DPL, true>(g, sm, w, task, partial_output(g, w));
+    return true;
+  }
 }
 
+template <bool B1>
 __device__ __forceinline__ bool op_attn_partial(const Globals& g, const Shared& sm, const int* w) {
-  if (g.head_dim == 64) return attn_partial<2>(g, sm, w);
-  if (g.head_dim == 128) return attn_partial<4>(g, sm, w);
-  return attn_partial<1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
+  if (g.head_dim == 64) return attn_partial<2, B1>(g, sm, w);
+  if (g.head_dim == 128) return attn_partial<4, B1>(g, sm, w);
+  return attn_partial<1, B1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
 }
 
 // ATTN_REDUCE: operands seq, kv_group, num_splits. out = Σ_k e^{lse_k - M} o_k / Σ_k e^{lse_k - M}.

@@ -19,7 +19,7 @@
 namespace mk::vm {
 
 // ATTN_O_PROJ: operands seq, kv_group, head_begin, head_end (within the group), row_begin, row_end.
-template <int DPL>
+template <int DPL, bool B1>
 __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const AttnTask task{w[3], w[4], 0, 1, w[5], w[6]};
@@ -33,6 +33,8 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   if (w[W_SLOT_KV_MODE]) {  // one new token: its earlier keys came through the ring, ahead of the W_o pages
     if (!attend_ring<DPL>(g, sm, w, emit)) return false;
     consumer_sync();  // every head's output staged
+  } else if constexpr (B1) {
+    return variant_mismatch(g, w);
   } else {
     attend<DPL, false>(g, sm, w, task, emit);
   }
@@ -42,7 +44,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   // Panel pages (one-token steps) or row copies: the loader made the same choice (panel_stream).
-  if (!(panels ? consume_panel_pages(g, sm, w) : matvec(g, sm, nq, w))) return false;
+  if (!(panels ? consume_panel_pages(g, sm, w) : matvec<B1>(g, sm, nq, w))) return false;
   float* mid = g.mid + (long long)q_first * H + row_begin;
   float* hidden = g.hidden + (long long)q_first * H + row_begin;
   if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows
@@ -64,10 +66,11 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   return true;
 }
 
+template <bool B1>
 __device__ __forceinline__ bool op_attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
-  if (g.head_dim == 64) return attn_o_proj<2>(g, sm, w);
-  if (g.head_dim == 128) return attn_o_proj<4>(g, sm, w);
-  return attn_o_proj<1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
+  if (g.head_dim == 64) return attn_o_proj<2, B1>(g, sm, w);
+  if (g.head_dim == 128) return attn_o_proj<4, B1>(g, sm, w);
+  return attn_o_proj<1, B1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
 }
 
 }  // namespace mk::vm

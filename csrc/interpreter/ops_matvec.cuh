@@ -19,6 +19,7 @@ __device__ __forceinline__ void streamed_input_ready(const Globals& g, const Sha
 
 // RMS_QKV_ROPE_APPEND: operands row_begin, row_end, kv_group, copy_begin, copy_end. Besides q and the
 // KV append it copies hidden[:, copy_begin:copy_end) into mid (the fused ATTN_O_PROJ adds into mid).
+template <bool B1>
 __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
@@ -47,7 +48,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
     const long long at = (long long)(idx / n_copy) * H + copy_begin + idx % n_copy;
     g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
   }
-  if (!matvec(g, sm, T, w)) return false;
+  if (!matvec<B1>(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
     const int t = idx / pairs, pr = idx % pairs;
     const int r = row_begin + 2 * pr;
@@ -79,6 +80,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
 }
 
 // O_PROJ_RESIDUAL: operands row_begin, row_end. mid = hidden + attn·Wo^T; hidden = mid.
+template <bool B1>
 __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
@@ -89,7 +91,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
     resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
   load_rows(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec(g, sm, T, w)) return false;
+  if (!matvec<B1>(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
@@ -101,12 +103,13 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
 }
 
 // RMS_GATE_UP_SILU: operands i_begin, i_end, slice. act = silu(gate) * up over tile-interleaved rows.
+template <bool B1>
 __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
-  if (!matvec(g, sm, T, w)) return false;
+  if (!matvec<B1>(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
     const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
@@ -119,12 +122,13 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
 }
 
 // DOWN_RESIDUAL: operands row_begin, row_end, k_begin, k_end, slice. hidden += act[:, k]·Wd[:, k]^T.
+template <bool B1>
 __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
-  if (!matvec(g, sm, T, w)) return false;
+  if (!matvec<B1>(g, sm, T, w)) return false;
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
@@ -133,12 +137,13 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
 }
 
 // LM_HEAD: operands v_begin, v_end, block. Logits of each sequence's last token + block argmax.
+template <bool B1>
 __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   streamed_input_ready(g, sm, w);
-  if (!matvec(g, sm, S, w)) return false;
+  if (!matvec<B1>(g, sm, S, w)) return false;
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
     g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r] * rms_inv(g, sm, s);

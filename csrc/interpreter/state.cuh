@@ -93,6 +93,14 @@ __device__ __forceinline__ void record_error(const Globals& g, int kind, const i
   atomicExch(g.error, kind);
 }
 
+// The batch-1 kernel (template flag B1: one sequence, one new token, attention through the ring) compiles only
+// those paths; an instruction that needs another is a host error (it picked the variant: engine/cuda/variant.py).
+// Thread 0 records it; every caller returns false, so the step fails with this record.
+__device__ __forceinline__ bool variant_mismatch(const Globals& g, const int* instr) {
+  if (threadIdx.x == 0) record_error(g, ERR_VARIANT, instr, -1, 0, 0);
+  return false;
+}
+
 // Spin until counters[c] >= epoch * period[c] + target (acquire). False on watchdog/abort.
 __device__ __forceinline__ bool wait_dependency(const Globals& g, const int* instr, int c, int target) {
   const int goal = g.epoch * g.counter_period[c] + target;

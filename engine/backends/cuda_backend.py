@@ -13,6 +13,7 @@ from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
+from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
@@ -119,8 +120,10 @@ class CudaBackend(Backend):
                     last_error = exc
                     cs.backend_state = False
                     continue
+                variant = kernel_variant(cs.shape, self.dims, self.page_size, cs.stream.plan.fused, self.kernel,
+                                         self.limits.page_bytes)
                 cs.backend_state = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS,
-                                                       ring_pages)
+                                                       ring_pages, variant)
             return cs
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))

@@ -41,6 +41,7 @@ class DeviceStream:
     err_words: int
     max_period: int
     ring_pages: int  # weight-ring pages this stream runs with (engine/cuda/limits.py fit_stream)
+    variant: int = 0  # the kernel variant it runs (engine/cuda/variant.py; 0: the general kernel)
     epoch: int = 0
     timing: torch.Tensor | None = None
     progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
@@ -49,7 +50,7 @@ class DeviceStream:
 
     @staticmethod
     def create(cs: CompiledStream, dims: ModelDims, device: torch.device, err_words: int,
-               ring_pages: int) -> DeviceStream:
+               ring_pages: int, variant: int = 0) -> DeviceStream:
         stream = cs.stream
         period = torch.as_tensor(stream.counter_period, dtype=torch.int32)
         acts: dict[str, torch.Tensor] = {}
@@ -70,7 +71,7 @@ class DeviceStream:
             status=torch.zeros(err_words + cs.shape.num_seqs, dtype=torch.int32, device=device),
             grid=cs.schedule.num_sms, queue_len=int(tensor.shape[0] if dynamic else tensor.shape[1]),
             dynamic=dynamic, err_words=err_words, max_period=int(period.max().item()) if len(period) else 1,
-            ring_pages=ring_pages)
+            ring_pages=ring_pages, variant=variant)
 
     @property
     def out_tokens(self) -> torch.Tensor:
@@ -118,7 +119,7 @@ class DeviceStream:
                      n_heads=dims.n_heads, n_kv=dims.n_kv, head_dim=dims.head_dim, vocab=dims.vocab,
                      kv_num_pages=int(k_cache.shape[1]), gu_tile=gu_tile,
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
-                     ring_pages=self.ring_pages, embed_next=0, **kernel.launch_fields(),
+                     ring_pages=self.ring_pages, variant=self.variant, embed_next=0, **kernel.launch_fields(),
                      sa_header=self._header())
             self._base_fields = f
         f = dict(self._base_fields)

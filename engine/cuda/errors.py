@@ -8,6 +8,7 @@ from engine.scheduler.step_builder_cache import CompiledStream
 
 KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "intra-SM pipeline wait timed out",
          4: "dynamic queue claim before this launch's queue (queue head / epoch out of step)",
+         5: "instruction outside the batch-1 kernel variant's paths (engine/cuda/variant.py picked it wrongly)",
          -1: "error record incomplete"}
 
 

@@ -65,6 +65,9 @@ DEFAULT_FOLD_ADVANCE = True
 # ... and, with fold_advance, writes the next step's embedding rows into hidden too, so that step's stream has
 # no EMBED and its layer 0 starts without a dependency hop (engine/cuda/bench_runner.py).
 DEFAULT_FOLD_EMBED = True
+# Batch-1 decode streams run a kernel variant compiled with only their paths (engine/cuda/variant.py): a build
+# with only those paths measured 0.794 -> 0.763 ms/token on the 1B shape, H200 (docs/BENCHMARKS.md, sixteenth session).
+DEFAULT_BATCH1_KERNEL = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
@@ -85,6 +88,7 @@ class KernelOptions:
     pdl: bool = DEFAULT_PDL
     fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (engine/cuda/bench_runner.py)
     fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
+    batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
@@ -104,7 +108,7 @@ class KernelOptions:
     def launch_fields(self) -> dict[str, int]:
         """The kernel's Globals scalars these options set, and `pdl`, which the launch reads (max_ring_pages acts on
         the host: limits.py; w_o_panels decides whether the backend encodes W_o's tensor map; fold_advance and
-        fold_embed are the decode loop's)."""
+        fold_embed are the decode loop's; batch1_kernel picks the kernel variant per stream: DeviceStream.variant)."""
         for name in ("max_inflight_pages", "chain_inflight_pages"):
             if getattr(self, name) is None:
                 raise ValueError(f"{name} is unresolved: CudaBackend sets it for its device (device_tuning.py)")

@@ -41,6 +41,7 @@ KNOBS: dict[str, tuple[str, Callable[[str], object]]] = {
     "MEGAKERNEL_PDL": ("pdl", _flag),  # each step launched with programmatic dependent launch
     "MEGAKERNEL_FOLD_ADVANCE": ("fold_advance", _flag),  # on-device loops: ARGMAX_REDUCE feeds the id back
     "MEGAKERNEL_FOLD_EMBED": ("fold_embed", _flag),  # ... and writes its embedding (the stream has no EMBED)
+    "MEGAKERNEL_BATCH1_KERNEL": ("batch1_kernel", _flag),  # batch-1 decode on the kernel variant with its paths only
 }
 
 

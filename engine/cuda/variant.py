@@ -1,0 +1,26 @@
+"""Which compiled variant of the interpreter kernel runs a stream (csrc/interpreter/config.cuh KernelVariant).
+
+Besides the general kernel, the module holds two batch-1 variants: the same interpreter compiled with only the
+paths of one sequence's one new token (the one-row page matvec and the ring attention) and one attention path
+each (split: ATTN_PARTIAL + O_PROJ_RESIDUAL; fused: ATTN_O_PROJ). Each is about a third of the general kernel's
+900 KB of code, and decodes faster because a layer's hot code then fits the SM's instruction caches better
+(docs/BENCHMARKS.md, sixteenth session). The kernel records an error, never guesses, if a stream it was given
+needs another path, so this rule must match what the controller derives (csrc/interpreter/kv_stream.cuh: the
+ring attention needs the KV ring on and one KV page's keys and values within a ring page).
+"""
+from __future__ import annotations
+
+from engine.cuda.kernel_options import KernelOptions
+from engine.instructions.layout import ModelDims, StepShape
+
+VARIANT_GENERAL, VARIANT_BATCH1_SPLIT, VARIANT_BATCH1_FUSED = 0, 1, 2  # config.cuh KernelVariant
+
+
+def kernel_variant(shape: StepShape, dims: ModelDims, page_size: int, fused: bool, kernel: KernelOptions,
+                   ring_page_bytes: int) -> int:
+    """The variant for a stream of this shape; `fused`: its layers take ATTN_O_PROJ (the plan's choice)."""
+    one_token = shape.num_tokens == 1 and shape.num_seqs == 1
+    kv_page_fits = 2 * page_size * dims.head_dim * 2 <= ring_page_bytes  # bf16 keys and values of one KV page
+    if not (kernel.batch1_kernel and one_token and kernel.attn_kv_ring and kv_page_fits):
+        return VARIANT_GENERAL
+    return VARIANT_BATCH1_FUSED if fused else VARIANT_BATCH1_SPLIT

@@ -1,0 +1,38 @@
+"""Which interpreter variant a stream runs (engine/cuda/variant.py): the batch-1 variants hold only the paths of
+one sequence's one new token with its attention on the KV ring, so anything else must get the general kernel."""
+from __future__ import annotations
+
+import pytest
+
+from engine.cuda.kernel_options import KernelOptions
+from engine.cuda.variant import VARIANT_BATCH1_FUSED, VARIANT_BATCH1_SPLIT, VARIANT_GENERAL, kernel_variant
+from engine.instructions.layout import ModelDims, StepShape
+from models.llama.presets import preset_config
+
+DIMS = ModelDims.from_config(preset_config("llama-3.2-1b"))  # head_dim 64
+OPTS = KernelOptions(max_inflight_pages=4, chain_inflight_pages=2)
+PAGE = 16384  # the kernel's ring page (config.cuh PAGE_BYTES)
+
+
+@pytest.mark.parametrize("fused,want", [(True, VARIANT_BATCH1_FUSED), (False, VARIANT_BATCH1_SPLIT)])
+def test_batch1_decode_runs_the_variant_of_its_attention_path(fused: bool, want: int) -> None:
+    assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, fused, OPTS, PAGE) == want
+
+
+@pytest.mark.parametrize("shape", [StepShape(8, 1, 16), StepShape(2, 2, 16), StepShape(4, 1, 1)],
+                         ids=["prefill-chunk", "two-sequences", "four-tokens"])
+def test_more_than_one_token_runs_the_general_kernel(shape: StepShape) -> None:
+    assert kernel_variant(shape, DIMS, 16, True, OPTS, PAGE) == VARIANT_GENERAL
+
+
+def test_attention_off_the_ring_runs_the_general_kernel() -> None:
+    one = StepShape(1, 1, 16)
+    assert kernel_variant(one, DIMS, 16, False, KernelOptions(attn_kv_ring=False), PAGE) == VARIANT_GENERAL
+    # 64 tokens x 64 dims x (K + V) x bf16 = 16 KB fits a ring page; 128 tokens do not (kv_stream.cuh's kvpp_max = 0)
+    assert kernel_variant(one, DIMS, 64, False, OPTS, PAGE) == VARIANT_BATCH1_SPLIT
+    assert kernel_variant(one, DIMS, 128, False, OPTS, PAGE) == VARIANT_GENERAL
+
+
+def test_the_option_off_runs_the_general_kernel() -> None:
+    off = KernelOptions(batch1_kernel=False)
+    assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, True, off, PAGE) == VARIANT_GENERAL

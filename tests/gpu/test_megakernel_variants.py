@@ -1,0 +1,57 @@
+"""The batch-1 kernel variants (engine/cuda/variant.py, csrc/interpreter/config.cuh KernelVariant): one sequence's
+decode steps run the variant of their attention path and match the VM as the general kernel does; a stream handed
+the wrong variant stops with an error that names the instruction, and the stream then runs again."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.cuda.errors import MegakernelError
+from engine.cuda.variant import VARIANT_BATCH1_FUSED, VARIANT_BATCH1_SPLIT, VARIANT_GENERAL
+from tests.gpu.mk_helpers import BUFFERS, pair, rel_err, small
+from tests.vm.helpers import Scenario, random_weights
+
+pytestmark = pytest.mark.gpu
+
+CFG = small(256, 4, 2, 64, 512, 2, 512)
+
+
+@pytest.mark.parametrize("fused,batch1,want", [(True, True, VARIANT_BATCH1_FUSED), (False, True, VARIANT_BATCH1_SPLIT),
+                                               (True, False, VARIANT_GENERAL), (False, False, VARIANT_GENERAL)])
+def test_batch1_decode_variants_match_vm(fused: bool, batch1: bool, want: int) -> None:
+    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=fused, fused_head_chunks=2 if fused else None,
+                   max_attn_splits=1 if fused else None, gpu_kw={"batch1_kernel": batch1})
+    scen = Scenario(CFG, [21], page_size=16, num_pages=64, seed=8)
+    for step, chunk in enumerate([[8], [8], [None]] + [[1]] * 5):
+        batch, seqs = scen.batch(chunk)
+        vm.forward(batch)
+        gpu_tokens = gpu.greedy(batch)
+        assert gpu.last is not None
+        assert gpu.last.variant == (want if chunk == [1] else VARIANT_GENERAL), (step, gpu.last.variant)
+        vm_bufs, _ = vm.last_stream.backend_state
+        for name in BUFFERS:
+            if fused and name == "attn_out":  # the fused op never writes it
+                continue
+            err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
+            assert err < 2e-2, f"fused={fused} batch1={batch1}: {name} differs (rel {err:.2e}) at step {step}"
+        assert torch.equal(gpu_tokens.cpu(), vm.last_tokens), f"fused={fused} batch1={batch1}: ids differ at {step}"
+        scen.feed(seqs, vm.last_tokens.tolist())
+
+
+def test_wrong_variant_is_an_error_naming_the_instruction() -> None:
+    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False)
+    scen = Scenario(CFG, [9], page_size=16, num_pages=64, seed=8)
+    for chunk in ([None], [1]):
+        batch, seqs = scen.batch(chunk)
+        vm.forward(batch)
+        gpu.greedy(batch)
+        scen.feed(seqs, vm.last_tokens.tolist())
+    ds = gpu.last
+    assert ds is not None and ds.variant == VARIANT_BATCH1_SPLIT
+    ds.variant, ds._base_fields = VARIANT_BATCH1_FUSED, None  # the fused variant has no ATTN_PARTIAL path
+    batch, seqs = scen.batch([1])
+    with pytest.raises(MegakernelError, match=r"outside the batch-1 kernel variant.*ATTN_PARTIAL"):
+        gpu.greedy(batch)
+    ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
+    vm.forward(batch)
+    assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)  # the stream runs again after the failure
