@@ -40,7 +40,7 @@ def test_batch1_decode_variants_match_vm(fused: bool, batch1: bool, want: int) -
 
 def test_wrong_variant_is_an_error_naming_the_instruction() -> None:
     vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False)
-    scen = Scenario(CFG, [9], page_size=16, num_pages=64, seed=8)
+    scen = Scenario(CFG, [8], page_size=16, num_pages=64, seed=8)
     for chunk in ([None], [1]):
         batch, seqs = scen.batch(chunk)
         vm.forward(batch)
