@@ -65,8 +65,8 @@ DEFAULT_FOLD_ADVANCE = True
 # ... and, with fold_advance, writes the next step's embedding rows into hidden too, so that step's stream has
 # no EMBED and its layer 0 starts without a dependency hop (engine/cuda/bench_runner.py).
 DEFAULT_FOLD_EMBED = True
-# Batch-1 decode streams run a kernel variant compiled with only their paths (engine/cuda/variant.py): a build
-# with only those paths measured 0.794 -> 0.763 ms/token on the 1B shape, H200 (docs/BENCHMARKS.md, sixteenth session).
+# Batch-1 decode streams run a kernel variant compiled with only their paths (engine/cuda/variant.py): 1B shape
+# H200 0.794 -> 0.782 ms/token, H100 0.976 -> 0.952 (same-run A/Bs, docs/BENCHMARKS.md, sixteenth session).
 DEFAULT_BATCH1_KERNEL = True
 MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
