@@ -184,6 +184,4 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("TIMING_WORDS") = mk::vm::TIMING_WORDS;
   m.attr("TIMING_MARK0") = mk::vm::TIMING_MARK0;
   m.attr("PROGRESS_WORDS") = mk::vm::PROGRESS_WORDS;
-  m.attr("VARIANT_BATCH1_SPLIT") = static_cast<int>(mk::vm::VARIANT_BATCH1_SPLIT);
-  m.attr("VARIANT_BATCH1_FUSED") = static_cast<int>(mk::vm::VARIANT_BATCH1_FUSED);
 }

@@ -2,6 +2,9 @@
 one sequence's one new token with its attention on the KV ring, so anything else must get the general kernel."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from engine.cuda.kernel_options import KernelOptions
@@ -36,3 +39,12 @@ def test_attention_off_the_ring_runs_the_general_kernel() -> None:
 def test_the_option_off_runs_the_general_kernel() -> None:
     off = KernelOptions(batch1_kernel=False)
     assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, True, off, PAGE) == VARIANT_GENERAL
+
+
+def test_variant_numbers_are_the_kernels() -> None:
+    """engine/cuda/variant.py's numbers are csrc/interpreter/config.cuh's KernelVariant (the launch picks by them)."""
+    text = (Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "config.cuh").read_text()
+    enum = dict(re.findall(r"(VARIANT_\w+) = (\d+),", text))
+    assert {k: int(v) for k, v in enum.items()} == {"VARIANT_GENERAL": VARIANT_GENERAL,
+                                                   "VARIANT_BATCH1_SPLIT": VARIANT_BATCH1_SPLIT,
+                                                   "VARIANT_BATCH1_FUSED": VARIANT_BATCH1_FUSED}
