@@ -5,9 +5,10 @@ paths of one sequence's one new token (the one-row page matvec and the ring atte
 each (split: ATTN_PARTIAL + O_PROJ_RESIDUAL; fused: ATTN_O_PROJ): 345 / 375 KB of code against the general
 kernel's 900 KB, and batch-1 decode runs faster on them (1B shape: H200 0.794 -> 0.782 and 0.798 -> 0.786
 ms/token, H100 0.976 -> 0.952; docs/BENCHMARKS.md, sixteenth session), most likely because a layer's hot code is
-then spread over less of the instruction caches (not measured directly). The kernel records an error, never guesses, if a stream it was given
-needs another path, so this rule must match what the controller derives (csrc/interpreter/kv_stream.cuh: the
-ring attention needs the KV ring on and one KV page's keys and values within a ring page).
+then spread over less of the instruction caches (not measured directly). The kernel records an error, never
+guesses, if a stream it was given needs another path, so this rule must match what the controller derives
+(csrc/interpreter/kv_stream.cuh: the ring attention needs the KV ring on and one KV page's keys and values within
+a ring page).
 """
 from __future__ import annotations
 
