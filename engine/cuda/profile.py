@@ -16,12 +16,14 @@ import torch
 from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
 from engine.bench.model_source import load_bench_weights
 from engine.cuda.knobs import backend_knobs
+from engine.cuda.variant import VARIANT_NAMES
 from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
 from models.llama.step_batch import StepBatch
 from profiler.record import MetaValue, ProfileRecord, concat_records
 
 
 def record_from_timing(backend: CudaBackend, meta: dict[str, MetaValue]) -> ProfileRecord:
+    """The last timed step's records; its meta gains the kernel variant that ran it (engine/cuda/variant.py)."""
     ds = backend.last
     if ds is None or ds.timing is None:
         raise RuntimeError("no timed step has run")
@@ -31,7 +33,8 @@ def record_from_timing(backend: CudaBackend, meta: dict[str, MetaValue]) -> Prof
     costs = np.array([c.weight_bytes + c.act_bytes for c in cs.costs], dtype=np.int64)
     return ProfileRecord(words=cs.stream.words()[ran], sm=t[ran, 3], start_ns=t[ran, 0], end_ns=t[ran, 2],
                          wait_ns=np.maximum(t[ran, 1] - t[ran, 0], 0), opcode_names=OPCODE_NAMES,
-                         simulated=False, bytes_moved=costs[ran], meta=dict(meta), operand_names=OPERAND_NAMES,
+                         simulated=False, bytes_moved=costs[ran], meta={**meta, "kernel": VARIANT_NAMES[ds.variant]},
+                         operand_names=OPERAND_NAMES,
                          marks_ns=t[ran, backend.module.TIMING_MARK0:])
 
 

@@ -16,6 +16,7 @@ from engine.cuda.kernel_options import KernelOptions
 from engine.instructions.layout import ModelDims, StepShape
 
 VARIANT_GENERAL, VARIANT_BATCH1_SPLIT, VARIANT_BATCH1_FUSED = 0, 1, 2  # config.cuh KernelVariant
+VARIANT_NAMES = {VARIANT_GENERAL: "general", VARIANT_BATCH1_SPLIT: "batch1-split", VARIANT_BATCH1_FUSED: "batch1-fused"}
 
 
 def kernel_variant(shape: StepShape, dims: ModelDims, page_size: int, fused: bool, kernel: KernelOptions,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.cuda.kernel_options import KernelOptions
-from engine.cuda.variant import VARIANT_BATCH1_FUSED, VARIANT_BATCH1_SPLIT, VARIANT_GENERAL, kernel_variant
+from engine.cuda.variant import (VARIANT_BATCH1_FUSED, VARIANT_BATCH1_SPLIT, VARIANT_GENERAL, VARIANT_NAMES,
+                                 kernel_variant)
 from engine.instructions.layout import ModelDims, StepShape
 from models.llama.presets import preset_config
 
@@ -48,3 +49,8 @@ def test_variant_numbers_are_the_kernels() -> None:
     assert {k: int(v) for k, v in enum.items()} == {"VARIANT_GENERAL": VARIANT_GENERAL,
                                                    "VARIANT_BATCH1_SPLIT": VARIANT_BATCH1_SPLIT,
                                                    "VARIANT_BATCH1_FUSED": VARIANT_BATCH1_FUSED}
+
+
+def test_every_variant_has_a_name_for_the_profile() -> None:
+    assert sorted(VARIANT_NAMES) == [VARIANT_GENERAL, VARIANT_BATCH1_SPLIT, VARIANT_BATCH1_FUSED]
+    assert len(set(VARIANT_NAMES.values())) == 3
