@@ -137,7 +137,10 @@ __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int 
 // generic load (measured: 7 % slower per token). Inside, the dot products load by shared address.
 // Nothing on its way in divides: the page count and rows per page are slot words the controller derived,
 // and the ring position is the shared cursor (Shared::ring_cursor).
-template <int NX>
+// MMA_ONLY (the batch-1 kernel variants): only the tensor-core page path is compiled; a stream whose rows
+// cannot take it (or with the option off) is the host's mistake (engine/cuda/variant.py) and records a
+// variant mismatch before any page is consumed.
+template <int NX, bool MMA_ONLY = false>
 __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
                                            const int* instr) {
   const int warp = tk::warp_id(), lane = tk::lane_id();
@@ -146,6 +149,9 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
   const int n_pages = instr[W_SLOT_NUM_PAGES] - instr[W_SLOT_KV_RING_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE];
   const int row_bytes = ws.row_elems * 2;
   const bool mma = NX == 1 && nx == 1 && g.mma_matvec && mma_row_ok(ws.row_elems);
+  if constexpr (MMA_ONLY) {
+    if (!mma) return variant_mismatch(g, instr);
+  }
   bool ok = true;
   RingWalk walk(sm, warp);  // this warp's pages p = warp, warp + 8, ...
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
@@ -166,6 +172,8 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
           __syncwarp();  // every lane's dot products, not only lane 0's
           if (lane == 0) timing_value(g, instr, MARK_LAST_PAGE_CYCLES, clock64() - c0);
         }
+      } else if constexpr (MMA_ONLY) {
+        // never reached: checked above
       } else if (ws.row_elems <= SHORT_ROW_MAX_K) {  // many short rows per page: reduce 8 rows together
         for (int r = 0; r < rows; r += SHORT_ROWS_PER_CALL<NX>)
           dot_short_rows<NX>(page_addr, row_bytes, r, min(SHORT_ROWS_PER_CALL<NX>, rows - r), ws.row_elems, x_addr,
@@ -193,13 +201,15 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
 }
 
 // The instruction's weight stream (from its slot) against nx activation rows in x, dispatched on nx
-// (1 for batch-1 decode keeps registers low). The batch-1 kernel (B1) holds only the one-row loop.
+// (1 for batch-1 decode keeps registers low). The batch-1 kernel (B1) holds only the one-row tensor-core loop:
+// without the CUDA-core paths beside it (dead code for its streams) batch-1 decode ran 1 % faster (1B, H200:
+// 0.780 -> 0.772 ms/token, docs/BENCHMARKS.md seventeenth session).
 template <bool B1>
 __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int nx, const int* instr) {
   const WeightStream ws = slot_stream(instr);
   if constexpr (B1) {
     if (nx != 1) return variant_mismatch(g, instr);
-    return consume_pages<1>(g, sm, ws, 1, instr);
+    return consume_pages<1, true>(g, sm, ws, 1, instr);
   }
   if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr);
   if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);

@@ -120,8 +120,9 @@ class CudaBackend(Backend):
                     last_error = exc
                     cs.backend_state = False
                     continue
+                rows = self.limits.matvec_row_elems(cs.words, self.dims, "w_o_map" in self._kernel_buffers)
                 variant = kernel_variant(cs.shape, self.dims, self.page_size, cs.stream.plan.fused, self.kernel,
-                                         self.limits.page_bytes)
+                                         self.limits.page_bytes, all(self.limits.row_takes_mma(k) for k in rows))
                 cs.backend_state = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS,
                                                        ring_pages, variant)
             return cs

@@ -12,6 +12,9 @@ from engine.instructions.layout import ModelDims
 from engine.scheduler.step_builder_splits import mlp_slice_count
 
 
+PANEL_WIDTHS = (64, 128, 256)  # panel_pages.cuh panel_k_ok: W_o slices (heads * head_dim) taken as panel pages
+
+
 class UnsupportedOnGPU(ValueError):
     """The model or step does not fit the megakernel's limits (the message says which and why)."""
 
@@ -40,11 +43,33 @@ class InterpreterLimits:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
         return self.x_floats - (ring_pages - self.min_ring_pages) * self.page_bytes // 4
 
+    def row_takes_mma(self, k: int) -> bool:
+        """Whether one-row page matvecs over weight rows of k elements run on the tensor cores (dot_rows_mma.cuh
+        mma_row_ok: longer than the short rows, whole 128-element chunks)."""
+        return self.mma_chunk > 0 and k > self.short_row_max_k and k % self.mma_chunk == 0
+
     def x_bf16(self, nx: int, k: int, bf16_x: bool) -> bool:
-        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: one row, tensor-core K, i.e.
-        dot_rows_mma.cuh mma_row_ok)."""
-        return (bf16_x and self.mma_chunk > 0 and nx == 1 and k > self.short_row_max_k
-                and k % self.mma_chunk == 0)
+        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: one row, tensor-core K)."""
+        return bf16_x and nx == 1 and self.row_takes_mma(k)
+
+    def matvec_row_elems(self, words: np.ndarray, d: ModelDims, w_o_panels: bool) -> set[int]:
+        """Row lengths of the weight streams in `words` that the row matvec computes (consumer_matvec.cuh consume_pages): every
+        weight-streaming op's, except a fused ATTN_O_PROJ's W_o slice taken as panel pages (`w_o_panels`: the
+        backend encoded W_o's tensor map; panel_pages.cuh panel_stream, for one-token steps)."""
+        out: set[int] = set()
+        for w in words:
+            code, a = int(w[0]), w[3:]
+            if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD, op.Opcode.RMS_GATE_UP_SILU):
+                out.add(d.hidden)
+            elif code == op.Opcode.O_PROJ_RESIDUAL:
+                out.add(d.q_cols)
+            elif code == op.Opcode.DOWN_RESIDUAL:
+                out.add(int(a[3] - a[2]))
+            elif code == op.Opcode.ATTN_O_PROJ:
+                k = int(a[3] - a[2]) * d.head_dim
+                if not (w_o_panels and k in PANEL_WIDTHS):
+                    out.add(k)
+        return out
 
     def x_need(self, nx: int, k: int, bf16_x: bool) -> int:
         """Floats of x that nx rows of k elements take."""

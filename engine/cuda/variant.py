@@ -1,14 +1,15 @@
 """Which compiled variant of the interpreter kernel runs a stream (csrc/interpreter/config.cuh KernelVariant).
 
 Besides the general kernel, the module holds two batch-1 variants: the same interpreter compiled with only the
-paths of one sequence's one new token (the one-row page matvec and the ring attention) and one attention path
-each (split: ATTN_PARTIAL + O_PROJ_RESIDUAL; fused: ATTN_O_PROJ): 345 / 375 KB of code against the general
-kernel's 900 KB, and batch-1 decode runs faster on them (1B shape: H200 0.794 -> 0.782 and 0.798 -> 0.786
-ms/token, H100 0.976 -> 0.952; docs/BENCHMARKS.md, sixteenth session), most likely because a layer's hot code is
-then spread over less of the instruction caches (not measured directly). The kernel records an error, never
-guesses, if a stream it was given needs another path, so this rule must match what the controller derives
-(csrc/interpreter/kv_stream.cuh: the ring attention needs the KV ring on and one KV page's keys and values within
-a ring page).
+paths of one sequence's one new token (the one-row page matvec on the tensor cores only, and the ring attention)
+and one attention path each (split: ATTN_PARTIAL + O_PROJ_RESIDUAL; fused: ATTN_O_PROJ): 251 KB of code each
+against the general kernel's 760 KB, and batch-1 decode runs faster on them (1B shape: H200 0.794 -> 0.782 and
+0.798 -> 0.786 ms/token, H100 0.976 -> 0.952 (sixteenth session); without the CUDA-core page paths 0.780 ->
+0.772 and 0.787 -> 0.778 (seventeenth); docs/BENCHMARKS.md), most likely because a layer's hot code is then
+spread over less of the instruction caches (not measured directly; csrc/interpreter/code_size.cuh). The kernel records an error, never guesses, if a stream it was
+given needs another path, so this rule must match what the controller derives (csrc/interpreter/kv_stream.cuh:
+the ring attention needs the KV ring on and one KV page's keys and values within a ring page) and what the page
+loop takes (consumer_matvec.cuh: the tensor cores need the option on and rows of whole 128-element chunks).
 """
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ VARIANT_NAMES = {VARIANT_GENERAL: "general", VARIANT_BATCH1_SPLIT: "batch1-split
 
 
 def kernel_variant(shape: StepShape, dims: ModelDims, page_size: int, fused: bool, kernel: KernelOptions,
-                   ring_page_bytes: int) -> int:
-    """The variant for a stream of this shape; `fused`: its layers take ATTN_O_PROJ (the plan's choice)."""
+                   ring_page_bytes: int, rows_take_mma: bool) -> int:
+    """The variant for a stream of this shape; `fused`: its layers take ATTN_O_PROJ (the plan's choice);
+    `rows_take_mma`: every weight row its page matvecs read runs on the tensor cores
+    (InterpreterLimits.matvec_row_elems / row_takes_mma), the only page path the batch-1 variants hold."""
     one_token = shape.num_tokens == 1 and shape.num_seqs == 1
     kv_page_fits = 2 * page_size * dims.head_dim * 2 <= ring_page_bytes  # bf16 keys and values of one KV page
-    if not (kernel.batch1_kernel and one_token and kernel.attn_kv_ring and kv_page_fits):
+    mma = kernel.mma_matvec and rows_take_mma
+    if not (kernel.batch1_kernel and one_token and kernel.attn_kv_ring and kv_page_fits and mma):
         return VARIANT_GENERAL
     return VARIANT_BATCH1_FUSED if fused else VARIANT_BATCH1_SPLIT

@@ -141,3 +141,32 @@ def test_bf16_x_gives_batch1_tensor_core_steps_the_largest_ring(preset: str, rin
     assert lim.fit_stream(cs.words, 1, 1, d, bf16_x=True) == ring
     assert lim.fit_stream(cs.words, 1, 1, d, bf16_x=False) <= ring  # counted as fp32 the 8B gets 12
     assert all((b - a) % chunk == 0 and b - a <= lim.page_bytes // 4 for a, b in cs.stream.plan.slices)
+
+
+def _mma_limits() -> InterpreterLimits:
+    from dataclasses import replace as dc_replace
+    chunk = int(re.search(r"inline constexpr int MMA_CHUNK = (\d+);", MMA.read_text()).group(1))
+    return dc_replace(_limits(), mma_chunk=chunk)
+
+
+@pytest.mark.parametrize("k,takes", [(2048, True), (4096, True), (384, True), (256, False), (64, False), (2000, False)])
+def test_rows_take_the_tensor_cores_in_whole_chunks_past_the_short_rows(k: int, takes: bool) -> None:
+    """dot_rows_mma.cuh mma_row_ok: K > SHORT_ROW_MAX_K (256) and a multiple of MMA_CHUNK (128)."""
+    assert _mma_limits().row_takes_mma(k) == takes
+    assert not _limits().row_takes_mma(2048)  # limits without the module's chunk: no tensor-core rows
+
+
+@pytest.mark.parametrize("fused,panels,want", [(True, True, {2048, 4096}), (True, False, {2048, 4096, 64}),
+                                               (False, True, {2048, 4096})])
+def test_matvec_row_elems_of_a_1b_decode_stream(fused: bool, panels: bool, want: set[int]) -> None:
+    """Every row length the page matvecs of a batch-1 1B step read: hidden (QKV, gate/up, LM head, the split
+    O-proj's 32 x 64 columns), the 4096-wide down slices, and a fused op's one-head W_o slice unless it comes as
+    panel pages."""
+    lim = _mma_limits()
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    cs = compile_stream(d, decode_batch(1, 33, 16), 16, BuildParams.for_sms(
+        132, "lpt", min_pages_per_split=8, fuse_o_proj=fused, fused_head_chunks=4 if fused else None,
+        one_token_slice_floats=lim.one_token_slice_floats(d, bf16_x=True), one_token_slice_unit=lim.mma_chunk,
+        max_out_floats=lim.out_floats))
+    assert cs.stream.plan.fused == fused
+    assert lim.matvec_row_elems(cs.words, d, w_o_panels=panels) == want

@@ -20,26 +20,35 @@ PAGE = 16384  # the kernel's ring page (config.cuh PAGE_BYTES)
 
 @pytest.mark.parametrize("fused,want", [(True, VARIANT_BATCH1_FUSED), (False, VARIANT_BATCH1_SPLIT)])
 def test_batch1_decode_runs_the_variant_of_its_attention_path(fused: bool, want: int) -> None:
-    assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, fused, OPTS, PAGE) == want
+    assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, fused, OPTS, PAGE, True) == want
 
 
 @pytest.mark.parametrize("shape", [StepShape(8, 1, 16), StepShape(2, 2, 16), StepShape(4, 1, 1)],
                          ids=["prefill-chunk", "two-sequences", "four-tokens"])
 def test_more_than_one_token_runs_the_general_kernel(shape: StepShape) -> None:
-    assert kernel_variant(shape, DIMS, 16, True, OPTS, PAGE) == VARIANT_GENERAL
+    assert kernel_variant(shape, DIMS, 16, True, OPTS, PAGE, True) == VARIANT_GENERAL
 
 
 def test_attention_off_the_ring_runs_the_general_kernel() -> None:
     one = StepShape(1, 1, 16)
-    assert kernel_variant(one, DIMS, 16, False, KernelOptions(attn_kv_ring=False), PAGE) == VARIANT_GENERAL
+    assert kernel_variant(one, DIMS, 16, False, KernelOptions(attn_kv_ring=False), PAGE, True) == VARIANT_GENERAL
     # 64 tokens x 64 dims x (K + V) x bf16 = 16 KB fits a ring page; 128 tokens do not (kv_stream.cuh's kvpp_max = 0)
-    assert kernel_variant(one, DIMS, 64, False, OPTS, PAGE) == VARIANT_BATCH1_SPLIT
-    assert kernel_variant(one, DIMS, 128, False, OPTS, PAGE) == VARIANT_GENERAL
+    assert kernel_variant(one, DIMS, 64, False, OPTS, PAGE, True) == VARIANT_BATCH1_SPLIT
+    assert kernel_variant(one, DIMS, 128, False, OPTS, PAGE, True) == VARIANT_GENERAL
+
+
+def test_rows_off_the_tensor_cores_run_the_general_kernel() -> None:
+    """The batch-1 variants hold only the tensor-core page loop: the option off, or any row too short or not of
+    whole 128-element chunks (the caller's `rows_take_mma`), takes the general kernel."""
+    one = StepShape(1, 1, 16)
+    assert kernel_variant(one, DIMS, 16, True, OPTS, PAGE, False) == VARIANT_GENERAL
+    no_mma = KernelOptions(max_inflight_pages=4, chain_inflight_pages=2, mma_matvec=False)
+    assert kernel_variant(one, DIMS, 16, True, no_mma, PAGE, True) == VARIANT_GENERAL
 
 
 def test_the_option_off_runs_the_general_kernel() -> None:
     off = KernelOptions(batch1_kernel=False)
-    assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, True, off, PAGE) == VARIANT_GENERAL
+    assert kernel_variant(StepShape(1, 1, 16), DIMS, 16, True, off, PAGE, True) == VARIANT_GENERAL
 
 
 def test_variant_numbers_are_the_kernels() -> None:

@@ -1,6 +1,7 @@
 """The batch-1 kernel variants (engine/cuda/variant.py, csrc/interpreter/config.cuh KernelVariant): one sequence's
 decode steps run the variant of their attention path and match the VM as the general kernel does; a stream handed
-the wrong variant stops with an error that names the instruction, and the stream then runs again."""
+the wrong variant stops with an error that names the instruction, and the stream then runs again. The config's
+rows (hidden 512, 8 x 64 query columns, a 1024-wide MLP) all take the tensor cores, as the variants require."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,7 @@ from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
 
-CFG = small(256, 4, 2, 64, 512, 2, 512)
+CFG = small(512, 8, 2, 64, 1024, 2, 512)
 
 
 @pytest.mark.parametrize("fused,batch1,want", [(True, True, VARIANT_BATCH1_FUSED), (False, True, VARIANT_BATCH1_SPLIT),
@@ -55,3 +56,24 @@ def test_wrong_variant_is_an_error_naming_the_instruction() -> None:
     ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
     vm.forward(batch)
     assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)  # the stream runs again after the failure
+
+
+def test_rows_off_the_tensor_cores_in_a_batch1_variant_are_an_error() -> None:
+    """The batch-1 variants hold only the tensor-core page loop: with the matvecs on the CUDA cores the host picks
+    the general kernel, and the variant forced on it stops at the first matvec, naming it."""
+    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False, gpu_kw={"mma_matvec": False})
+    scen = Scenario(CFG, [8], page_size=16, num_pages=64, seed=8)
+    for chunk in ([None], [1]):
+        batch, seqs = scen.batch(chunk)
+        vm.forward(batch)
+        gpu.greedy(batch)
+        scen.feed(seqs, vm.last_tokens.tolist())
+    ds = gpu.last
+    assert ds is not None and ds.variant == VARIANT_GENERAL
+    ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
+    batch, seqs = scen.batch([1])
+    with pytest.raises(MegakernelError, match=r"outside the batch-1 kernel variant.*RMS_QKV_ROPE_APPEND"):
+        gpu.greedy(batch)
+    ds.variant, ds._base_fields = VARIANT_GENERAL, None
+    vm.forward(batch)
+    assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)
