@@ -26,7 +26,7 @@ __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, cons
     case OP_EMBED: op_embed(g, w); return true;
     case OP_RMS_QKV_ROPE_APPEND: return op_qkv<B1>(g, sm, w);
     case OP_ATTN_PARTIAL: if constexpr (SPLIT) return op_attn_partial<B1>(g, sm, w); else return variant_mismatch(g, w);
-    case OP_ATTN_REDUCE: op_attn_reduce(g, w); return true;
+    case OP_ATTN_REDUCE: if constexpr (SPLIT) { op_attn_reduce(g, w); return true; } else return variant_mismatch(g, w);
     case OP_O_PROJ_RESIDUAL: if constexpr (SPLIT) return op_o_proj<B1>(g, sm, w); else return variant_mismatch(g, w);
     case OP_ATTN_O_PROJ: if constexpr (FUSED) return op_attn_o_proj<B1>(g, sm, w); else return variant_mismatch(g, w);
     case OP_RMS_GATE_UP_SILU: return op_gate_up<B1>(g, sm, w);
