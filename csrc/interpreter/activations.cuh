@@ -7,6 +7,8 @@
 // 16-byte aligned take the scalar path.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "dot_rows_mma.cuh"
 #include "state.cuh"
 
@@ -45,11 +47,13 @@ __device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf1
 __device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n, bool as_bf16) {
   const int tid = threadIdx.x;
   if (!aligned16(src, n) || !aligned16(dst, n)) {
+    MK_ROLLED
     for (int k = tid; k < n; k += CONSUMER_THREADS) store_x1(dst, k, load_cg(src + k), as_bf16);
     return;
   }
   const float4* s4 = reinterpret_cast<const float4*>(src);
   const int n4 = n / 4;
+  MK_ROLLED
   for (int base = tid; base < n4; base += LOADS_IN_FLIGHT * CONSUMER_THREADS) {
     float4 v[LOADS_IN_FLIGHT];
 #pragma unroll
@@ -80,6 +84,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
   const int tid = threadIdx.x;
   float ss = 0.f;
   if (!aligned16(src, n) || !aligned16(dst, n) || (reinterpret_cast<uintptr_t>(w) & 7)) {
+    MK_ROLLED
     for (int k = tid; k < n; k += CONSUMER_THREADS) {
       const float v = load_cg(src + k);
       store_x1(dst, k, v * __bfloat162float(w[k]), as_bf16);
@@ -90,6 +95,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
   const float4* s4 = reinterpret_cast<const float4*>(src);
   const uint2* w4 = reinterpret_cast<const uint2*>(w);  // four bf16
   const int n4 = n / 4;
+  MK_ROLLED
   for (int base = tid; base < n4; base += LOADS_IN_FLIGHT * CONSUMER_THREADS) {
     float4 v[LOADS_IN_FLIGHT];
     uint2 wv[LOADS_IN_FLIGHT];

@@ -5,6 +5,8 @@
 // and the merge of the warps' states into each head's output.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/shared_vec.cuh"
 #include "state.cuh"
 
@@ -132,6 +134,7 @@ __device__ __forceinline__ void fold_keys(float* slot, const float* q_sh, int NH
 template <typename Emit>
 __device__ __forceinline__ void merge_warp_states(const float* merge, int NH, int hd, int t, Emit emit) {
   const int stride_h = hd + 2, stride_w = NH * stride_h;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < NH * hd; idx += CONSUMER_THREADS) {
     const int h = idx / hd, d = idx % hd;
     float M = -INFINITY;

@@ -4,6 +4,8 @@
 // copies each KV page's keys and values with two bulk copies, through the sequence's block table.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/tma.cuh"
 #include "state.cuh"
 
@@ -60,6 +62,7 @@ __device__ __forceinline__ void issue_kv_page(const Globals& g, uint32_t* ring_i
   tk::arrive_expect_tx(full, n * 2 * chunk);
   tk::store_release_shared(ring_issued, position + 1);  // after arming: see wait_page_issued
   const int s = w[W_OPERANDS], grp = w[W_OPERANDS + 1], layer = w[W_LAYER];
+  MK_ROLLED
   for (int i = 0; i < n; ++i) {  // the loader runs on one lane (roles.cuh)
     const int block = sa.block(s, first + i);
     const long long at = (((long long)layer * g.kv_num_pages + block) * g.n_kv + grp) * ps * g.head_dim;

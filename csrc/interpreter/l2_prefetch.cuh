@@ -1,6 +1,8 @@
 // l2_prefetch.cuh: pulling weight rows into L2 ahead of the page ring (no shared memory touched).
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/tma.cuh"
 #include "weight_stream.cuh"
 
@@ -23,9 +25,11 @@ __device__ __forceinline__ void prefetch_rows_l2(const WeightStream& ws, int fir
   if (ws.row_stride == ws.row_elems) {  // contiguous: 32 KiB pieces spread over the lanes
     const long long bytes = (long long)rows * row_bytes;
     const uint8_t* base = reinterpret_cast<const uint8_t*>(ws.base + (long long)first * ws.row_stride);
+    MK_ROLLED
     for (long long off = lane * 32768LL; off < bytes; off += lanes * 32768LL)
       tk::bulk_prefetch_l2(base + off, (uint32_t)min(32768LL, bytes - off));
   } else {
+    MK_ROLLED
     for (int r = lane; r < rows; r += lanes)
       tk::bulk_prefetch_l2(ws.base + (long long)(first + r) * ws.row_stride, row_bytes);
   }

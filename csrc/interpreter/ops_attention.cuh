@@ -2,6 +2,8 @@
 // fp32, one warp per strided subset of keys, merged through shared memory) and the LSE reduction.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/reduce.cuh"
 #include "advance.cuh"
 #include "attention_math.cuh"
@@ -79,9 +81,11 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
   int* table = reinterpret_cast<int*>(q_sh + NH * hd);
   const int table_cap = min(ATTN_TABLE_MAX, sm.x_floats - attn_scratch_floats(NH, hd));
   const int page_lo = key_begin / ps, n_table = min(table_cap, (key_end + ps - 1) / ps - page_lo);
+  MK_ROLLED
   for (int i = threadIdx.x; i < n_table; i += CONSUMER_THREADS) table[i] = sa.block(s, page_lo + i);
   for (int t = q_first; t < q_last; ++t) {
     const int position = sa.position(t);
+    MK_ROLLED
     for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
       q_sh[i] = load_cg(g.q + (long long)t * qcols + head0 * hd + i);
     consumer_sync();
@@ -155,6 +159,7 @@ __device__ void op_attn_reduce(const Globals& g, const int* w) {
   const StepArgs sa(g);
   const int s = w[3], grp = w[4], nsplit = w[5], hd = g.head_dim, G = g.n_heads / g.n_kv;
   const int T = sa.num_tokens(), qcols = g.n_heads * hd, q0 = sa.query_start(s), nq = sa.query_start(s + 1) - q0;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < nq * G * hd; idx += CONSUMER_THREADS) {
     const int t = q0 + idx / (G * hd), h = (idx / hd) % G, d = idx % hd, head = grp * G + h;
     float M = -INFINITY;
@@ -185,6 +190,7 @@ __device__ void op_embed(const Globals& g, const int* w) {
 __device__ __forceinline__ void write_next_embeddings(const Globals& g, const Shared& sm, int S) {
   const int H = g.hidden_size, chunks = H / 8;
   const int* ids = reinterpret_cast<const int*>(sm.out);
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < S * chunks; idx += CONSUMER_THREADS) {
     const int s = idx / chunks, c = idx % chunks;
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(g.embed + (long long)ids[s] * H) + c);  // read-only weights

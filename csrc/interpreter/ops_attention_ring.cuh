@@ -8,6 +8,8 @@
 // value row (written by this step's QKV) are read from global memory, in one round trip.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "attention_math.cuh"
 #include "attention_pass.cuh"
 #include "marks.cuh"
@@ -40,6 +42,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   const uint32_t q_addr = tk::smem_addr(q_sh);
   // The one round trip after the wait: queries and the new key's row, issued together. The new key stays
   // in registers (its fold waits for it after the ring pages, so the barrier below does not).
+  MK_ROLLED
   for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
     q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
   const int new_warp = n_pages % NUM_CONSUMER_WARPS;

@@ -11,6 +11,8 @@
 // (their copy operands), and every QKV of the layer precedes this op (it adds into what they read).
 #pragma once
 
+#include "code_size.cuh"
+
 #include "activations.cuh"
 #include "consumer_matvec.cuh"
 #include "ops_attention.cuh"
@@ -40,6 +42,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   }
   const bool panels = panel_stream(g, w);
   const bool x_bf16 = panels || x_is_bf16(g, nq, K);  // as the page math reads x (activations.cuh)
+  MK_ROLLED
   for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS) store_x1(sm.x, i, sm.out[i], x_bf16);
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
@@ -49,6 +52,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   float* hidden = g.hidden + (long long)q_first * H + row_begin;
   if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows
     const int quads = rows / 4;
+    MK_ROLLED
     for (int idx = threadIdx.x; idx < nq * quads; idx += CONSUMER_THREADS) {
       const int t = idx / quads, r = 4 * (idx % quads);
       const float* o = sm.out + t * rows + r;
@@ -57,6 +61,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
       tk::atomic_add_f32x4(hidden + (long long)t * H + r, v);
     }
   } else {
+    MK_ROLLED
     for (int idx = threadIdx.x; idx < nq * rows; idx += CONSUMER_THREADS) {
       const int t = idx / rows, r = idx % rows;
       tk::atomic_add_f32(mid + (long long)t * H + r, sm.out[t * rows + r]);

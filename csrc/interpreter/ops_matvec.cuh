@@ -2,6 +2,8 @@
 // dependency waits), runs the ring matvec into shared out, then applies its epilogue to global memory.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/reduce.cuh"
 #include "activations.cuh"
 #include "consumer_matvec.cuh"
@@ -44,11 +46,13 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
   }
   load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < T * n_copy; idx += CONSUMER_THREADS) {
     const long long at = (long long)(idx / n_copy) * H + copy_begin + idx % n_copy;
     g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
   }
   if (!matvec<B1>(g, sm, T, w)) return false;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
     const int t = idx / pairs, pr = idx % pairs;
     const int r = row_begin + 2 * pr;
@@ -92,6 +96,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   load_rows(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec<B1>(g, sm, T, w)) return false;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
@@ -111,6 +116,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
     const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
     const int gate_row = 2 * (li / tile) * tile + li % tile;
@@ -129,6 +135,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   load_rows(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, T, w)) return false;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
     const int t = idx / rows, r = idx % rows;
     tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
@@ -144,6 +151,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, S, w)) return false;
+  MK_ROLLED
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
     const int s = idx / rows, r = idx % rows;
     g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r] * rms_inv(g, sm, s);

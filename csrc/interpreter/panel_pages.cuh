@@ -11,6 +11,8 @@
 // of 8 rows then reads 8 different bank groups). One mma m16n8k16 takes 16 rows x 16 columns; x (bf16) is B's column 0.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/mma.cuh"
 #include "../tk/shared_vec.cuh"
 #include "../tk/tensor_map.cuh"
@@ -71,6 +73,7 @@ __device__ __forceinline__ void issue_kv_stream_page(const Globals& g, uint32_t*
     const uint32_t row_bytes = ws.row_elems * 2;
     tk::arrive_expect_tx(full, rows * row_bytes);
     tk::store_release_shared(ring_issued, position + 1);  // after arming: see wait_page_issued
+    MK_ROLLED
     for (int r = 0; r < rows; ++r)
       tk::bulk_load<tk::cache_hint::evict_first>(dst + r * row_bytes, ws.base + (long long)(row0 + r) * ws.row_stride,
                                                  row_bytes, full);

@@ -6,6 +6,8 @@
 // instruction i's consumers free pages, which is what overlaps loads of i+1 with compute of i.
 #pragma once
 
+#include "code_size.cuh"
+
 #include "../tk/tma.cuh"
 #include "state.cuh"
 #include "l2_prefetch.cuh"
@@ -72,6 +74,7 @@ inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::evict_first;
 __device__ __forceinline__ void drain_copies(const Globals& g, const Shared& sm, uint32_t loaded) {
   const uint32_t R = sm.ring_pages, first = loaded > R ? loaded - R : 0;
   const uint64_t start = tk::globaltimer();
+  MK_ROLLED
   for (uint32_t n = first; n < loaded; ++n)
     while (!tk::try_wait(sm.page_full[n % R], (n / R) & 1))
       if (tk::globaltimer() - start > static_cast<uint64_t>(g.timeout_ns)) return;
@@ -139,6 +142,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
           tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride, rows * row_bytes,
                                      sm.page_full[ring]);
         } else {  // strided rows (a K-slice of W_down): one copy per row
+          MK_ROLLED
           for (int r = 0; r < rows; ++r)
             tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes, ws.base + (long long)(row0 + r) * ws.row_stride,
                                        row_bytes, sm.page_full[ring]);
