@@ -54,7 +54,8 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
     const int quads = rows / 4;
     MK_ROLLED
     for (int idx = threadIdx.x; idx < nq * quads; idx += CONSUMER_THREADS) {
-      const int t = idx / quads, r = 4 * (idx % quads);
+      const int2 ti = token_index<B1>(idx, quads);
+      const int t = ti.x, r = 4 * ti.y;
       const float* o = sm.out + t * rows + r;
       const float4 v = make_float4(o[0], o[1], o[2], o[3]);
       tk::atomic_add_f32x4(mid + (long long)t * H + r, v);
@@ -63,7 +64,8 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   } else {
     MK_ROLLED
     for (int idx = threadIdx.x; idx < nq * rows; idx += CONSUMER_THREADS) {
-      const int t = idx / rows, r = idx % rows;
+      const int2 ti = token_index<B1>(idx, rows);
+      const int t = ti.x, r = ti.y;
       tk::atomic_add_f32(mid + (long long)t * H + r, sm.out[t * rows + r]);
       tk::atomic_add_f32(hidden + (long long)t * H + r, sm.out[t * rows + r]);
     }

@@ -24,39 +24,45 @@ __device__ __forceinline__ void streamed_input_ready(const Globals& g, const Sha
 template <bool B1>
 __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
-  const int T = sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
+  const int T = B1 ? 1 : sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
   const int copy_begin = w[6], n_copy = w[7] - w[6], H = g.hidden_size;
   // The copied values are read with the norm's input (one round trip) and stored after it.
   const bool copy_one_pass = T * n_copy <= CONSUMER_THREADS;
   float copied = 0.f;
-  if (copy_one_pass && threadIdx.x < T * n_copy)
-    copied = load_cg(g.hidden + (long long)(threadIdx.x / n_copy) * H + copy_begin + threadIdx.x % n_copy);
+  if (copy_one_pass && threadIdx.x < T * n_copy) {
+    const int2 ti = token_index<B1>(threadIdx.x, n_copy);
+    copied = load_cg(g.hidden + (long long)ti.x * H + copy_begin + ti.y);
+  }
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
   const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
+  const int hd_log = 31 - __clz(hd);  // head_dim is 32, 64 or 128 (the host checks): shifts, not divisions
   // The epilogue's global reads (step args, RoPE frequency) are issued before the norm and the matvec
   // when one pass covers every pair, so their latency hides behind that work.
   const bool preload = T * pairs <= CONSUMER_THREADS;
   int pre_slot = 0, pre_pos = 0;
   float pre_freq = 0.f;
   if (preload && threadIdx.x < T * pairs) {
-    const int t = threadIdx.x / pairs, r = row_begin + 2 * (threadIdx.x % pairs);
+    const int2 ti = token_index<B1>(threadIdx.x, pairs);
+    const int t = ti.x, r = row_begin + 2 * ti.y;
     pre_slot = sa.slot(t);
     pre_pos = sa.position(t);
-    if ((r % group_rows) / hd <= G) pre_freq = g.rope_inv_freq[(r % hd) / 2];
+    if ((r % group_rows) >> hd_log <= G) pre_freq = g.rope_inv_freq[(r & (hd - 1)) / 2];
   }
   load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   MK_ROLLED
   for (int idx = threadIdx.x; idx < T * n_copy; idx += CONSUMER_THREADS) {
-    const long long at = (long long)(idx / n_copy) * H + copy_begin + idx % n_copy;
+    const int2 ti = token_index<B1>(idx, n_copy);
+    const long long at = (long long)ti.x * H + copy_begin + ti.y;
     g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
   }
   if (!matvec<B1>(g, sm, T, w)) return false;
   MK_ROLLED
   for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
-    const int t = idx / pairs, pr = idx % pairs;
+    const int2 ti = token_index<B1>(idx, pairs);
+    const int t = ti.x, pr = ti.y;
     const int r = row_begin + 2 * pr;
-    const int j = (r % group_rows) / hd, p = r % hd;  // p is even: (p, p+1) is a packed pair
+    const int j = (r % group_rows) >> hd_log, p = r & (hd - 1);  // p is even: (p, p+1) is a packed pair
     const float inv = rms_inv(g, sm, t);  // the norm's scale, deferred to here (activations.cuh)
     const float x0 = sm.out[t * rows + 2 * pr] * inv, x1 = sm.out[t * rows + 2 * pr + 1] * inv;
     const int slot = preload ? pre_slot : sa.slot(t);
@@ -87,7 +93,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
 template <bool B1>
 __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
-  const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
+  const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
   // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
   const bool preload = T * rows <= CONSUMER_THREADS;
   float resid = 0.f;
@@ -98,7 +104,8 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   if (!matvec<B1>(g, sm, T, w)) return false;
   MK_ROLLED
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
-    const int t = idx / rows, r = idx % rows;
+    const int2 ti = token_index<B1>(idx, rows);
+    const int t = ti.x, r = ti.y;
     const long long at = (long long)t * g.hidden_size + row_begin + r;
     const float m = (preload ? resid : load_cg(g.hidden + at)) + sm.out[t * rows + r];
     g.mid[at] = m;
@@ -111,14 +118,15 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
 template <bool B1>
 __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
-  const int T = sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
+  const int T = B1 ? 1 : sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
   MK_ROLLED
   for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
-    const int t = idx / n, li = idx % n;  // li: index relative to i_begin (a multiple of tile)
+    const int2 ti = token_index<B1>(idx, n);
+    const int t = ti.x, li = ti.y;  // li: index relative to i_begin (a multiple of tile)
     const int gate_row = 2 * (li / tile) * tile + li % tile;
     const float inv = rms_inv(g, sm, t);  // the norm's scale, deferred to here (activations.cuh)
     const float gate = sm.out[t * rows + gate_row] * inv, up = sm.out[t * rows + gate_row + tile] * inv;
@@ -131,13 +139,14 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
 template <bool B1>
 __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
-  const int T = sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
+  const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   load_rows(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, T, w)) return false;
   MK_ROLLED
   for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
-    const int t = idx / rows, r = idx % rows;
+    const int2 ti = token_index<B1>(idx, rows);
+    const int t = ti.x, r = ti.y;
     tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
   }
   return true;
@@ -147,13 +156,14 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
 template <bool B1>
 __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
-  const int S = sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
+  const int S = B1 ? 1 : sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, S, w)) return false;
   MK_ROLLED
   for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
-    const int s = idx / rows, r = idx % rows;
+    const int2 ti = token_index<B1>(idx, rows);
+    const int s = ti.x, r = ti.y;
     g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r] * rms_inv(g, sm, s);
   }
   const int warp = tk::warp_id(), lane = tk::lane_id();

@@ -74,6 +74,15 @@ struct StepArgs {
   }
 };
 
+// (token, element) of a flat index over rows of n elements: (idx / n, idx % n), except in the batch-1 kernel
+// variants (B1), whose streams have one token (the host's rule, engine/cuda/variant.py): there the token is 0 and
+// no run-time division sits in the epilogues on the layer's critical path.
+template <bool B1>
+__device__ __forceinline__ int2 token_index(int idx, int n) {
+  if constexpr (B1) return make_int2(0, idx);
+  return make_int2(idx / n, idx % n);
+}
+
 __device__ __forceinline__ bool aborted(const Globals& g) {
   return *reinterpret_cast<volatile const int*>(g.error) != ERR_NONE;
 }
