@@ -22,6 +22,11 @@ __device__ __forceinline__ bool wait_all_dependencies(const Globals& g, const in
 template <int V>
 __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, const int* w) {
   constexpr bool B1 = V != VARIANT_GENERAL, SPLIT = V != VARIANT_BATCH1_FUSED, FUSED = V != VARIANT_BATCH1_SPLIT;
+  // A batch-1 variant's ops take the step as one token of one sequence (state.cuh token_index): any other step
+  // is the host's mistake, caught here before an op reads or writes anything.
+  if constexpr (B1) {
+    if (g.sa_header[SA_NUM_TOKENS] != 1 || g.sa_header[SA_NUM_SEQS] != 1) return variant_mismatch(g, w);
+  }
   switch (w[W_OPCODE]) {
     case OP_EMBED: op_embed(g, w); return true;
     case OP_RMS_QKV_ROPE_APPEND: return op_qkv<B1>(g, sm, w);

@@ -77,3 +77,20 @@ def test_rows_off_the_tensor_cores_in_a_batch1_variant_are_an_error() -> None:
     ds.variant, ds._base_fields = VARIANT_GENERAL, None
     vm.forward(batch)
     assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)
+
+
+def test_a_batch1_variant_on_a_prefill_step_is_an_error() -> None:
+    """The batch-1 variants take every step as one token of one sequence; handed a prefill chunk they stop at its
+    first instruction instead of computing only its first token."""
+    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False)
+    scen = Scenario(CFG, [8], page_size=16, num_pages=64, seed=8)
+    batch, seqs = scen.batch([None])
+    vm.forward(batch)
+    gpu.greedy(batch)
+    ds = gpu.last
+    assert ds is not None and ds.variant == VARIANT_GENERAL
+    ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
+    with pytest.raises(MegakernelError, match=r"outside the batch-1 kernel variant"):
+        gpu.greedy(batch)
+    ds.variant, ds._base_fields = VARIANT_GENERAL, None
+    assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)  # the same prefill again, on the general kernel
