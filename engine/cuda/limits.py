@@ -53,9 +53,10 @@ class InterpreterLimits:
         return bf16_x and nx == 1 and self.row_takes_mma(k)
 
     def matvec_row_elems(self, words: np.ndarray, d: ModelDims, w_o_panels: bool) -> set[int]:
-        """Row lengths of the weight streams in `words` that the row matvec computes (consumer_matvec.cuh consume_pages): every
-        weight-streaming op's, except a fused ATTN_O_PROJ's W_o slice taken as panel pages (`w_o_panels`: the
-        backend encoded W_o's tensor map; panel_pages.cuh panel_stream, for one-token steps)."""
+        """Row lengths of the weight streams of a one-token step's `words` that the row matvec computes
+        (consumer_matvec.cuh consume_pages): every weight-streaming op's, except a fused ATTN_O_PROJ's W_o slice
+        taken as panel pages (`w_o_panels`: the backend encoded W_o's tensor map; panel_pages.cuh panel_stream,
+        which only one-token steps take)."""
         out: set[int] = set()
         for w in words:
             code, a = int(w[0]), w[3:]

@@ -170,3 +170,11 @@ def test_matvec_row_elems_of_a_1b_decode_stream(fused: bool, panels: bool, want:
         max_out_floats=lim.out_floats))
     assert cs.stream.plan.fused == fused
     assert lim.matvec_row_elems(cs.words, d, w_o_panels=panels) == want
+
+
+def test_panel_widths_are_the_kernels() -> None:
+    """limits.PANEL_WIDTHS is panel_pages.cuh's panel_k_ok (the W_o slices the fused op takes as panel pages)."""
+    from engine.cuda.limits import PANEL_WIDTHS
+    text = (Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "panel_pages.cuh").read_text()
+    body = re.search(r"bool panel_k_ok\(int K\) \{ return ([^;]+); \}", text).group(1)
+    assert tuple(sorted(int(k) for k in re.findall(r"K == (\d+)", body))) == PANEL_WIDTHS
