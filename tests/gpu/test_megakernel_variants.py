@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.backends.cuda_backend import CudaBackend
+from engine.backends.vm_backend import VMBackend
 from engine.cuda.errors import MegakernelError
 from engine.cuda.variant import VARIANT_BATCH1_FUSED, VARIANT_BATCH1_SPLIT, VARIANT_GENERAL
 from tests.gpu.mk_helpers import BUFFERS, pair, rel_err, small
+from models.llama.step_batch import StepBatch
 from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
@@ -39,44 +42,51 @@ def test_batch1_decode_variants_match_vm(fused: bool, batch1: bool, want: int) -
         scen.feed(seqs, vm.last_tokens.tolist())
 
 
-def test_wrong_variant_is_an_error_naming_the_instruction() -> None:
-    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False)
+def _after_one_decode_step(gpu_kw: dict[str, object] | None = None) -> tuple[VMBackend, CudaBackend, Scenario]:
+    """Both backends after a prefill and one decode step of one sequence on the split path."""
+    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False, gpu_kw=gpu_kw)
     scen = Scenario(CFG, [8], page_size=16, num_pages=64, seed=8)
     for chunk in ([None], [1]):
         batch, seqs = scen.batch(chunk)
         vm.forward(batch)
         gpu.greedy(batch)
         scen.feed(seqs, vm.last_tokens.tolist())
+    return vm, gpu, scen
+
+
+def _forced_variant_fails_then_recovers(vm: VMBackend, gpu: CudaBackend, batch: StepBatch, forced: int,
+                                        match: str) -> None:
+    """`batch` (already run on the VM) with its stream forced onto variant `forced` stops with an error matching
+    `match`; on its own variant again it runs and gives the VM's ids."""
     ds = gpu.last
-    assert ds is not None and ds.variant == VARIANT_BATCH1_SPLIT
-    ds.variant, ds._base_fields = VARIANT_BATCH1_FUSED, None  # the fused variant has no ATTN_PARTIAL path
-    batch, seqs = scen.batch([1])
-    with pytest.raises(MegakernelError, match=r"outside the batch-1 kernel variant.*ATTN_PARTIAL"):
+    assert ds is not None
+    own = ds.variant
+    ds.variant, ds._base_fields = forced, None
+    with pytest.raises(MegakernelError, match=match):
         gpu.greedy(batch)
-    ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
-    vm.forward(batch)
+    ds.variant, ds._base_fields = own, None
     assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)  # the stream runs again after the failure
+
+
+def test_wrong_variant_is_an_error_naming_the_instruction() -> None:
+    vm, gpu, scen = _after_one_decode_step()
+    assert gpu.last is not None and gpu.last.variant == VARIANT_BATCH1_SPLIT
+    batch, _ = scen.batch([1])
+    vm.forward(batch)
+    # the fused variant has no ATTN_PARTIAL path
+    _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_FUSED,
+                                        r"outside the batch-1 kernel variant.*ATTN_PARTIAL")
 
 
 def test_rows_off_the_tensor_cores_in_a_batch1_variant_are_an_error() -> None:
     """The batch-1 variants hold only the tensor-core page loop: with the matvecs on the CUDA cores the host picks
     the general kernel, and the variant forced on it stops at the first matvec, naming it."""
-    vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False, gpu_kw={"mma_matvec": False})
-    scen = Scenario(CFG, [8], page_size=16, num_pages=64, seed=8)
-    for chunk in ([None], [1]):
-        batch, seqs = scen.batch(chunk)
-        vm.forward(batch)
-        gpu.greedy(batch)
-        scen.feed(seqs, vm.last_tokens.tolist())
-    ds = gpu.last
-    assert ds is not None and ds.variant == VARIANT_GENERAL
-    ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
-    batch, seqs = scen.batch([1])
-    with pytest.raises(MegakernelError, match=r"outside the batch-1 kernel variant.*RMS_QKV_ROPE_APPEND"):
-        gpu.greedy(batch)
-    ds.variant, ds._base_fields = VARIANT_GENERAL, None
+    vm, gpu, scen = _after_one_decode_step({"mma_matvec": False})
+    assert gpu.last is not None and gpu.last.variant == VARIANT_GENERAL
+    batch, _ = scen.batch([1])
     vm.forward(batch)
-    assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)
+    _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_SPLIT,
+                                        r"outside the batch-1 kernel variant.*RMS_QKV_ROPE_APPEND")
 
 
 def test_a_batch1_variant_on_a_prefill_step_is_an_error() -> None:
@@ -84,13 +94,8 @@ def test_a_batch1_variant_on_a_prefill_step_is_an_error() -> None:
     first instruction instead of computing only its first token."""
     vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=False)
     scen = Scenario(CFG, [8], page_size=16, num_pages=64, seed=8)
-    batch, seqs = scen.batch([None])
+    batch, _ = scen.batch([None])
     vm.forward(batch)
     gpu.greedy(batch)
-    ds = gpu.last
-    assert ds is not None and ds.variant == VARIANT_GENERAL
-    ds.variant, ds._base_fields = VARIANT_BATCH1_SPLIT, None
-    with pytest.raises(MegakernelError, match=r"outside the batch-1 kernel variant"):
-        gpu.greedy(batch)
-    ds.variant, ds._base_fields = VARIANT_GENERAL, None
-    assert torch.equal(gpu.greedy(batch).cpu(), vm.last_tokens)  # the same prefill again, on the general kernel
+    assert gpu.last is not None and gpu.last.variant == VARIANT_GENERAL
+    _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_SPLIT, r"outside the batch-1 kernel variant")
