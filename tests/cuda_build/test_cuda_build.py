@@ -1,6 +1,8 @@
 """CPU tests of engine.cuda_build (no GPU needed: compiling and importing need only nvcc)."""
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ def _has_nvcc() -> bool:
 
 
 needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_discovers_tk_test_module() -> None:
@@ -82,3 +85,17 @@ def test_build_import_and_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert cuda_build.import_extension(first).answer() == 42
     src.write_text(src.read_text() + "// changed\n")
     assert cuda_build.build_dir(spec) != first.library.parent  # content-keyed
+
+
+@needs_nvcc
+def test_kernel_size_reports_the_batch1_variant_and_its_functions() -> None:
+    """scripts/kernel_size.sh (one interpreter instantiation's code size, no GPU) keeps compiling the kernel part of
+    interpreter.cu on its own and reports the batch-1 variant's size, its not-inlined functions and ptxas' line."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "kernel_size.sh"), str(ROOT), "2"], capture_output=True,
+                         text=True, check=True, timeout=300).stdout
+    kernel = re.search(r"^\s*(\d+) B  kernel _ZN2mk2vm10megakernelILb0ELi2E", out, re.M)
+    assert kernel is not None, out
+    size = int(kernel.group(1))
+    assert 100_000 < size < 400_000, out  # the fused batch-1 variant: 237 KB (seventeenth session)
+    assert "consume_pages<1, true>" in out  # the tensor-core-only page loop, not inlined
+    assert re.search(r"ptxas: kernel \d+ registers, \d+ bytes stack frame, \d+ bytes spill stores", out), out
