@@ -15,6 +15,19 @@ from engine.scheduler.step_builder_splits import mlp_slice_count
 PANEL_WIDTHS = (64, 128, 256)  # panel_pages.cuh panel_k_ok: W_o slices (heads * head_dim) taken as panel pages
 
 
+def row_elems(code: int, a: np.ndarray, d: ModelDims) -> int | None:
+    """Length of the weight rows an instruction streams (operands `a` = words 3..), None for ops that stream none."""
+    if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD, op.Opcode.RMS_GATE_UP_SILU):
+        return d.hidden
+    if code == op.Opcode.O_PROJ_RESIDUAL:
+        return d.q_cols
+    if code == op.Opcode.DOWN_RESIDUAL:
+        return int(a[3] - a[2])
+    if code == op.Opcode.ATTN_O_PROJ:  # W_o's columns of the op's heads
+        return int(a[3] - a[2]) * d.head_dim
+    return None
+
+
 class UnsupportedOnGPU(ValueError):
     """The model or step does not fit the megakernel's limits (the message says which and why)."""
 
@@ -59,17 +72,9 @@ class InterpreterLimits:
         which only one-token steps take)."""
         out: set[int] = set()
         for w in words:
-            code, a = int(w[0]), w[3:]
-            if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD, op.Opcode.RMS_GATE_UP_SILU):
-                out.add(d.hidden)
-            elif code == op.Opcode.O_PROJ_RESIDUAL:
-                out.add(d.q_cols)
-            elif code == op.Opcode.DOWN_RESIDUAL:
-                out.add(int(a[3] - a[2]))
-            elif code == op.Opcode.ATTN_O_PROJ:
-                k = int(a[3] - a[2]) * d.head_dim
-                if not (w_o_panels and k in PANEL_WIDTHS):
-                    out.add(k)
+            code, k = int(w[0]), row_elems(int(w[0]), w[3:], d)
+            if k is not None and not (code == op.Opcode.ATTN_O_PROJ and w_o_panels and k in PANEL_WIDTHS):
+                out.add(k)
         return out
 
     def x_need(self, nx: int, k: int, bf16_x: bool) -> int:
@@ -137,19 +142,14 @@ class InterpreterLimits:
             return self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1
         if code == op.Opcode.ATTN_O_PROJ:
             return self._attn_o_proj_x(a, nx, d)
-        if code in (op.Opcode.RMS_QKV_ROPE_APPEND, op.Opcode.LM_HEAD):
-            rows, k = int(a[1] - a[0]), d.hidden
-        elif code == op.Opcode.O_PROJ_RESIDUAL:
-            rows, k = int(a[1] - a[0]), d.q_cols
-        elif code == op.Opcode.RMS_GATE_UP_SILU:
-            rows, k = 2 * int(a[1] - a[0]), d.hidden
-        elif code == op.Opcode.DOWN_RESIDUAL:
-            rows, k = int(a[1] - a[0]), int(a[3] - a[2])
+        k = row_elems(code, a, d)
+        if k is None:
+            return 1
+        rows = (2 if code == op.Opcode.RMS_GATE_UP_SILU else 1) * int(a[1] - a[0])
+        if code == op.Opcode.DOWN_RESIDUAL:
             if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or nx * k > self.x_floats:
                 raise UnsupportedOnGPU(f"DOWN_RESIDUAL K-slice [{a[2]}, {a[3]}) does not fit the interpreter "
                                        f"(8-aligned, <= {self.page_bytes // 2} wide, tokens*K <= {self.x_floats})")
-        else:
-            return 1
         self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
         return self.x_need(nx, k, bf16_x)
 
