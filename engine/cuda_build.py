@@ -5,12 +5,14 @@ version, Python ABI) into ``$MEGAKERNEL_CACHE_DIR`` (default ``~/.cache/megakern
 there. No GPU and no driver library are needed to build: modules link only libcudart (driver entry
 points such as ``cuTensorMapEncodeTiled`` are fetched at run time), so CI compiles them on CPU machines.
 
-Modules are discovered from a marker line in their ``.cu`` files under ``csrc/*/``::
+Modules are discovered from a marker line in their ``.cu`` files under ``csrc/*/`` (the product's) and
+``tests/*/csrc/`` (test modules kept beside their tests, e.g. the tile layer's GPU test kernels)::
 
     // compile-check: module NAME
 
 All files carrying the same NAME are linked into one module, whose ``PYBIND11_MODULE`` must be NAME.
-A module may include headers from its own directory and from csrc/tk (only those are hashed).
+A module may include headers from its own directory and from csrc (``tk/...``); only its own directory's
+and csrc/tk's headers are hashed.
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+MODULE_SOURCES = ("csrc/*/*.cu", "tests/*/csrc/*.cu")  # relative to the repository root
 BASE_FLAGS: tuple[str, ...] = (
     "-std=c++20",
     "-gencode=arch=compute_90a,code=sm_90a",
@@ -87,12 +91,13 @@ def cache_root() -> Path:
     return Path(os.environ.get("MEGAKERNEL_CACHE_DIR", Path.home() / ".cache" / "megakernel"))
 
 
-def discover_extensions(csrc: Path = CSRC) -> tuple[ExtensionSpec, ...]:
-    """Every module marked with ``// compile-check: module NAME`` in csrc/*/*.cu."""
+def discover_extensions(root: Path = ROOT) -> tuple[ExtensionSpec, ...]:
+    """Every module marked with ``// compile-check: module NAME`` in a MODULE_SOURCES file under ``root``."""
     by_name: dict[str, list[Path]] = {}
-    for cu in sorted(csrc.glob("*/*.cu")):
-        for name in _MARKER.findall(cu.read_text()):
-            by_name.setdefault(name, []).append(cu)
+    for pattern in MODULE_SOURCES:
+        for cu in sorted(root.glob(pattern)):
+            for name in _MARKER.findall(cu.read_text()):
+                by_name.setdefault(name, []).append(cu)
     return tuple(ExtensionSpec(n, tuple(srcs)) for n, srcs in sorted(by_name.items()))
 
 
@@ -226,11 +231,11 @@ def build_extension(name: str, sources: list[Path] | tuple[Path, ...],
 
 
 def load_extension(name: str) -> ModuleType:
-    """Compile (cached) and import a module discovered in csrc by its marker name."""
+    """Compile (cached) and import a module discovered (MODULE_SOURCES) by its marker name."""
     for spec in discover_extensions():
         if spec.name == name:
             return import_extension(compile_extension(spec))
-    raise CudaBuildError(f"no csrc/*/*.cu declares `// compile-check: module {name}`")
+    raise CudaBuildError(f"no {' or '.join(MODULE_SOURCES)} file declares `// compile-check: module {name}`")
 
 
 def build_all(*, force: bool = False, check_import: bool = True) -> list[BuildResult]:
@@ -247,7 +252,7 @@ def build_all(*, force: bool = False, check_import: bool = True) -> list[BuildRe
 def main(argv: list[str] | None = None) -> int:
     from engine.ptxas_report import format_report, parse_ptxas
 
-    parser = argparse.ArgumentParser(description="Compile every CUDA module under csrc.")
+    parser = argparse.ArgumentParser(description="Compile every CUDA module (csrc, and the test modules under tests).")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     parser.add_argument("--no-import", action="store_true", help="skip the import check")
     args = parser.parse_args(argv)

@@ -3,11 +3,14 @@
 Decoding a window of recent ids (not the whole output) keeps this O(1) per token. Text is only
 emitted once it no longer ends in U+FFFD, so multi-byte characters split across tokens come out
 whole. Stop strings are searched near the end only, and while a request runs the last
-(longest stop - 1) characters are held back so emitted text never has to be retracted.
+(longest stop - 1) characters are held back, so the visible text only ever grows: a streaming client
+can send `visible[len(sent):]` deltas and never has to retract anything.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from engine.sampling_params import SamplingParams
 
 # Enough prompt context for tokenizers that change spacing depending on the previous token.
 _CONTEXT_TOKENS = 5
@@ -64,8 +67,54 @@ def find_stop(text: str, delta_len: int, stops: tuple[str, ...]) -> tuple[int, s
 
 
 def visible_text(text: str, stops: tuple[str, ...], finished: bool) -> str:
-    """Text safe to show: while running, hold back a tail that could still start a stop string."""
+    """Text safe to show: while running, hold back a tail that could still start a stop string (a stop
+    found later ends after `text`, so it starts at most longest - 1 characters before its end)."""
     if finished or not stops:
         return text
     hold = max(len(s) for s in stops) - 1
-    return text[: len(text) - hold] if hold > 0 else text
+    return text[: max(0, len(text) - hold)]
+
+
+class OutputText:
+    """The text of one request's output: incremental detokenization, stop strings, the visible prefix.
+
+    The engine feeds every generated token to `add` and calls `finish` when the request ends for any
+    other reason than a stop string; `visible()` is what a client may be shown at that point.
+    """
+
+    def __init__(self, tokenizer: Any, prompt_ids: list[int], params: SamplingParams):
+        self._detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids, params.skip_special_tokens)
+        self._stops = params.stop
+        self._include_stop = params.include_stop_str_in_output
+        self.text = ""  # everything decoded so far; cut at a matched stop string
+        self.finished = False
+
+    def add(self, token_id: int) -> str | None:
+        """Feed one generated id. Returns the stop string it completed (the text is then cut), or None."""
+        delta = self._detokenizer.add(token_id)
+        self.text += delta
+        return self._cut_at_stop(len(delta))
+
+    def finish(self) -> str | None:
+        """The request ended (length, EOS, stop token, error): append the held-back tail. Returns a stop
+        string that tail completed (the text is then cut there), or None."""
+        if self.finished:
+            return None
+        pending = self._detokenizer.flush()
+        self.text += pending
+        hit = self._cut_at_stop(len(pending))
+        self.finished = True
+        return hit
+
+    def visible(self) -> str:
+        # With include_stop_str_in_output a match stays in the text, so nothing needs holding back.
+        return visible_text(self.text, () if self._include_stop else self._stops, self.finished)
+
+    def _cut_at_stop(self, delta_len: int) -> str | None:
+        hit = find_stop(self.text, delta_len, self._stops)
+        if hit is None:
+            return None
+        start, stop = hit
+        self.text = self.text[: start + len(stop) if self._include_stop else start]
+        self.finished = True
+        return stop

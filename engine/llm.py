@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Sequence
 
+from engine.errors import RequestError
 from engine.llm_engine import LLMEngine, PromptInput
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
@@ -30,11 +31,13 @@ class LLM:
                 request_id = f"offline-{next(self._ids)}"
                 self.engine.add_request(request_id, prompt, params)
                 order.append(request_id)
-        except ValueError:
-            for request_id in order:  # nothing half-submitted is left behind
+            return self._run(order, use_tqdm)
+        except BaseException:
+            # Whatever stopped this call (a RequestError, an EngineFatalError, Ctrl-C), none of its
+            # requests stays queued to haunt the next call.
+            for request_id in order:
                 self.engine.abort(request_id)
             raise
-        return self._run(order, use_tqdm)
 
     def chat(self, messages: list[Message] | list[list[Message]],
              sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -77,5 +80,5 @@ def _broadcast_params(params: Any, n: int) -> list[SamplingParams]:
         return [params] * n
     params = list(params)
     if len(params) != n:
-        raise ValueError(f"got {len(params)} sampling params for {n} prompts")
+        raise RequestError(f"sampling_params: got {len(params)} for {n} prompts")
     return params

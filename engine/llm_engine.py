@@ -1,5 +1,17 @@
 """LLMEngine: continuous batching over a paged KV cache. One `step()` = schedule → run → sample →
-postprocess. Requests join and leave the running batch between steps."""
+postprocess. Requests join and leave the running batch between steps.
+
+Request isolation is a design rule here: one bad request never breaks the engine.
+- Everything that can fail for one request (request id, prompt checks and tokenisation, sampling
+  parameters, seeding, stop-handling setup) runs in `add_request` BEFORE the request touches shared
+  engine state. The scheduler registration is the last step that can fail and it is atomic; the entry
+  in `_requests` follows and cannot fail. A rejected request raises `RequestError` and leaves nothing.
+- In `step()`, a failure that belongs to one request (a non-finite logits row, its sampling row, its
+  postprocess: detokenize, stop checks) finishes that request alone with finish_reason "error" and
+  `RequestOutput.error`; its KV pages are freed and the other requests go on.
+- A failure of the whole step (scheduling, building the batch, the backend's forward) cannot be traced
+  to one request: `step()` raises `EngineFatalError` naming the step and the cause.
+"""
 from __future__ import annotations
 
 import time
@@ -9,20 +21,22 @@ from typing import Any
 import torch
 
 from engine.backends import create_backend, resolve_backend
-from engine.detokenizer import IncrementalDetokenizer, find_stop, visible_text
+from engine.detokenizer import OutputText
 from engine.engine_config import EngineConfig, size_kv_cache
+from engine.errors import EngineFatalError, RequestError
 from engine.outputs import RequestMetrics, RequestOutput
+from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampler import sample_batch
 from engine.sampling_params import SamplingParams
-from engine.scheduler.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
 from models.llama.tokenizer import apply_chat_template, load_tokenizer
 from models.llama.weights import load_weights
 
-PromptInput = str | list[int] | dict[str, Any]
+Sampled = dict[str, tuple[int, dict[int, float] | None]]
 
 
 @dataclass(frozen=True)
@@ -74,50 +88,41 @@ class LLMEngine:
     def apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
         return apply_chat_template(self.tokenizer, messages)
 
-    def _prompt_ids(self, prompt: PromptInput) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            return prompt, list(self.tokenizer.encode(prompt, add_special_tokens=True))
-        if isinstance(prompt, dict):
-            if "prompt_token_ids" not in prompt:
-                raise ValueError("a dict prompt needs the key 'prompt_token_ids'")
-            return prompt.get("prompt"), self._check_ids(prompt["prompt_token_ids"])
-        if isinstance(prompt, (list, tuple)):
-            return None, self._check_ids(prompt)
-        raise ValueError(f"prompt must be a string, a list of token ids or a dict, got {type(prompt).__name__}")
-
-    def _check_ids(self, ids: Any) -> list[int]:
-        vocab = self.config.vocab_size
-        out = []
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not (0 <= t < vocab):
-                raise ValueError(f"prompt token ids must be ints in [0, {vocab}), got {t!r}")
-            out.append(int(t))
-        return out
-
     def add_request(self, request_id: str, prompt: PromptInput, params: SamplingParams,
                     arrival_time: float | None = None) -> None:
+        """Queue a request. Raises `RequestError` (and changes nothing) if anything about it is wrong."""
+        if not isinstance(request_id, str) or not request_id:
+            raise RequestError(f"request_id must be a non-empty string, got {request_id!r}")
         if request_id in self._requests:
-            raise ValueError(f"request id {request_id!r} is already in use")
-        text, ids = self._prompt_ids(prompt)
+            raise RequestError(f"request_id {request_id!r} is already in use")
+        if not isinstance(params, SamplingParams):
+            raise RequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
+        text, ids = prompt_token_ids(prompt, self.tokenizer, self.config.vocab_size)
         if not ids:
-            raise ValueError("the prompt is empty")
+            raise RequestError("prompt is empty")
         if len(ids) + 1 > self.max_model_len:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens, but the model's context is {self.max_model_len} "
+            raise RequestError(
+                f"prompt has {len(ids)} tokens, but the model's context is {self.max_model_len} "
                 f"tokens (max_model_len) and at least one token must be generated")
-        now = time.monotonic() if arrival_time is None else arrival_time
-        seq = Sequence(seq_id=request_id, prompt_token_ids=ids, arrival_time=now)
-        self.scheduler.add(seq)  # raises ValueError if it can never fit the cache
         generator = torch.Generator()
         if params.seed is not None:
-            generator.manual_seed(params.seed)
-        else:
-            generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng).item()))
-        self._requests[request_id] = RequestState(
-            seq=seq, params=params, prompt=text,
-            detokenizer=IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens),
+            try:
+                generator.manual_seed(params.seed)
+            except (RuntimeError, ValueError, OverflowError) as exc:
+                raise RequestError(f"seed {params.seed} is not usable: {exc}") from exc
+        now = time.monotonic() if arrival_time is None else arrival_time
+        seq = Sequence(seq_id=request_id, prompt_token_ids=ids, arrival_time=now)
+        state = RequestState(
+            seq=seq, params=params, prompt=text, output_text=OutputText(self.tokenizer, ids, params),
             generator=generator, metrics=RequestMetrics(arrival_time=now),
             logprobs=[] if params.logprobs is not None else None)
+        try:
+            self.scheduler.add(seq)  # atomic: it checks everything before it registers the sequence
+        except ValueError as exc:
+            raise RequestError(f"prompt cannot be scheduled: {exc}") from exc
+        if params.seed is None:  # drawn only for admitted requests, so rejected ones do not shift the stream
+            generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng).item()))
+        self._requests[request_id] = state
 
     def abort(self, request_id: str) -> bool:
         state = self._requests.pop(request_id, None)
@@ -138,45 +143,68 @@ class LLMEngine:
 
     # ---------------------------------------------------------------- the loop
     def step(self) -> list[RequestOutput]:
+        """One engine step. Raises only `EngineFatalError`; a single request's failure is an output."""
+        try:
+            return self._step()
+        except EngineFatalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - engine bookkeeping itself failed
+            raise EngineFatalError(f"engine step {self._steps} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _step(self) -> list[RequestOutput]:
         plan = self.scheduler.schedule()
         self._preemptions += len(plan.preempted)
-        outputs = [self._finish_by_scheduler(seq.seq_id) for seq in plan.finished
-                   if seq.seq_id in self._requests]
+        now = time.monotonic()
+        outputs = [self._guarded_finish(self._requests[seq.seq_id], "length", None, now)
+                   for seq in plan.finished if seq.seq_id in self._requests]
         if plan.is_empty:
             return outputs
         self._steps += 1
-        sampled = self._run(plan)
-        self.scheduler.on_step_done(plan, {sid: tok for sid, (tok, _lp) in sampled.items()})
+        sampled, failed = self._run(plan)
         now = time.monotonic()
+        for seq_id, message in failed.items():  # freed before on_step_done, which then skips them
+            outputs.append(self._fail(self._requests[seq_id], message, now))
+        self.scheduler.on_step_done(plan, {sid: tok for sid, (tok, _lp) in sampled.items()})
         for seq_id, (token, logprob) in sampled.items():
             state = self._requests.get(seq_id)
-            if state is not None:  # None: aborted while the step ran
+            if state is None:  # aborted while the step ran
+                continue
+            try:
                 outputs.append(self._postprocess(state, token, logprob, now))
+            except Exception as exc:  # noqa: BLE001 - this request's own failure
+                outputs.append(self._fail(state, f"postprocessing failed: {type(exc).__name__}: {exc}", now))
         return outputs
 
-    def _finish_by_scheduler(self, seq_id: str) -> RequestOutput:
-        """The scheduler ended a sequence that reached the context limit (it already freed the pages)."""
-        state = self._requests.pop(seq_id)
-        state.finish_reason = "length"
-        state.metrics.finished_time = time.monotonic()
-        return state.to_output(state.text)
-
-    def _run(self, plan: SchedulerOutput) -> dict[str, tuple[int, dict[int, float] | None]]:
+    def _run(self, plan: SchedulerOutput) -> tuple[Sampled, dict[str, str]]:
+        """Forward the step and sample. Returns (seq_id -> (token, logprobs), seq_id -> error message)."""
         chunks = plan.chunks
-        batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
-                                [list(c.block_table) for c in chunks], device=self.backend.device,
-                                page_size=self.engine_config.page_size)
         rows = [i for i, c in enumerate(chunks) if c.samples]
         states = [self._requests[chunks[i].seq.seq_id] for i in rows]
-        if not rows:
-            self.backend.forward(batch)
-            return {}
-        if all(s.params.is_greedy and s.params.logprobs is None for s in states):
-            ids = self.backend.greedy(batch).tolist()
-            return {chunks[i].seq.seq_id: (int(ids[i]), None) for i in rows}
-        logits = self.backend.forward(batch)[rows]
-        result = sample_batch(logits, [s.params for s in states], [s.generator for s in states])
-        return {s.seq.seq_id: (tok, lp) for s, tok, lp in zip(states, result.token_ids, result.logprobs)}
+        try:
+            batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
+                                    [list(c.block_table) for c in chunks], device=self.backend.device,
+                                    page_size=self.engine_config.page_size)
+            if not rows:
+                self.backend.forward(batch)
+                return {}, {}
+            if all(s.params.is_greedy and s.params.logprobs is None and not s.params.has_penalties
+                   for s in states):  # the backend's argmax (in-kernel on cuda): only ids cross to the host
+                ids = self.backend.greedy(batch).tolist()
+                return {chunks[i].seq.seq_id: (int(ids[i]), None) for i in rows}, {}
+            logits = self.backend.forward(batch)[rows]
+        except Exception as exc:  # noqa: BLE001 - the whole step's forward: no single request to blame
+            raise EngineFatalError(f"engine step {self._steps} failed in the {self.backend_name} backend's "
+                                   f"forward: {type(exc).__name__}: {exc}") from exc
+        result = sample_batch(logits, [s.params for s in states], [s.generator for s in states],
+                              [s.history for s in states])
+        sampled: Sampled = {}
+        failed: dict[str, str] = {}
+        for s, tok, lp, error in zip(states, result.token_ids, result.logprobs, result.errors):
+            if error is not None or tok is None:
+                failed[s.seq.seq_id] = error or "sampling produced no token"
+            else:
+                sampled[s.seq.seq_id] = (tok, lp)
+        return sampled, failed
 
     def _postprocess(self, state: RequestState, token: int, logprob: dict[int, float] | None,
                      now: float) -> RequestOutput:
@@ -186,25 +214,45 @@ class LLMEngine:
         state.metrics.last_token_time = now
         if state.logprobs is not None and logprob is not None:
             state.logprobs.append(logprob)
-        delta = state.detokenizer.add(token)
-        state.text += delta
+        stop_string = state.output_text.add(token)
+        if stop_string is not None:
+            return self._finish(state, "stop", stop_string, now)
         if not params.ignore_eos and token in self.config.eos_token_ids:
-            state.finish_reason = "stop"
-        elif token in params.stop_token_ids:
-            state.finish_reason, state.stop_reason = "stop", token
-        else:
-            hit = find_stop(state.text, len(delta), params.stop)
-            if hit is not None:
-                state.text = state.text[: hit[0]]
-                state.finish_reason, state.stop_reason = "stop", hit[1]
-            elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len:
-                state.finish_reason = "length"
-        if state.finish_reason is not None:
-            if not isinstance(state.stop_reason, str):  # a stop string already cut the text
-                state.text += state.detokenizer.flush()
-            status = (SequenceStatus.FINISHED_STOPPED if state.finish_reason == "stop"
-                      else SequenceStatus.FINISHED_LENGTH)
-            self.scheduler.finish(seq.seq_id, status)
-            state.metrics.finished_time = now
-            del self._requests[seq.seq_id]
-        return state.to_output(visible_text(state.text, params.stop, state.finish_reason is not None))
+            return self._finish(state, "stop", None, now)
+        if token in params.stop_token_ids:
+            return self._finish(state, "stop", token, now)
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len:
+            return self._finish(state, "length", None, now)
+        return state.to_output(state.output_text.visible())
+
+    def _finish(self, state: RequestState, reason: str, stop_reason: str | int | None,
+                now: float) -> RequestOutput:
+        """End a request normally; the held-back text is flushed and may still complete a stop string."""
+        late_stop = state.output_text.finish()
+        if late_stop is not None:
+            reason, stop_reason = "stop", late_stop
+        seq_id = state.seq.seq_id
+        if self.scheduler.get(seq_id) is state.seq:  # else the scheduler already retired it
+            status = SequenceStatus.FINISHED_STOPPED if reason == "stop" else SequenceStatus.FINISHED_LENGTH
+            self.scheduler.finish(seq_id, status)
+        self._requests.pop(seq_id, None)
+        state.finish_reason, state.stop_reason = reason, stop_reason
+        state.metrics.finished_time = now
+        return state.to_output(state.output_text.visible())
+
+    def _guarded_finish(self, state: RequestState, reason: str, stop_reason: str | int | None,
+                        now: float) -> RequestOutput:
+        try:
+            return self._finish(state, reason, stop_reason, now)
+        except Exception as exc:  # noqa: BLE001 - this request's own failure
+            return self._fail(state, f"finishing failed: {type(exc).__name__}: {exc}", now)
+
+    def _fail(self, state: RequestState, message: str, now: float) -> RequestOutput:
+        """Finish one request with finish_reason "error", free its pages, keep the text already shown."""
+        seq_id = state.seq.seq_id
+        self.scheduler.abort(seq_id)  # False when it already left the scheduler
+        self._requests.pop(seq_id, None)
+        state.finish_reason, state.stop_reason = "error", None
+        state.error = " ".join(message.split())  # one line, whatever the exception text held
+        state.metrics.finished_time = now
+        return state.to_output(state.shown)

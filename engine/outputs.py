@@ -12,7 +12,7 @@ class CompletionOutput:
     text: str
     token_ids: list[int]
     logprobs: list[dict[int, float]] | None = None
-    finish_reason: str | None = None  # None while running, then "stop" | "length" | "abort"
+    finish_reason: str | None = None  # None while running, then "stop" | "length" | "abort" | "error"
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it
 
     @property
@@ -37,3 +37,5 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=0.0))
+    # One line saying why the request failed inside the engine (finish_reason "error"); None otherwise.
+    error: str | None = None

@@ -1,45 +1,38 @@
-"""`megakernel profile --backend vm`: a simulated per-instruction timeline of decode steps.
+"""`collect_profile` for `megakernel profile`: per-instruction timelines of decode steps.
 
-The stream is compiled exactly as the VM / CUDA backends compile it; the times come from the cost
-model's simulation of the chosen schedule (ProfileRecord.simulated = True). Only the model config is
-needed, so even the 8B preset profiles in seconds on a CPU.
+--backend vm: the stream is compiled exactly as the VM / CUDA backends compile it; the times come from the cost
+model's simulation of the chosen schedule (ProfileRecord.simulated = True). Only the model config is needed, so
+even the 8B preset profiles in seconds on a CPU.
+--backend cuda: the kernel's timing records of real decode steps (engine/cuda/profile.py).
+Both take the cuda backend's options from `--kernel-option NAME=VALUE` (engine/cuda/backend_options.py); the VM
+profile applies those that change the stream (SplitParams fields), so it shows the stream a cuda run with them
+would build.
 """
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Mapping
 from dataclasses import fields
 
-import numpy as np
 import torch
 
-from engine.cuda.knobs import backend_knobs
+from engine.backends import has_sm90_gpu
+from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
+from engine.bench.model_source import load_bench_weights
+from engine.cuda.backend_options import parse_kernel_options
+from engine.cuda.profile import record_from_timing
 from engine.instructions.layout import ModelDims
-from engine.instructions.opcodes import OPCODE_NAMES, OPERAND_NAMES
-from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
-from engine.scheduler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
+from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.target import TargetDevice
+from engine.simulated_profile import record_from_compiled
+from engine.vm.machine import DEFAULT_SIMULATED_SMS
 from models.llama.config import LlamaConfig
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
 from profiler.record import MetaValue, ProfileRecord, concat_records
 
 DEFAULT_PAGE_SIZE = 16
-
-
-def record_from_compiled(cs: CompiledStream, meta: dict[str, MetaValue], offset_ns: int = 0) -> ProfileRecord:
-    """One step's predicted timeline; rows follow the stream's topological order. Like the GPU's
-    records, a span starts when the SM took the instruction, so it includes its dependency wait."""
-    tl = cs.schedule.timeline
-    return ProfileRecord(
-        words=cs.stream.words(), sm=tl.sm,
-        start_ns=np.round(tl.start_ns - tl.wait_ns).astype(np.int64) + offset_ns,
-        end_ns=np.round(tl.end_ns).astype(np.int64) + offset_ns, wait_ns=np.round(tl.wait_ns).astype(np.int64),
-        opcode_names=OPCODE_NAMES, simulated=True,
-        bytes_moved=np.array([c.weight_bytes + c.act_bytes for c in cs.costs], dtype=np.int64),
-        meta={"source": "cost-model", "predicted_makespan_ns": int(round(tl.makespan_ns)), **meta},
-        operand_names=OPERAND_NAMES,
-    )
+DEFAULT_VM_POLICY = "dynamic"
 
 
 def decode_batch(batch: int, context: int, page_size: int) -> StepBatch:
@@ -57,33 +50,69 @@ def _config(args: argparse.Namespace) -> tuple[str, LlamaConfig]:
     raise ValueError("profile: give --model DIR or --preset NAME")
 
 
-def split_knobs(environ: Mapping[str, str]) -> dict[str, object]:
-    """The knobs of engine/cuda/knobs.py that are SplitParams fields (how a step is cut), so a VM profile
-    shows the same instruction stream a cuda run with those knobs would build."""
-    names = {f.name for f in fields(SplitParams)}
-    return {k: v for k, v in backend_knobs(environ).items() if k in names}
+def _options_text(options: dict[str, object]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(options.items())) or "defaults"
 
 
 def collect_profile(args: argparse.Namespace) -> ProfileRecord:
+    options = parse_kernel_options(getattr(args, "kernel_option", None) or ())
     backend = getattr(args, "backend", "vm")
-    gpu = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+    gpu = has_sm90_gpu()
     if backend == "cuda" or (backend == "auto" and gpu):
         if not gpu:
             raise RuntimeError("profile --backend cuda needs an sm_90 GPU; use --backend vm on this machine")
-        from engine.cuda.profile import collect_cuda_profile
-        return collect_cuda_profile(args)
+        return collect_cuda_profile(args, options)
     name, config = _config(args)
-    policy = getattr(args, "policy", None) or "dynamic"
-    num_sms = int(getattr(args, "num_sms", None) or 132)
+    policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_VM_POLICY))
+    num_sms = int(getattr(args, "num_sms", None) or options.get("num_sms") or DEFAULT_SIMULATED_SMS)
     page_size = int(getattr(args, "page_size", None) or DEFAULT_PAGE_SIZE)
-    cache = StreamCache(ModelDims.from_config(config), page_size,
-                        BuildParams.for_sms(num_sms, policy, **split_knobs(os.environ)))
+    split = {k: v for k, v in options.items() if k in {f.name for f in fields(SplitParams)} - {"num_sms"}}
+    cache = StreamCache(ModelDims.from_config(config), page_size, BuildParams.of(policy, **split),
+                        TargetDevice(num_sms=num_sms))
     records, offset = [], 0
     for step in range(args.steps):
         cs = cache.get(decode_batch(args.batch, args.prompt_len + step + 1, page_size))
         meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": args.batch,
                                       "prompt_len": args.prompt_len, "steps": args.steps, "policy": policy,
-                                      "num_sms": num_sms, "page_size": page_size}
+                                      "num_sms": num_sms, "page_size": page_size,
+                                      "kernel_options": _options_text(split)}
         records.append(record_from_compiled(cs, meta, offset))
         offset = int(records[-1].end_ns.max()) + 1
+    return concat_records(records)
+
+
+def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -> ProfileRecord:
+    dev = torch.device("cuda")
+    weights, desc = load_bench_weights(getattr(args, "model", None), getattr(args, "preset", None) or "llama-3.2-1b",
+                                       torch.bfloat16, dev)
+    page = int(getattr(args, "page_size", None) or DEFAULT_PAGE_SIZE)
+    batch, prompt_len, steps = int(args.batch), int(args.prompt_len), int(args.steps)
+    policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_POLICY))
+    backend_kw = {k: v for k, v in options.items() if k != "policy"}
+    per_seq = -(-(prompt_len + steps + 1) // page)
+    backend = CudaBackend(weights, num_pages=per_seq * batch, page_size=page, policy=policy,
+                          **backend_kw)  # type: ignore[arg-type]
+    tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, weights.config.vocab_size, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
+    for s in range(batch):  # prefill each sequence alone
+        backend.prefill(prompts[s], tables[s])
+    tokens = [p[-1] for p in prompts]
+    records = []
+    for step in range(steps):
+        backend.timing = step == steps - 1 or steps <= 3
+        b = StepBatch.build([[t] for t in tokens], [prompt_len + step] * batch, tables, device=dev, page_size=page)
+        if step == 0 and backend.timing:
+            # Run the first timed step twice and keep the second: it then follows a launch of the same kernel, as
+            # every step of the bench's loop does. After the prefill's kernels the SMs' instruction caches are
+            # cold, which makes layer 0 look 12-13 µs slower than in the loop (2-3 µs). A decode step rerun with
+            # the same inputs rewrites the same KV slots with the same values.
+            backend.greedy(b)
+        tokens = backend.greedy(b).tolist()
+        if backend.timing:
+            meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
+                                          "steps": steps, "step": step, "policy": policy, "num_sms": backend.num_sms,
+                                          "kernel_options": _options_text(options),
+                                          "gpu": torch.cuda.get_device_name()}
+            records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))
     return concat_records(records)

@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.detokenizer import IncrementalDetokenizer
+from engine.detokenizer import OutputText
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from engine.penalties import TokenHistory
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
@@ -16,16 +17,22 @@ class RequestState:
     seq: Sequence
     params: SamplingParams
     prompt: str | None
-    detokenizer: IncrementalDetokenizer
+    output_text: OutputText
     generator: torch.Generator
     metrics: RequestMetrics
     logprobs: list[dict[int, float]] | None = None
-    text: str = ""  # full text so far (stop string already cut off once finished)
+    shown: str = ""  # the visible text of the last output returned (it only ever grows)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def history(self) -> TokenHistory:
+        return TokenHistory(prompt=self.seq.prompt_token_ids, output=self.seq.output_token_ids)
+
     def to_output(self, visible: str) -> RequestOutput:
+        self.shown = visible
         completion = CompletionOutput(
             index=0,
             text=visible,
@@ -41,4 +48,5 @@ class RequestState:
             outputs=[completion],
             finished=self.finish_reason is not None,
             metrics=self.metrics,
+            error=self.error,
         )

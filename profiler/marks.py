@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.instructions.format import W_OPCODE
-from profiler.record import ProfileRecord
+from profiler.record import W_OPCODE, ProfileRecord
 
 MARK_INPUT, MARK_LAST_PAGE, MARK_COMPUTED, MARK_LOADER, MARK_LAST_DONE, MARK_FIRST_PAGE = range(6)
 MARK_LAST_PAGE_CYCLES = 6  # a cycle count, not a timestamp

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.instructions.format import W_ID, W_LAYER, W_OPCODE
-from profiler.record import ProfileRecord
+from profiler.record import W_ID, W_LAYER, W_OPCODE, ProfileRecord
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ MetaValue = Union[str, int, float]
 NPZ_FORMAT = "megakernel-profile"
 NPZ_VERSION = 1
 _ARRAYS = ("words", "sm", "start_ns", "end_ns", "wait_ns", "bytes_moved")
+# Where a record's instruction words keep what the profiler reads of them: the instruction format's first words
+# (docs/INSTRUCTIONS.md; tests/profiler/test_profile_record.py checks them against engine/instructions/format.py).
+W_OPCODE, W_ID, W_LAYER = 0, 1, 2
 
 
 class ProfileFormatError(ValueError):
@@ -40,7 +43,7 @@ def _as_int_array(name: str, value: object, dtype: type, ndim: int) -> np.ndarra
 class ProfileRecord:
     """Per-instruction timing of one profiled run; row i of every array describes instruction i.
 
-    words:        int32 [N, W] instruction words, word 0 = opcode.
+    words:        int32 [N, W] instruction words: opcode, instruction id (topological order), layer, ...
     sm:           int32 [N] SM (or VM worker) that executed the instruction.
     start_ns:     int64 [N] raw start time; end_ns: int64 [N] raw end time (end >= start).
     wait_ns:      int64 [N] time spent waiting on dependencies before start (0 if unknown).
@@ -93,7 +96,7 @@ class ProfileRecord:
             if n and arr.min() < 0:
                 raise ProfileFormatError(f"ProfileRecord.{name}: negative value at instruction {int(np.argmin(arr))}")
         set_("opcode_names", {int(k): str(v) for k, v in self.opcode_names.items()})
-        missing = sorted(set(np.unique(words[:, 0]).tolist()) - set(self.opcode_names)) if n else []
+        missing = sorted(set(np.unique(words[:, W_OPCODE]).tolist()) - set(self.opcode_names)) if n else []
         if missing:
             raise ProfileFormatError(f"ProfileRecord.opcode_names: no name for opcode(s) {missing}")
         operands = {int(k): [str(s) for s in v] for k, v in self.operand_names.items()}
@@ -120,7 +123,7 @@ class ProfileRecord:
 
     @property
     def opcodes(self) -> np.ndarray:
-        return self.words[:, 0]
+        return self.words[:, W_OPCODE]
 
 
 def concat_records(records: list[ProfileRecord]) -> ProfileRecord:

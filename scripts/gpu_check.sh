@@ -21,11 +21,11 @@ run() {  # run NAME CMD...: log it, remember failures, keep going
 for part in $parts; do
   case $part in
     build) run build $PY -m engine.cuda_build ;;
-    tests) run tests timeout ${TEST_TIMEOUT:-1200} $PY -m pytest -m gpu ${TEST_PATHS:-tests/gpu tests/bench} -q -rA --durations=10 -p no:cacheprovider ${PYTEST_ARGS:-} ;;
-    sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 $PY scripts/sanitize_step.py
+    tests) run tests timeout ${TEST_TIMEOUT:-1200} $PY -m pytest -m gpu ${TEST_PATHS:-tests/gpu tests/tk tests/bench} -q -rA --durations=10 -p no:cacheprovider ${PYTEST_ARGS:-} ;;
+    sanitize) run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step
               # the fused path's decode steps too: ring attention + W_o panel pages (2-D TMA), one head each
               run sanitize-fused env MEGAKERNEL_FUSE_O_PROJ=1 MEGAKERNEL_FUSED_HEAD_CHUNKS=2 \
-                compute-sanitizer --tool memcheck --error-exitcode 9 $PY scripts/sanitize_step.py ;;
+                compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step ;;
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
     bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;
     profile) run profile $PY -m engine.cli profile --backend cuda --preset llama-3.2-1b --prompt-len 32 --steps 1 --out "$OUT/profile"

@@ -6,6 +6,10 @@ to the event loop in ONE `call_soon_threadsafe` per HTTP request. Concurrent HTT
 therefore batched continuously by the engine's scheduler, and the event loop never blocks on a
 forward pass. The thread ships only what is new since the last step (token ids, logprobs), so the
 cost per step stays proportional to the batch, not to the generated lengths.
+
+Requests arrive already tokenised and checked (server/prompts.py): the engine thread only adds
+them. An exception out of `step()` (or a failed load) is fatal: every in-flight request gets the
+error, one line is logged, and `on_fatal` tells the process to exit so a supervisor restarts it.
 """
 from __future__ import annotations
 
@@ -15,11 +19,14 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from server.metrics import ServerMetrics
-from server.request_stream import ChoiceEvent, EngineDeadError, QueueFullError, RequestStream
+from server.metrics import ServerMetrics, TokenTimes
+from server.prompts import ModelLimits
+from server.request_stream import ChoiceEvent, EngineDeadError, QueueFullError, RequestStream, ShuttingDownError
+from server.tokenizer_pool import TokenizerPool
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +36,8 @@ _IDLE_POLL_S = 0.25  # how often an idle engine thread re-checks the stop flag
 @dataclass
 class _Live:
     stream: RequestStream
-    arrival: float
+    times: TokenTimes
     sent_tokens: int = 0
-    first_token: float | None = None
-    last_token: float | None = None
 
 
 @dataclass
@@ -45,11 +50,13 @@ class _Pending:
 
 class AsyncEngine:
     """Owns the engine thread. Pass an engine, or a factory that loads one inside the thread (so
-    /health can answer 503 while a large checkpoint loads)."""
+    /health can answer 503 while a large checkpoint loads). `on_fatal(message)` is called once, from
+    the engine thread, when the engine dies."""
 
     def __init__(self, engine: Any = None, *, engine_factory: Callable[[], Any] | None = None,
                  served_model_name: str = "model", max_pending: int = 1024,
-                 metrics: ServerMetrics | None = None):
+                 metrics: ServerMetrics | None = None, on_fatal: Callable[[str], None] | None = None,
+                 tokenizer_workers: int = 2):
         if (engine is None) == (engine_factory is None):
             raise ValueError("AsyncEngine: pass exactly one of engine or engine_factory")
         if max_pending < 1:
@@ -58,12 +65,18 @@ class AsyncEngine:
         self.served_model_name = served_model_name
         self.max_pending = max_pending
         self.metrics = metrics if metrics is not None else ServerMetrics(served_model_name)
+        self.on_fatal = on_fatal
+        self._tokenizer_workers = tokenizer_workers
         self._engine: Any = None
         self.tokenizer: Any = None  # a private copy for the event-loop thread (HF tokenizers are not re-entrant)
+        self.tokenizers: TokenizerPool | None = None  # prompt tokenisation, off both threads
+        self.limits: ModelLimits | None = None
         self._cmds: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}  # engine thread only
+        self._streams: weakref.WeakSet[RequestStream] = weakref.WeakSet()  # event-loop thread only
         self._pending_lock = threading.Lock()
         self._pending = 0  # engine requests admitted and not yet finished/aborted
+        self._admitting = True
         self._ready = threading.Event()
         self._stop = threading.Event()
         self.error: str | None = None
@@ -75,14 +88,21 @@ class AsyncEngine:
             self._thread.start()
 
     def shutdown(self, timeout: float = 10.0) -> None:
+        self._admitting = False
         self._stop.set()
         self._cmds.put(lambda: None)  # wake the thread
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self.tokenizers is not None:
+            self.tokenizers.shutdown()
 
     @property
     def is_ready(self) -> bool:
         return self._ready.is_set() and self.error is None
+
+    @property
+    def is_admitting(self) -> bool:
+        return self._admitting
 
     @property
     def engine(self) -> Any:
@@ -95,9 +115,26 @@ class AsyncEngine:
         return self._pending
 
     # ---- event-loop API --------------------------------------------------------------------
+    def stop_admitting(self) -> None:
+        """Drain: every later submit raises ShuttingDownError; running requests go on."""
+        self._admitting = False
+
+    def fail_streams(self, exc: BaseException) -> int:
+        """End every unfinished stream with `exc` and abort its engine requests (event-loop thread).
+        Returns how many streams were ended."""
+        ended = 0
+        for stream in list(self._streams):
+            if not stream.finished and not stream.failed:
+                stream.fail(exc)
+                self.abort(stream.request_ids)
+                ended += 1
+        return ended
+
     async def submit(self, requests: Sequence[tuple[str, Any, Any]]) -> RequestStream:
-        """Add (request_id, prompt, SamplingParams) requests atomically: all are added or none
-        (ValueError from the engine is re-raised here). Raises QueueFullError when full."""
+        """Add (request_id, engine prompt, SamplingParams) requests atomically: all are added or
+        none (ValueError from the engine is re-raised here). Raises QueueFullError when full."""
+        if not self._admitting:
+            raise ShuttingDownError("the server is shutting down")
         if not self.is_ready:
             raise EngineDeadError(self.error or "engine not loaded yet")
         with self._pending_lock:
@@ -116,6 +153,7 @@ class AsyncEngine:
         except BaseException:
             self._release(len(requests))  # _add_all rolled back every add
             raise
+        self._streams.add(stream)
         return stream
 
     def abort(self, request_ids: Sequence[str]) -> None:
@@ -143,8 +181,8 @@ class AsyncEngine:
                 res = (False, exc)
             loop.call_soon_threadsafe(resolve, *res)
 
-        if self._stop.is_set():
-            raise EngineDeadError("engine is shutting down")
+        if self._stop.is_set() or not self._thread.is_alive():
+            raise EngineDeadError(self.error or "engine is shutting down")
         self._cmds.put(cmd)
         return await fut
 
@@ -159,13 +197,16 @@ class AsyncEngine:
             for rid, prompt, params in requests:
                 if rid in self._live:
                     raise ValueError(f"duplicate request id {rid!r}")
+                added.append(rid)  # before the add: a failing add may leave half a request behind
                 self._engine.add_request(rid, prompt, params)
-                added.append(rid)
-                self._live[rid] = _Live(stream, now)
+                self._live[rid] = _Live(stream, TokenTimes(now))
         except BaseException:
-            for rid in added:
-                self._engine.abort(rid)
+            for rid in added:  # all or nothing, and nothing left behind
                 self._live.pop(rid, None)
+                try:
+                    self._engine.abort(rid)
+                except Exception:
+                    log.debug("abort of %s after a failed add also failed", rid, exc_info=True)
             raise
 
     def _abort_all(self, ids: list[str]) -> None:
@@ -182,21 +223,23 @@ class AsyncEngine:
         try:
             self._engine = self._factory()
             self.tokenizer = copy.deepcopy(self._engine.tokenizer)
+            self.tokenizers = TokenizerPool(self._engine.tokenizer, self._tokenizer_workers)
+            self.limits = ModelLimits(vocab_size=int(self._engine.config.vocab_size),
+                                      max_model_len=int(self._engine.max_model_len))
         except BaseException as exc:
-            self.error = f"engine failed to load: {type(exc).__name__}: {exc}"
-            log.exception("engine failed to load")
-            self._ready.set()
+            self._die("engine failed to load", exc)
             return
-        self._ready.set()
+        finally:
+            self._ready.set()
         self._publish_stats()
         while not self._stop.is_set():
-            self._drain(block=not self._engine.has_unfinished_requests())
-            if self._stop.is_set() or not self._engine.has_unfinished_requests():
-                continue
             try:
+                self._drain(block=not self._engine.has_unfinished_requests())
+                if self._stop.is_set() or not self._engine.has_unfinished_requests():
+                    continue
                 outputs = self._engine.step()
             except BaseException as exc:
-                self._fail_all(exc)
+                self._die("engine step failed", exc)
                 return
             self._dispatch(outputs)
             self._publish_stats()
@@ -224,40 +267,26 @@ class AsyncEngine:
             n_total = len(comp.token_ids)
             new_ids = list(comp.token_ids[live.sent_tokens:])
             new_lp = list(comp.logprobs[live.sent_tokens:]) if comp.logprobs is not None else None
-            first = live.sent_tokens == 0 and live.first_token is None
-            self._observe_tokens(live, len(new_ids), now, len(out.prompt_token_ids) if first else 0)
+            first = live.sent_tokens == 0 and live.times.first_token is None
+            live.times.observe(self.metrics, len(new_ids), now, len(out.prompt_token_ids) if first else 0)
             live.sent_tokens = n_total
+            error = getattr(out, "error", None)
             finish = comp.finish_reason if out.finished else None
             if out.finished and finish is None:
-                finish = "stop"
+                finish = "error" if error else "stop"
             pending.add(live.stream, ChoiceEvent(
                 request_id=out.request_id, text=comp.text, new_token_ids=new_ids, new_logprobs=new_lp,
                 num_prompt_tokens=len(out.prompt_token_ids), num_output_tokens=n_total,
                 finish_reason=finish, stop_reason=comp.stop_reason,
-                prompt_token_ids=list(out.prompt_token_ids) if first else None))
+                prompt_token_ids=list(out.prompt_token_ids) if first else None,
+                error=(error or "the engine reported an error") if finish == "error" else None))
             if finish is not None:
                 del self._live[out.request_id]
                 self._release(1)
-                self.metrics.e2e.observe(now - live.arrival)
+                self.metrics.e2e.observe(now - live.times.arrival)
                 self.metrics.request_finished(finish)
         for stream, events in pending.events.values():
             stream.loop.call_soon_threadsafe(stream._put, events)
-
-    def _observe_tokens(self, live: _Live, n_new: int, now: float, n_prompt: int) -> None:
-        m = self.metrics
-        if n_prompt:
-            m.prompt_tokens.inc(n_prompt)
-        if n_new == 0:
-            return
-        m.generation_tokens.inc(n_new)
-        if live.first_token is None:
-            live.first_token = now
-            m.ttft.observe(now - live.arrival)
-            n_new -= 1
-        elif live.last_token is not None:
-            for _ in range(n_new):  # several tokens in one step share the interval
-                m.itl.observe((now - live.last_token) / n_new)
-        live.last_token = now
 
     def _publish_stats(self) -> None:
         try:
@@ -266,11 +295,20 @@ class AsyncEngine:
         except Exception:  # stats are best-effort; never take the engine thread down for them
             log.debug("get_stats failed", exc_info=True)
 
-    def _fail_all(self, exc: BaseException) -> None:
-        self.error = f"engine step failed: {type(exc).__name__}: {exc}"
-        log.error(self.error, exc_info=exc)
+    def _die(self, what: str, exc: BaseException) -> None:
+        """Fatal: fail every in-flight request, log one line, tell the process (on_fatal)."""
+        self.error = f"{what}: {type(exc).__name__}: {exc}"
+        self._admitting = False
+        log.error("%s; the server cannot generate any more", self.error)
+        log.debug("engine failure traceback", exc_info=exc)
         err = EngineDeadError(self.error)
         streams = {id(live.stream): live.stream for live in self._live.values()}
+        self._release(len(self._live))
         self._live.clear()
         for stream in streams.values():
             stream.loop.call_soon_threadsafe(stream._put, err)
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(self.error)
+            except Exception:
+                log.exception("on_fatal callback failed")

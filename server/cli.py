@@ -4,12 +4,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
+import socket
 import sys
+from typing import NoReturn
+
+from server.serve_options import (API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES, FlagError, check_engine_flags,
+                                  engine_kwargs, serve_options)
+
+log = logging.getLogger(__name__)
+
+EXIT_BAD_FLAGS = 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn)")
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn); docs/SERVING.md")
     p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout)")
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "vm", "torch"])
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -21,12 +31,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--num-pages", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--served-model-name", default=None, help="model id clients send (default: --model)")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument("--served-model-name", default=None,
+                   help="model id clients send (default: the last path component of --model)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else none)")
+    p.add_argument("--allowed-origins", default=None,
+                   help="comma-separated CORS origins, e.g. https://app.example.com (default: no CORS)")
     p.add_argument("--max-pending", type=int, default=1024,
-                   help="in-flight requests (running + waiting) before answering 503")
+                   help="in-flight generations (running + waiting) before answering 503")
+    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                   help="largest request body accepted; larger gets 413 (default 16 MiB)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="on SIGTERM, seconds running requests get to finish (default 30)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=_serve)
+    _one_line_errors(p)
 
     p = sub.add_parser("bench-serve", help="load-test a running server (like `vllm bench serve`)")
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
@@ -46,45 +65,77 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_bench_serve)
 
 
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """argparse prints the usage before its error; `serve` errors are one line (exit 2), like the rest."""
+    def error(message: str) -> NoReturn:
+        print(f"megakernel {parser.prog.split()[-1]}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_BAD_FLAGS)
+
+    parser.error = error  # type: ignore[method-assign]
+
+
 def _serve(args: argparse.Namespace) -> int:
+    """0 after a clean shutdown, 1 when the engine failed, 2 for a bad flag (nothing was bound)."""
+    try:
+        opts = serve_options(args)
+        check_engine_flags(args)
+        sock = _bind(opts.host, opts.port)
+    except FlagError as exc:
+        print(f"megakernel serve: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_FLAGS
+    _configure_logging(args.log_level)
     import uvicorn
 
     from server.app import build_app
     from server.async_engine import AsyncEngine
+    from server.graceful import GracefulServer
+
+    url = f"http://{opts.host}:{sock.getsockname()[1]}"
 
     def load() -> object:
-        try:
-            return _load_engine(args)
-        except BaseException as exc:
-            # A server that can never serve is useless: report and stop uvicorn (exit status 1).
-            print(f"megakernel serve: error: failed to load {args.model}: {exc}", file=sys.stderr, flush=True)
-            server.should_exit = True
-            raise
+        from engine import LLMEngine
+        engine = LLMEngine(args.model, **engine_kwargs(args))
+        log.info("ready: %s (backend %s, max_model_len %d) as %r on %s", args.model, engine.backend_name,
+                 engine.max_model_len, opts.served_model_name, url)
+        return engine
 
-    name = args.served_model_name or args.model
     # The engine loads in its own thread after the server starts listening, so /health says 503
     # (not "connection refused") while a large checkpoint loads.
-    aeng = AsyncEngine(engine_factory=load, served_model_name=name, max_pending=args.max_pending)
-    app = build_app(aeng, served_model_name=name, api_key=args.api_key)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           timeout_graceful_shutdown=5))
-    server.run()
-    if aeng.error:
-        print(f"megakernel serve: {aeng.error}", file=sys.stderr)
-        return 1
-    return 0
+    aeng = AsyncEngine(engine_factory=load, served_model_name=opts.served_model_name, max_pending=opts.max_pending)
+    app = build_app(aeng, api_key=opts.api_key, cors_origins=opts.allowed_origins,
+                    max_request_bytes=opts.max_request_bytes)
+    server = GracefulServer(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5),
+                            aeng, opts.shutdown_timeout)
+    aeng.on_fatal = server.on_engine_fatal
+    log.info("listening on %s; loading %s (backend %s, dtype %s)", url, args.model, args.backend, args.dtype)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    return 1 if aeng.error else 0
 
 
-def _load_engine(args: argparse.Namespace) -> object:
-    from engine import LLMEngine
-    print(f"megakernel serve: loading {args.model} (backend {args.backend}, dtype {args.dtype}) ...",
-          file=sys.stderr, flush=True)
-    engine = LLMEngine(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-                       max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                       page_size=args.page_size, num_pages=args.num_pages, seed=args.seed)
-    print(f"megakernel serve: ready (backend {engine.backend_name}, max_model_len {engine.max_model_len})"
-          f" on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-    return engine
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        raise FlagError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _configure_logging(level: str) -> None:
+    """The server's own lines look like uvicorn's ("INFO:     ...") on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    root = logging.getLogger("server")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
 
 
 def _bench_serve(args: argparse.Namespace) -> int:

@@ -1,11 +1,14 @@
 """OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the right status.
 
 Every failure path of the server ends here, so a bad request never kills the process and clients
-(the `openai` package maps status codes to exception classes) see what they expect.
+(the `openai` package maps status codes to exception classes) see what they expect. A 500 never
+carries internal exception text: it names a request id, and the log holds the details under it.
 """
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from http import HTTPStatus
 from typing import Any
 
@@ -40,6 +43,16 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(message, 400, "invalid_request_error", param, code)
 
 
+def model_not_found(requested: str, served: str) -> APIError:
+    return APIError(f"the model {requested!r} does not exist; this server serves {served!r}", 404,
+                    "invalid_request_error", "model", "model_not_found")
+
+
+def request_too_large(limit: int) -> APIError:
+    return APIError(f"the request body exceeds this server's limit of {limit} bytes (--max-request-bytes)",
+                    413, "invalid_request_error", None, "request_too_large")
+
+
 def overloaded(message: str) -> APIError:
     return APIError(message, 503, "server_overloaded", None, "server_overloaded")
 
@@ -49,14 +62,41 @@ def not_ready() -> APIError:
                     "service_unavailable", None, "model_loading")
 
 
+def engine_dead() -> APIError:
+    return APIError("the engine has failed and this server cannot generate any more (see the server log)",
+                    503, "service_unavailable", None, "engine_dead")
+
+
+def shutting_down() -> APIError:
+    return APIError("the server is shutting down; retry on another instance", 503, "service_unavailable",
+                    None, "shutting_down")
+
+
 def unauthorized() -> APIError:
     return APIError("invalid or missing API key (send 'Authorization: Bearer <key>')", 401,
                     "invalid_request_error", None, "invalid_api_key")
 
 
+def internal_error(detail: str, exc: BaseException | None = None, code: str | None = None) -> APIError:
+    """A 500 whose body names only a fresh request id; `detail` (and the traceback of `exc`) go to
+    the log under that id."""
+    request_id = f"req-{uuid.uuid4().hex[:16]}"
+    log.error("request %s failed: %s", request_id, detail, exc_info=exc)
+    return APIError(f"internal server error (request id {request_id})", 500, "internal_server_error", None,
+                    code)
+
+
+class ASCIIJSONResponse(JSONResponse):
+    """Escapes everything outside ASCII, so an error that quotes client input (a lone surrogate
+    included) always serialises."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error_response(err: APIError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+    return ASCIIJSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 def _param_of(loc: tuple[Any, ...]) -> str | None:
@@ -103,6 +143,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 413:
+            return error_response(APIError(str(exc.detail), 413, "invalid_request_error", None,
+                                           "request_too_large"))
         try:
             phrase = HTTPStatus(exc.status_code).phrase
         except ValueError:
@@ -112,7 +155,5 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(APIError(message, exc.status_code, kind))
 
     @app.exception_handler(Exception)
-    async def _internal(_req: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error in request")
-        return error_response(APIError(f"internal server error: {type(exc).__name__}: {exc}", 500,
-                                       "internal_server_error"))
+    async def _internal(req: Request, exc: Exception) -> JSONResponse:
+        return error_response(internal_error(f"unhandled {type(exc).__name__} in {req.url.path}", exc))

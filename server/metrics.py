@@ -55,3 +55,27 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class TokenTimes:
+    """One request's token timestamps, for TTFT and inter-token latency."""
+
+    def __init__(self, arrival: float):
+        self.arrival = arrival
+        self.first_token: float | None = None
+        self.last_token: float | None = None
+
+    def observe(self, m: ServerMetrics, n_new: int, now: float, n_prompt: int) -> None:
+        if n_prompt:
+            m.prompt_tokens.inc(n_prompt)
+        if n_new == 0:
+            return
+        m.generation_tokens.inc(n_new)
+        if self.first_token is None:
+            self.first_token = now
+            m.ttft.observe(now - self.arrival)
+            n_new -= 1
+        elif self.last_token is not None:
+            for _ in range(n_new):  # several tokens in one step share the interval
+                m.itl.observe((now - self.last_token) / n_new)
+        self.last_token = now

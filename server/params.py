@@ -1,32 +1,44 @@
 """Translate validated OpenAI request bodies into engine inputs (prompts + SamplingParams).
 
-Fields the engine cannot honour are rejected with a 400 naming the field, rather than silently
-ignored, except where their value is the neutral default (clients send those routinely).
+Fields the engine cannot honour (logit_bias, tools, JSON response formats) are rejected with a 400
+naming the field rather than silently ignored. Every SamplingParams is built here, on the event loop,
+so a bad value is a 400 before the engine thread sees the request.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
-from engine.sampling_params import SamplingParams
-from server.errors import bad_request
+from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
+from server.errors import bad_request, model_not_found
 from server.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, _SamplingFields
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
+_FIELD_AT_START = re.compile(r"^([a-z_]+)\b")
+
 
 def check_model(req_model: str | None, served: str) -> None:
     if req_model is not None and req_model != served:
-        raise bad_request(f"the model {req_model!r} does not exist; this server serves {served!r}",
-                          "model", "model_not_found")
+        raise model_not_found(req_model, served)
 
 
-def _check_unsupported(req: _SamplingFields) -> None:
-    if req.presence_penalty != 0.0:
-        raise bad_request("presence_penalty is not supported by this server (use 0)", "presence_penalty")
-    if req.frequency_penalty != 0.0:
-        raise bad_request("frequency_penalty is not supported by this server (use 0)", "frequency_penalty")
-    if req.logit_bias:
-        raise bad_request("logit_bias is not supported by this server", "logit_bias")
+def check_fanout(n: int, num_prompts: int, max_pending: int) -> None:
+    """n choices x prompts engine requests must fit the in-flight limit even on an idle server:
+    beyond it the request could never be served, which is the client's error, not a retry-later."""
+    if n * num_prompts > max_pending:
+        raise bad_request(f"n x prompts is {n} x {num_prompts} = {n * num_prompts} generations, more than this "
+                          f"server ever runs at once ({max_pending}, --max-pending)", "n")
+
+
+def engine_error_param(message: str) -> str | None:
+    """The engine's request errors start with the offending field's name."""
+    m = _FIELD_AT_START.match(message)
+    return m.group(1) if m and m.group(1) in _REQUEST_FIELDS else None
+
+
+_REQUEST_FIELDS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
 
 
 def _stops(req: _SamplingFields) -> list[str]:
@@ -36,31 +48,46 @@ def _stops(req: _SamplingFields) -> list[str]:
     return stops
 
 
-def sampling_params(req: _SamplingFields, max_tokens: int | None, logprobs: int | None,
-                    vocab_size: int) -> list[SamplingParams]:
-    """One SamplingParams per choice: n > 1 fans out with seed + i so the choices differ but a
-    seeded request stays reproducible."""
-    _check_unsupported(req)
+def _choice_seed(seed: int, i: int) -> int:
+    # Choice i samples with seed + i, wrapped to stay in the range a generator accepts.
+    s = seed + i
+    return s - (SEED_END - SEED_MIN) if s >= SEED_END else s
+
+
+def _base_kwargs(req: _SamplingFields, logprobs: int | None, vocab_size: int) -> dict[str, Any]:
+    if req.logit_bias:
+        raise bad_request("logit_bias is not supported by this server", "logit_bias")
     if req.stop_token_ids and any(not 0 <= t < vocab_size for t in req.stop_token_ids):
         raise bad_request(f"stop_token_ids must be in [0, {vocab_size})", "stop_token_ids")
-    temperature = 1.0 if req.temperature is None else req.temperature
-    out = []
-    for i in range(req.n):
-        try:
-            out.append(SamplingParams(
-                temperature=temperature, top_p=1.0 if req.top_p is None else req.top_p,
-                top_k=0 if req.top_k is None else req.top_k,
-                max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-                stop=_stops(req), stop_token_ids=list(req.stop_token_ids or []),
-                ignore_eos=req.ignore_eos, seed=None if req.seed is None else req.seed + i,
-                logprobs=logprobs, skip_special_tokens=req.skip_special_tokens))
-        except ValueError as exc:
-            raise bad_request(str(exc)) from None
-    return out
+    top_k = 0 if req.top_k is None or req.top_k >= vocab_size else req.top_k  # >= vocab: no filter
+    return dict(
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, min_p=req.min_p,
+        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty, stop=_stops(req), stop_token_ids=list(req.stop_token_ids or []),
+        include_stop_str_in_output=req.include_stop_str_in_output, ignore_eos=req.ignore_eos, logprobs=logprobs,
+        skip_special_tokens=req.skip_special_tokens)
 
 
-def completion_prompts(req: CompletionRequest) -> list[str | list[int]]:
-    """Normalise the four OpenAI prompt forms to a list of engine prompts."""
+def sampling_params(req: _SamplingFields, logprobs: int | None, vocab_size: int) -> list[SamplingParams]:
+    """One validated SamplingParams per choice (max_tokens still a placeholder: it depends on the
+    prompt's length, see `per_prompt`). n > 1 fans out with seed + i so the choices differ but a
+    seeded request stays reproducible."""
+    kwargs = _base_kwargs(req, logprobs, vocab_size)
+    try:
+        return [SamplingParams(**kwargs, max_tokens=1, seed=None if req.seed is None else _choice_seed(req.seed, i))
+                for i in range(req.n)]
+    except ValueError as exc:
+        raise bad_request(str(exc), engine_error_param(str(exc))) from None
+
+
+def per_prompt(choices: list[SamplingParams], max_tokens: list[int]) -> list[list[SamplingParams]]:
+    """The choices' params for each prompt, with that prompt's max_tokens."""
+    return [[dataclasses.replace(p, max_tokens=mt) for p in choices] for mt in max_tokens]
+
+
+def raw_prompts(req: CompletionRequest) -> list[str | list[int]]:
+    """Normalise the four OpenAI prompt forms to a list of prompts."""
     p = req.prompt
     if isinstance(p, str):
         prompts: list[Any] = [p]

@@ -2,22 +2,42 @@
 
 Requests are validated strictly (a string where a number belongs is a 400, not silently coerced)
 and unknown fields are ignored, as the OpenAI API and vLLM do, so clients that send extra keys keep
-working. Ranges follow the OpenAI API reference; vLLM extras (`top_k`, `ignore_eos`,
-`stop_token_ids`, `skip_special_tokens`) are accepted on both endpoints.
+working. Ranges follow the OpenAI API reference; vLLM extras (`top_k`, `min_p`,
+`repetition_penalty`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
+`include_stop_str_in_output`) are accepted on both endpoints. Every string a client sends must be
+encodable as UTF-8 (a lone surrogate such as "\\ud800" is a 400 naming the field, not a tokenizer crash).
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from engine.sampling_params import SEED_END, SEED_MIN
 
 MAX_TOP_LOGPROBS = 20
 MAX_N = 128
+# The engine checks every stop string and stop id after every token of the request: bounded so one
+# request cannot slow every other request's steps.
+MAX_STOP_STRINGS = 64
+MAX_STOP_TOKEN_IDS = 1024
+
+
+def _utf8(s: str) -> str:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the string is not valid Unicode (lone surrogate at index {exc.start})") from None
+    return s
+
+
+Text = Annotated[StrictStr, AfterValidator(_utf8)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    # Python's JSON parser accepts NaN and Infinity; no sampling field has a meaning for them.
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
 class StreamOptions(_Request):
@@ -27,28 +47,30 @@ class StreamOptions(_Request):
 class _SamplingFields(_Request):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
-    model: str | None = None
+    model: Text | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1, le=MAX_N)
-    stop: StrictStr | list[StrictStr] | None = None
-    stop_token_ids: list[StrictInt] | None = None
-    seed: int | None = None
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    stop: Text | list[Text] | None = Field(default=None, max_length=MAX_STOP_STRINGS)
+    stop_token_ids: list[StrictInt] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    include_stop_str_in_output: bool = False
+    seed: int | None = Field(default=None, ge=SEED_MIN, lt=SEED_END)
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
-    # Accepted for compatibility; only their neutral values are supported (checked in params.py).
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = None
+    repetition_penalty: float = Field(default=1.0, gt=0.0)
+    logit_bias: dict[str, float] | None = None  # only empty is supported (checked in params.py)
     user: str | None = None
 
 
 TokenIds = list[StrictInt]
-PromptType = Union[StrictStr, list[StrictStr], TokenIds, list[TokenIds]]
+PromptType = Union[Text, list[Text], TokenIds, list[TokenIds]]
 
 
 class CompletionRequest(_SamplingFields):
@@ -61,13 +83,13 @@ class CompletionRequest(_SamplingFields):
 
 class TextPart(_Request):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(_Request):
-    model_config = ConfigDict(strict=True, extra="allow")  # name, tool_call_id, ... pass through
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)  # name, tool_call_id, ...
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
 
 class ResponseFormat(_Request):
@@ -85,14 +107,14 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class TokenizeRequest(_Request):
-    model: str | None = None
-    prompt: StrictStr | None = None
+    model: Text | None = None
+    prompt: Text | None = None
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
 
 
 class DetokenizeRequest(_Request):
-    model: str | None = None
+    model: Text | None = None
     tokens: TokenIds
 
 

@@ -15,6 +15,10 @@ class EngineDeadError(RuntimeError):
     """The engine failed to load or crashed in step(); nothing more can be served."""
 
 
+class ShuttingDownError(RuntimeError):
+    """The server is draining for shutdown: no new requests, and running ones past the deadline end."""
+
+
 @dataclass(frozen=True)
 class ChoiceEvent:
     """What changed for one engine request in one step."""
@@ -25,9 +29,10 @@ class ChoiceEvent:
     new_logprobs: list[dict[int, float]] | None
     num_prompt_tokens: int
     num_output_tokens: int
-    finish_reason: str | None
+    finish_reason: str | None  # "error": this request failed inside a step (the engine goes on)
     stop_reason: str | int | None
     prompt_token_ids: list[int] | None = None  # only on the request's first event
+    error: str | None = None  # why, when finish_reason is "error" (for the log, never the client)
 
 
 class RequestStream:
@@ -37,6 +42,7 @@ class RequestStream:
         self.request_ids = list(request_ids)
         self._queue: asyncio.Queue[list[ChoiceEvent] | BaseException] = asyncio.Queue()
         self._unfinished = set(self.request_ids)
+        self.failed = False  # fail() was called: the reader gets (or got) the error
         self.loop = asyncio.get_running_loop()
 
     @property
@@ -45,6 +51,11 @@ class RequestStream:
 
     def _put(self, item: list[ChoiceEvent] | BaseException) -> None:
         self._queue.put_nowait(item)
+
+    def fail(self, exc: BaseException) -> None:
+        """End the stream with `exc` (event-loop thread only)."""
+        self.failed = True
+        self._queue.put_nowait(exc)
 
     async def get(self, timeout: float | None = None) -> list[ChoiceEvent]:
         """The next batch of events (raises the engine's error, or TimeoutError after `timeout`)."""

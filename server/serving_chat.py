@@ -9,10 +9,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.async_engine import AsyncEngine
-from server.errors import bad_request
 from server.logprobs import TokenText, chat_logprobs
 from server.params import chat_logprobs as requested_logprobs
-from server.params import chat_messages, check_model, sampling_params
+from server.params import chat_messages, check_fanout, check_model, per_prompt, sampling_params
+from server.prompts import chat_prompt, max_tokens_for
 from server.protocol import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
                              ChatResponseMessage)
 from server.serving_common import SSE_DONE, SSE_HEADERS, Generation, sse, stream_error
@@ -21,16 +21,17 @@ from server.serving_common import SSE_DONE, SSE_HEADERS, Generation, sse, stream
 async def create_chat_completion(req: ChatCompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
     check_model(req.model, aeng.served_model_name)
     messages = chat_messages(req)
+    check_fanout(req.n, 1, aeng.max_pending)
     k = requested_logprobs(req)
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    params = sampling_params(req, max_tokens if max_tokens is not None else _default_max(aeng), k,
-                             aeng.engine.config.vocab_size)
-    try:
-        prompt_ids = await aeng.call(lambda e: e.apply_chat_template(messages))
-    except ValueError as exc:
-        raise bad_request(f"messages: {exc}", "messages") from None
+    assert aeng.limits is not None and aeng.tokenizers is not None  # the app only routes here when ready
+    choice_params = sampling_params(req, k, aeng.limits.vocab_size)
+    prompt = await chat_prompt(messages, aeng.tokenizers, aeng.limits)
+    # OpenAI chat has no small default: generate until EOS or the context is full.
+    by_completion = req.max_completion_tokens is not None
+    max_tokens = max_tokens_for([prompt], req.max_completion_tokens if by_completion else req.max_tokens, None,
+                                aeng.limits, "max_completion_tokens" if by_completion else "max_tokens")
     gen = Generation(aeng, f"chatcmpl-{uuid.uuid4().hex}", req.n, 1)
-    await gen.submit([prompt_ids], params)
+    await gen.submit([prompt], per_prompt(choice_params, max_tokens))
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         body = _stream(gen, k, include_usage, aeng)
@@ -45,12 +46,6 @@ async def create_chat_completion(req: ChatCompletionRequest, http: Request, aeng
     resp = ChatCompletionResponse(id=gen.base_id, model=aeng.served_model_name, choices=choices,
                                   usage=gen.usage())
     return JSONResponse(resp.model_dump())
-
-
-def _default_max(aeng: AsyncEngine) -> int:
-    # OpenAI chat has no small default: generate until EOS or the context is full (the engine
-    # stops at max_model_len with finish_reason "length").
-    return int(aeng.engine.max_model_len)
 
 
 def _chunk(gen: Generation, created: int, model: str, index: int, delta: dict[str, Any],

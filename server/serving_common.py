@@ -1,5 +1,9 @@
 """Shared machinery of the generation endpoints: submitting a fan-out of engine requests, reading
-their events with disconnect detection, and per-choice bookkeeping for deltas and usage."""
+their events with disconnect detection, and per-choice bookkeeping for deltas and usage.
+
+Failures after submission become OpenAI errors here: a request the engine failed (finish_reason
+"error") is a 500 naming a request id, a dead engine a 500 with code "engine_dead", a shutdown past
+its deadline a 503 "shutting_down"; streams get the same body as an error event before [DONE]."""
 from __future__ import annotations
 
 import asyncio
@@ -9,9 +13,13 @@ from typing import Any, Sequence
 
 from fastapi import Request
 
-from server.async_engine import AsyncEngine, ChoiceEvent, EngineDeadError, QueueFullError, RequestStream
-from server.errors import APIError, bad_request, not_ready, overloaded
+from server.async_engine import AsyncEngine
+from server.errors import (APIError, bad_request, engine_dead, internal_error, not_ready, overloaded,
+                           shutting_down)
+from server.params import engine_error_param
+from server.prompts import PreparedPrompt
 from server.protocol import Usage
+from server.request_stream import ChoiceEvent, EngineDeadError, QueueFullError, RequestStream, ShuttingDownError
 
 _DISCONNECT_POLL_S = 0.5  # non-streaming requests: how often to check whether the client left
 
@@ -62,18 +70,22 @@ class Generation:
         self.stream: RequestStream | None = None
         self._last_poll = 0.0
 
-    async def submit(self, prompts: Sequence[Any], params: Sequence[Any]) -> None:
-        n = len(params)
-        reqs = [(rid, prompts[c.prompt_index], params[c.index % n]) for rid, c in self.choices.items()]
+    async def submit(self, prompts: Sequence[PreparedPrompt], params: Sequence[Sequence[Any]]) -> None:
+        """params[p][i]: the SamplingParams of prompt p's choice i."""
+        reqs = []
+        for rid, c in self.choices.items():
+            choice = c.index - c.prompt_index * len(params[c.prompt_index])
+            reqs.append((rid, prompts[c.prompt_index].engine_input(), params[c.prompt_index][choice]))
         try:
             self.stream = await self.aeng.submit(reqs)
         except QueueFullError as exc:
             raise overloaded(str(exc)) from None
-        except EngineDeadError as exc:
-            raise (not_ready() if not self.aeng.is_ready and self.aeng.error is None
-                   else APIError(str(exc), 503, "service_unavailable")) from None
+        except ShuttingDownError:
+            raise shutting_down() from None
+        except EngineDeadError:
+            raise (engine_dead() if self.aeng.error is not None else not_ready()) from None
         except ValueError as exc:
-            raise bad_request(str(exc), "prompt" if "prompt" in str(exc) else None) from None
+            raise bad_request(str(exc), engine_error_param(str(exc))) from None
 
     async def next_events(self, http: Request | None) -> list[ChoiceEvent] | None:
         """The next events, or None when every choice has finished. With `http`, checks for a client
@@ -88,11 +100,19 @@ class Generation:
                     self.abort()
                     return None
             try:
-                return await self.stream.get(_DISCONNECT_POLL_S if http is not None else None)
+                events = await self.stream.get(_DISCONNECT_POLL_S if http is not None else None)
             except (TimeoutError, asyncio.TimeoutError):
                 continue
-            except EngineDeadError as exc:
-                raise APIError(str(exc), 500, "internal_server_error") from None
+            except EngineDeadError:
+                raise APIError("internal server error: the engine failed while generating; the server is "
+                               "stopping (see the server log)", 500, "internal_server_error", None,
+                               "engine_dead") from None
+            except ShuttingDownError:
+                raise shutting_down() from None
+            for ev in events:
+                if ev.finish_reason == "error":
+                    raise internal_error(f"the engine failed request {ev.request_id}: {ev.error}")
+            return events
         return None
 
     def abort(self) -> None:
@@ -127,6 +147,6 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def stream_error(exc: BaseException) -> str:
-    err = exc if isinstance(exc, APIError) else APIError(f"{type(exc).__name__}: {exc}", 500,
-                                                         "internal_server_error")
-    return sse(err.body())
+    """The error event of a stream whose status line is already sent."""
+    err = exc if isinstance(exc, APIError) else internal_error(f"{type(exc).__name__} while streaming", exc)
+    return sse(json.dumps(err.body(), separators=(",", ":"), ensure_ascii=True))

@@ -10,7 +10,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.async_engine import AsyncEngine
 from server.logprobs import TokenText, completion_logprobs
-from server.params import check_model, completion_checks, completion_prompts, sampling_params
+from server.params import (DEFAULT_MAX_TOKENS, check_fanout, check_model, completion_checks, per_prompt,
+                           raw_prompts, sampling_params)
+from server.prompts import PreparedPrompt, completion_prompts, max_tokens_for
 from server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from server.serving_common import SSE_DONE, SSE_HEADERS, ChoiceState, Generation, sse, stream_error
 
@@ -18,12 +20,15 @@ from server.serving_common import SSE_DONE, SSE_HEADERS, ChoiceState, Generation
 async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
     check_model(req.model, aeng.served_model_name)
     completion_checks(req)
-    prompts = completion_prompts(req)
-    engine_cfg = aeng.engine.config
-    params = sampling_params(req, req.max_tokens, req.logprobs, engine_cfg.vocab_size)
+    raw = raw_prompts(req)
+    check_fanout(req.n, len(raw), aeng.max_pending)
+    assert aeng.limits is not None and aeng.tokenizers is not None  # the app only routes here when ready
+    choice_params = sampling_params(req, req.logprobs, aeng.limits.vocab_size)
+    prompts = await completion_prompts(raw, aeng.tokenizers, aeng.limits)
+    max_tokens = max_tokens_for(prompts, req.max_tokens, DEFAULT_MAX_TOKENS, aeng.limits)
     gen = Generation(aeng, f"cmpl-{uuid.uuid4().hex}", req.n, len(prompts))
-    await gen.submit(prompts, params)
-    echo = _echo_texts(prompts, aeng) if req.echo else None
+    echo = await _echo_texts(prompts, aeng) if req.echo else None
+    await gen.submit(prompts, per_prompt(choice_params, max_tokens))
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         body = _stream(gen, req, echo, include_usage, aeng)
@@ -43,8 +48,9 @@ async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEn
     return JSONResponse(resp.model_dump())
 
 
-def _echo_texts(prompts: list[Any], aeng: AsyncEngine) -> list[str]:
-    return [p if isinstance(p, str) else aeng.tokenizer.decode(p, skip_special_tokens=False) for p in prompts]
+async def _echo_texts(prompts: list[PreparedPrompt], aeng: AsyncEngine) -> list[str]:
+    assert aeng.tokenizers is not None
+    return [p.text if p.text is not None else await aeng.tokenizers.decode(p.token_ids) for p in prompts]
 
 
 def _chunk(gen: Generation, created: int, model: str, c: ChoiceState, text: str,

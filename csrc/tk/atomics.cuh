@@ -1,9 +1,8 @@
-// atomics.cuh: cross-SM signalling through global counters with release/acquire ordering, a
-// bounded spin-wait (watchdog), and fp32 global atomic adds.
+// atomics.cuh: cross-SM signalling through global counters with release/acquire ordering, the same pair
+// at block scope on shared memory, and fp32 global atomic adds.
 //
-// Protocol (producer SM):  write data (or TMA store + bulk_wait<0>()) -> signal_add(counter, 1)
-//           (consumer SM):  wait_counter_geq(counter, n) -> fence_proxy_async_global() if the data
-//                           is next read by TMA -> read data.
+// Protocol (producer SM):  write data -> signal_add(counter, 1)
+//           (consumer SM):  spin until load_acquire(counter) >= n -> read data.
 // The release on `red` and the acquire on `ld` make the producer's writes visible to the consumer
 // without a separate __threadfence().
 #pragma once
@@ -12,15 +11,9 @@
 
 namespace mk::tk {
 
-inline constexpr uint64_t DEFAULT_COUNTER_TIMEOUT_NS = 2'000'000'000ull;
-
 // counter += v, release at GPU scope (no return value: compiles to RED).
 __device__ __forceinline__ void signal_add(int* counter, int v = 1) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(counter), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void store_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -39,27 +32,6 @@ __device__ __forceinline__ uint32_t load_acquire_shared(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];" : "=r"(v) : "r"(smem_addr(p)) : "memory");
   return v;
-}
-
-// Relaxed read (polling without ordering; follow with load_acquire or a fence before using data).
-__device__ __forceinline__ int load_relaxed(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Spins (with back-off sleeps) until *counter >= target. Returns false once timeout_ns of
-// %globaltimer time has passed, so the caller can record the stuck wait and bail out.
-__device__ __forceinline__ bool wait_counter_geq(const int* counter, int target,
-                                                 uint64_t timeout_ns = DEFAULT_COUNTER_TIMEOUT_NS) {
-  if (load_acquire(counter) >= target) return true;
-  const uint64_t start = globaltimer();
-  backoff b;
-  while (load_acquire(counter) < target) {
-    if (globaltimer() - start > timeout_ns) return false;
-    b.pause();
-  }
-  return true;
 }
 
 // *p += v in fp32 (RED when the result is unused). Order of additions is unspecified, so sums

@@ -1,21 +1,10 @@
-// reduce.cuh: warp-wide reductions with xor-shuffles; every lane receives the result.
+// reduce.cuh: the warp-wide argmax with xor-shuffles (torch.argmax's tie and NaN rules); every lane receives
+// the result.
 #pragma once
 
 #include "util.cuh"
 
 namespace mk::tk {
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(FULL_MASK, v, off);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, off));
-  return v;
-}
 
 struct value_index {
   float value;

@@ -41,12 +41,6 @@ __device__ __forceinline__ uint2 load_shared_u2(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ float2 load_shared_f2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-
 // Four 8x8 b16 matrices by shared-window address: lane l gives the address of row l % 8 of matrix l / 8;
 // lane l receives, of each matrix, row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (packed).
 __device__ __forceinline__ void ldmatrix_x4_shared(uint32_t (&d)[4], uint32_t addr) {

@@ -1,5 +1,6 @@
-// util.cuh: error-check macros (host), thread/warp ids, timers and sleep helpers (device).
-// Everything in csrc/tk lives in namespace mk::tk and is header-only.
+// util.cuh: error-check macros (host), thread/warp ids, timers and shared-window addresses (device).
+// Everything in csrc/tk lives in namespace mk::tk and is header-only; csrc/tk holds what the interpreter
+// uses (more primitives, tested but unused by it, live beside their tests in tests/tk/csrc).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,8 +16,6 @@ using bf16 = __nv_bfloat16;
 using bf16_2 = __nv_bfloat162;
 
 inline constexpr int WARP_THREADS = 32;
-inline constexpr int WARPGROUP_WARPS = 4;
-inline constexpr int WARPGROUP_THREADS = WARP_THREADS * WARPGROUP_WARPS;
 inline constexpr unsigned FULL_MASK = 0xffffffffu;
 
 // ---- host side -------------------------------------------------------------------------------
@@ -37,13 +36,6 @@ inline void throw_cuda_error(cudaError_t err, const char* what, const char* file
     }                                                                         \
   } while (0)
 
-// Checks the launch itself (bad config) and then, synchronously, the kernel's execution.
-#define MK_CUDA_CHECK_LAUNCH_SYNC()                  \
-  do {                                                \
-    MK_CUDA_CHECK(cudaGetLastError());                \
-    MK_CUDA_CHECK(cudaDeviceSynchronize());           \
-  } while (0)
-
 #define MK_REQUIRE(cond, msg)                                                         \
   do {                                                                                \
     if (!(cond)) {                                                                    \
@@ -56,8 +48,6 @@ inline void throw_cuda_error(cudaError_t err, const char* what, const char* file
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & (WARP_THREADS - 1); }
 __device__ __forceinline__ int warp_id() { return threadIdx.x / WARP_THREADS; }
-__device__ __forceinline__ int warpgroup_id() { return threadIdx.x / WARPGROUP_THREADS; }
-__device__ __forceinline__ int warp_in_group() { return warp_id() % WARPGROUP_WARPS; }
 
 // Nanoseconds since an arbitrary epoch, the same clock on every SM (coarse-grained ticks).
 __device__ __forceinline__ uint64_t globaltimer() {
@@ -72,18 +62,6 @@ __device__ __forceinline__ uint32_t smid() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
   return id;
 }
-
-__device__ __forceinline__ void nanosleep(uint32_t ns) { __nanosleep(ns); }
-
-// Exponential back-off for spin loops: start short (latency), cap the sleep (fairness).
-struct backoff {
-  uint32_t ns = 8;
-  static constexpr uint32_t MAX_NS = 256;
-  __device__ __forceinline__ void pause() {
-    __nanosleep(ns);
-    ns = ns < MAX_NS ? ns * 2 : MAX_NS;
-  }
-};
 
 // Shared-memory pointer to the 32-bit address PTX shared-state-space instructions take.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

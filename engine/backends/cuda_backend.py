@@ -17,8 +17,9 @@ from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
-from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
-from engine.scheduler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.target import TargetDevice
 from models.llama.kv_cache import PagedKVCache
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
@@ -93,8 +94,8 @@ class CudaBackend(Backend):
         self.page_size = page_size
         self._split_kw = split_kw
         self._caches = [StreamCache(self.dims, page_size, BuildParams(
-            policy, SplitParams(num_sms=self.num_sms, waves=waves * w, **split_kw),  # type: ignore[arg-type]
-            BuildParams.for_sms(self.num_sms).cost)) for w in WAVES_LADDER]
+            policy, SplitParams(waves=waves * w, **split_kw)),  # type: ignore[arg-type]
+            TargetDevice(num_sms=self.num_sms)) for w in WAVES_LADDER]
         self.timing = False
         self.last: DeviceStream | None = None
 

@@ -8,9 +8,10 @@ from engine.backends.base import Backend
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.instructions.step_args import StepArgsView
-from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.compiler.target import TargetDevice
 from engine.vm.buffers import GlobalBuffers
-from engine.vm.machine import VM, StepTrace, SyncState
+from engine.vm.machine import DEFAULT_SIMULATED_SMS, VM, StepTrace, SyncState
 from models.llama.kv_cache import PagedKVCache
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
@@ -19,17 +20,19 @@ from models.llama.weights import LlamaWeights
 class VMBackend(Backend):
     name = "vm"
 
-    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, num_sms: int = 132,
-                 policy: str = "rr", seed: int = 0, check_races: bool = True,
+    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int,
+                 num_sms: int = DEFAULT_SIMULATED_SMS, policy: str = "rr", seed: int = 0, check_races: bool = True,
                  weight_dtype: torch.dtype | None = None, **split_kw: object) -> None:
-        """weight_dtype: packed-weight and KV dtype (default: the checkpoint's dtype); math is fp32."""
+        """num_sms: the SMs the VM simulates (the streams are compiled for them); weight_dtype: packed-weight
+        and KV dtype (default: the checkpoint's dtype); math is fp32. The rest are SplitParams fields."""
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         dtype = weight_dtype or weights.dtype
         self.packed = pack_weights(weights, dtype)
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=dtype)
-        self.params = BuildParams.for_sms(num_sms, policy, **split_kw)
-        self.cache = StreamCache(self.dims, page_size, self.params)
+        self.target = TargetDevice(num_sms=num_sms)
+        self.params = BuildParams.of(policy, **split_kw)
+        self.cache = StreamCache(self.dims, page_size, self.params, self.target)
         self.vm_seed = seed
         self.check_races = check_races
         self.steps = 0
@@ -86,9 +89,9 @@ class VMBackend(Backend):
     @property
     def last_profile(self):  # noqa: ANN201 (profiler.record.ProfileRecord)
         """Cost-model timeline of the last step's schedule as a simulated ProfileRecord."""
-        from engine.profiling import record_from_compiled
+        from engine.simulated_profile import record_from_compiled
         if self.last_stream is None:
             raise RuntimeError("VMBackend.last_profile: no step has run yet")
         return record_from_compiled(self.last_stream, {"backend": "vm", "policy": self.params.policy,
-                                                       "num_sms": self.params.split.num_sms})
+                                                       "num_sms": self.target.num_sms})
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.cuda.backend_options import add_kernel_option_argument
+
 DEFAULT_GPU_PRESET = "llama-3.2-1b"
 CPU_PRESET = "tiny"  # without a GPU the 1B model would take minutes per token row
 
@@ -26,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--engine-module", action="append", default=[], metavar="MODULE",
                    help="import MODULE first so it can register_engine_runner(); repeatable")
+    add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
 
 
@@ -59,7 +62,8 @@ def run_cli(args: argparse.Namespace) -> int:
     config = BenchConfig(
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
-        compile_modes=(args.compile_mode, "default"), repeats=args.repeats, seed=args.seed)
+        compile_modes=(args.compile_mode, "default"), repeats=args.repeats, seed=args.seed,
+        kernel_options=tuple(args.kernel_option))
     result = run_bench(config, messages=tuple(messages),
                        progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_table(result))

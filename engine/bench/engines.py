@@ -1,4 +1,5 @@
-"""The plug-in point for engines under test (the megakernel): runners registered by name.
+"""The plug-in point for other engines under test: runners registered by name (the megakernel's row is the
+bench's own, engine/bench/megakernel_runner.py).
 
 An engine runner is `fn(weights, config, prompt_ids, new_tokens) -> (token_ids, seconds_per_token)`
 and must follow the protocol in baselines.py: greedy, batch 1, `token_ids` = the first `new_tokens`
@@ -19,9 +20,9 @@ from models.llama.weights import LlamaWeights
 
 EngineRunner = Callable[[LlamaWeights, LlamaConfig, list[int], int], tuple[Sequence[int], float]]
 
-# Modules imported by the CLI before a run so their import-time registrations take effect; a module
-# that cannot be imported is reported in the result, not fatal. The lead adds the megakernel's here.
-DEFAULT_ENGINE_PLUGINS: tuple[str, ...] = ("engine.cuda.bench_runner",)
+# Modules the CLI imports before every run so their import-time registrations take effect (besides its
+# --engine-module ones); a module that cannot be imported is reported in the result, not fatal.
+DEFAULT_ENGINE_PLUGINS: tuple[str, ...] = ()
 
 
 class EngineRegistry:

@@ -18,9 +18,11 @@ from engine.bench.bandwidth import BandwidthResult, measure_copy_bandwidth
 from engine.bench.baselines import BASELINES, COMPILE_GRAPH, CUDA_GRAPH, EAGER, RunResult, run_baseline
 from engine.bench.engines import DEFAULT_REGISTRY, EngineRunner
 from engine.bench.floor import Floor, decode_floor
+from engine.bench.megakernel_runner import megakernel_runners
 from engine.bench.model_source import load_bench_weights, parse_dtype
 from engine.bench.static_llama import StaticLlama
 from engine.bench.timing import synchronize
+from engine.cuda.backend_options import parse_kernel_options
 
 # CLI spellings accepted in `skip_baselines`, mapped to the runner names.
 SKIP_ALIASES = {"eager": EAGER, "graph": CUDA_GRAPH, "cuda_graph": CUDA_GRAPH,
@@ -41,6 +43,9 @@ class BenchConfig:
     repeats: int = 3  # timed runs per runner (median reported), after one warm-up run
     seed: int = 0  # weights and prompt
     bandwidth_bytes: int | None = None  # copy buffer size; None = 2 GiB on GPU (capped), 64 MiB on CPU
+    # The megakernel row's cuda backend options as NAME=VALUE (engine/cuda/backend_options.py; kept as given, so
+    # the JSON result says how it ran); the engine's defaults where unset.
+    kernel_options: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if self.batch != 1:
@@ -53,6 +58,7 @@ class BenchConfig:
         if unknown:
             raise ValueError(f"skip_baselines: unknown {', '.join(unknown)}; valid: {', '.join(sorted(SKIP_ALIASES))}")
         parse_dtype(self.dtype)
+        parse_kernel_options(self.kernel_options)
 
     def skipped(self) -> set[str]:
         return {SKIP_ALIASES[s] for s in self.skip_baselines}
@@ -164,11 +170,12 @@ def _quiet(_msg: str) -> None:
 
 def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = None,
               messages: tuple[str, ...] = (), progress: Callable[[str], None] = _quiet) -> BenchResult:
-    """Run the whole benchmark. `engines` defaults to the runners in engines.DEFAULT_REGISTRY;
-    `progress` receives one line per phase (the CLI prints them to stderr, so a run that is killed
-    by a time limit still shows how far it got)."""
+    """Run the whole benchmark. `engines` defaults to the megakernel (on an sm_90 GPU, with
+    `config.kernel_options`) and the runners in engines.DEFAULT_REGISTRY; `progress` receives one line per
+    phase (the CLI prints them to stderr, so a run that is killed by a time limit still shows how far it got)."""
     config.validate()
-    engines = DEFAULT_REGISTRY.runners() if engines is None else engines
+    if engines is None:
+        engines = {**megakernel_runners(parse_kernel_options(config.kernel_options)), **DEFAULT_REGISTRY.runners()}
     clash = sorted(set(engines) & set(BASELINES))
     if clash:
         raise ValueError(f"engine runner names {clash} clash with the baselines' names")

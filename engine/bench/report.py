@@ -37,6 +37,7 @@ def format_table(result: BenchResult) -> str:
         f"copy bandwidth: {bw.gbps:.0f} GB/s ({bw.buffer_bytes / 2**20:.0f} MiB buffer, best of {bw.trials})",
         f"floor: {f.bytes_per_token / 1e9:.3f} GB/token (weights {f.weight_bytes / 1e9:.3f} GB + KV "
         f"{f.kv_bytes / 1e6:.2f} MB) / bandwidth = {f.seconds_per_token * 1e3:.3f} ms/token",
+        *([f"kernel options: {' '.join(c.kernel_options)}"] if c.kernel_options else []),
         "",
     ]
     floor_row = ["floor", f"{f.seconds_per_token * 1e3:.3f}", f"{1 / f.seconds_per_token:.0f}", "100.0%", "", "", ""]

@@ -1,6 +1,6 @@
 """Per-stream device state (program, counters, activations, status) and one step's launch.
 
-A compiled stream (engine/scheduler/step_builder_cache.py) is reused for every step of a batch
+A compiled stream (engine/scheduler/compiler/step_builder_cache.py) is reused for every step of a batch
 shape; its counters are zeroed once and stay monotonic (the kernel gets `epoch`), so a step costs one
 small step-args upload, one launch and one status download (error word + sampled ids together).
 """
@@ -16,7 +16,7 @@ from engine.cuda.errors import MegakernelError, describe_failure, diagnose_root_
 from engine.cuda.kernel_options import KernelOptions
 from engine.instructions.layout import (SA_NUM_TOKENS, SA_OFF_TOKEN_IDS, STEP_ARGS_HEADER_WORDS, ModelDims,
                                         activation_specs)
-from engine.scheduler.step_builder_cache import CompiledStream
+from engine.scheduler.compiler.step_builder_cache import CompiledStream
 
 KernelFields = dict[str, int | float | list[int]]  # Globals by member name (csrc/interpreter/globals.cuh)
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.instructions import opcodes as op
-from engine.scheduler.step_builder_cache import CompiledStream
+from engine.instructions import registry as op
+from engine.scheduler.compiler.step_builder_cache import CompiledStream
 
 KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "intra-SM pipeline wait timed out",
          4: "dynamic queue claim before this launch's queue (queue head / epoch out of step)",

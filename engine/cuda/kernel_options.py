@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engine.instructions.opcodes import opcode_mask
+from engine.instructions.registry import opcode_mask
 
 # L2 prefetch (csrc/interpreter/l2_prefetch.cuh): the controller pulls the first `l2_prefetch_kb` of each
 # instruction it fetches, the loader the `l2_beyond_ring_kb` past the ring. Both measured slower (1B decode

@@ -7,9 +7,9 @@ from types import ModuleType
 
 import numpy as np
 
-from engine.instructions import opcodes as op
+from engine.instructions import registry as op
 from engine.instructions.layout import ModelDims
-from engine.scheduler.step_builder_splits import mlp_slice_count
+from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 
 
 PANEL_WIDTHS = (64, 128, 256)  # panel_pages.cuh panel_k_ok: W_o slices (heads * head_dim) taken as panel pages

@@ -36,6 +36,7 @@ W_SIGNAL_AMOUNT = 28
 W_COST = 29
 W_RESERVED = (30, 31)
 
+OP_NOOP = 0  # opcode 0 is NOOP in every opcode table: a static queue ends at its first NOOP
 NO_COUNTER = -1
 INT32_MAX = 2**31 - 1
 

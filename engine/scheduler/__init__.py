@@ -1,15 +1,8 @@
-"""engine/scheduler package: torch-free request scheduling and paged-KV page allocation."""
-from engine.scheduler.block_manager import BlockManager
-from engine.scheduler.request_scheduler import Scheduler
-from engine.scheduler.scheduler_types import ScheduledChunk, SchedulerConfig, SchedulerOutput
-from engine.sequence import Sequence, SequenceStatus
+"""engine/scheduler: what runs in a step, and how the step runs on the GPU's SMs.
 
-__all__ = [
-    "BlockManager",
-    "Scheduler",
-    "SchedulerConfig",
-    "ScheduledChunk",
-    "SchedulerOutput",
-    "Sequence",
-    "SequenceStatus",
-]
+Two sub-packages, with a one-way street between them and nothing else:
+- `requests/`: request scheduling (admission, token budget, KV pages, preemption); plain Python, no torch.
+- `compiler/`: the instruction-stream compiler (splits -> dependency DAG -> cost model -> placement ->
+  cached instruction tensors) for one step's batch shape on a `TargetDevice`.
+Neither imports the other: the engine hands the requests' `StepBatch` to a backend, which compiles it.
+"""

@@ -4,6 +4,7 @@ At every step a random (seeded) SM whose current instruction's waits are satisfi
 completion and signals. Dynamic mode claims list entries in order through a monotonic head, like the
 kernel's atomicAdd. No runnable SM while work is left -> DeadlockError naming every blocked
 instruction and its unmet waits. With `check_races`, every access is checked (see race.py).
+Each instruction runs through its opcode's module, found in the VM's opcode table (the product's by default).
 """
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.instructions import opcodes as op
-from engine.instructions.accesses import accesses
-from engine.instructions.format import WORDS
-from engine.instructions.semantics import execute
+from engine.instructions.format import OP_NOOP, W_OPCODE, WORDS
+from engine.instructions.op_spec import Instruction
+from engine.instructions.registry import OPCODES, OpcodeTable
 from engine.vm.buffers import GlobalBuffers
 from engine.vm.race import RaceDetector, describe
+
+# The SM count the VM simulates when its caller names none: an H100 SXM's (the kernel's first target).
+DEFAULT_SIMULATED_SMS = 132
 
 
 class DeadlockError(RuntimeError):
@@ -45,43 +48,45 @@ class StepTrace:
     sm_of: list[int]  # SM that ran each flat index
 
 
-def _decode_static(queues: np.ndarray) -> list[list[op.Instruction]]:
+def _decode_static(queues: np.ndarray, table: OpcodeTable) -> list[list[Instruction]]:
     if queues.ndim != 3 or queues.shape[2] != WORDS:
         raise ValueError(f"static queues: expected int32 [num_sms, max_len, {WORDS}], got {queues.shape}")
     out = []
     for sm in range(queues.shape[0]):
         q = []
         for row in queues[sm]:
-            if row[0] == op.Opcode.NOOP:
+            if row[W_OPCODE] == OP_NOOP:
                 break
-            q.append(op.decode(row))
+            q.append(table.decode(row))
         out.append(q)
     return out
 
 
 class VM:
-    def __init__(self, bufs: GlobalBuffers, seed: int = 0, check_races: bool = True) -> None:
+    def __init__(self, bufs: GlobalBuffers, seed: int = 0, check_races: bool = True,
+                 table: OpcodeTable = OPCODES) -> None:
         self.bufs = bufs
         self.rng = random.Random(seed)
         self.check_races = check_races
+        self.table = table
 
-    def _ready(self, ins: op.Instruction, sync: SyncState) -> bool:
+    def _ready(self, ins: Instruction, sync: SyncState) -> bool:
         return all(sync.counters[w.counter] >= sync.epoch * sync.period[w.counter] + w.target
                    for w in ins.header.waits)
 
-    def _run(self, idx: int, ins: op.Instruction, sync: SyncState, det: RaceDetector | None) -> None:
+    def _run(self, idx: int, ins: Instruction, sync: SyncState, det: RaceDetector | None) -> None:
         if det is not None:
-            det.record(idx, accesses(ins, self.bufs))
-        execute(ins, self.bufs)
+            det.record(idx, self.table.accesses(ins, self.bufs))
+        self.table.execute(ins, self.bufs)
         if ins.header.signal >= 0:
             sync.counters[ins.header.signal] += ins.header.signal_amount
 
-    def _deadlock(self, blocked: list[tuple[int, int, op.Instruction]], sync: SyncState) -> DeadlockError:
+    def _deadlock(self, blocked: list[tuple[int, int, Instruction]], sync: SyncState) -> DeadlockError:
         lines = []
         for sm, idx, ins in blocked[:20]:
             unmet = [f"counter {w.counter} = {sync.counters[w.counter] - sync.epoch * sync.period[w.counter]}"
                      f" (this step) < target {w.target}" for w in ins.header.waits if not self._ready_one(w, sync)]
-            lines.append(f"  SM {sm}: {describe(idx, ins)} waits on " + "; ".join(unmet))
+            lines.append(f"  SM {sm}: {describe(idx, ins, self.table)} waits on " + "; ".join(unmet))
         more = f"\n  ... and {len(blocked) - 20} more" if len(blocked) > 20 else ""
         return DeadlockError(f"deadlock: no SM can run, {len(blocked)} blocked:\n" + "\n".join(lines) + more)
 
@@ -90,10 +95,10 @@ class VM:
 
     @torch.inference_mode()
     def run_static(self, queues: np.ndarray, sync: SyncState) -> StepTrace:
-        per_sm = _decode_static(queues)
+        per_sm = _decode_static(queues, self.table)
         flat = [ins for q in per_sm for ins in q]
         base = np.cumsum([0] + [len(q) for q in per_sm])
-        det = RaceDetector(flat) if self.check_races else None
+        det = RaceDetector(flat, self.table) if self.check_races else None
         cursor = [0] * len(per_sm)
         trace = StepTrace([], [])
         while True:
@@ -114,9 +119,9 @@ class VM:
 
     @torch.inference_mode()
     def run_dynamic(self, words: np.ndarray, num_sms: int, sync: SyncState) -> StepTrace:
-        flat = [op.decode(row) for row in words]
+        flat = [self.table.decode(row) for row in words]
         n = len(flat)
-        det = RaceDetector(flat) if self.check_races else None
+        det = RaceDetector(flat, self.table) if self.check_races else None
         held: list[int | None] = [None] * num_sms
         done = [False] * num_sms
         trace = StepTrace([], [])

@@ -13,20 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.instructions import opcodes as op
 from engine.instructions.accesses import Access, Box
+from engine.instructions.op_spec import Instruction
+from engine.instructions.registry import OpcodeTable
 
 
 class RaceError(RuntimeError):
     """Two instructions touch the same region without a counter ordering them."""
 
 
-def describe(idx: int, instr: op.Instruction) -> str:
+def describe(idx: int, instr: Instruction, table: OpcodeTable) -> str:
     ops = ", ".join(f"{n}={getattr(instr, n)}" for n in instr.OPERANDS)
-    return f"#{idx} {instr.OPCODE.name}(id={instr.header.instr_id}, layer={instr.header.layer}, {ops})"
+    return f"#{idx} {table.name_of(instr)}(id={instr.header.instr_id}, layer={instr.header.layer}, {ops})"
 
 
-def happens_before(instrs: list[op.Instruction]) -> list[int]:
+def happens_before(instrs: list[Instruction]) -> list[int]:
     """hb[i]: bitset of the instructions guaranteed to complete (and be visible) before i starts."""
     total: dict[int, int] = {}
     signallers: dict[int, list[int]] = {}
@@ -92,8 +93,9 @@ class _Entry:
 
 
 class RaceDetector:
-    def __init__(self, instrs: list[op.Instruction]) -> None:
+    def __init__(self, instrs: list[Instruction], table: OpcodeTable) -> None:
         self.instrs = instrs
+        self.table = table
         self.hb = happens_before(instrs)
         self.log: dict[str, list[_Entry]] = {}
 
@@ -112,7 +114,7 @@ class RaceDetector:
                     continue  # e is ordered after idx (possible when the VM runs a racy interleaving)
                 if _overlap(e.bbox, bbox) and any(_overlap(x, y) for x in e.boxes for y in a.boxes):
                     raise RaceError(
-                        f"race on buffer {a.buffer!r}: {describe(idx, self.instrs[idx])} ({a.kind}) and "
-                        f"{describe(e.idx, self.instrs[e.idx])} ({e.kind}) touch overlapping regions but no "
-                        f"counter wait orders them")
+                        f"race on buffer {a.buffer!r}: {describe(idx, self.instrs[idx], self.table)} ({a.kind}) "
+                        f"and {describe(e.idx, self.instrs[e.idx], self.table)} ({e.kind}) touch overlapping "
+                        f"regions but no counter wait orders them")
             entries.append(_Entry(idx, a.kind, a.boxes, bbox))

@@ -159,8 +159,8 @@ class LlamaConfig:
         if not cfg_path.is_file():
             raise FileNotFoundError(f"config.json not found in {directory} (looked for {cfg_path})")
         try:
-            data = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as e:
+            data = json.loads(cfg_path.read_bytes())
+        except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not text
             raise ConfigError(f"{cfg_path}: invalid JSON: {e}") from e
         try:
             return LlamaConfig.from_dict(data)

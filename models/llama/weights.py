@@ -2,27 +2,28 @@
 
 `load_weights` reads a single `model.safetensors` or a sharded checkpoint
 (`model.safetensors.index.json`), tensor by tensor straight into the target dtype/device, so peak
-host memory stays around one tensor. Every problem (missing file, missing / unexpected / mis-shaped
-tensor) raises `WeightLoadError` naming the tensor and the file. Never touches the network.
+host memory stays around one tensor. Before any data is read, `check_checkpoint` validates the
+headers alone (names, shapes, dtypes, file sizes); every problem (missing or corrupt file, missing /
+unexpected / mis-shaped / non-float tensor) raises `WeightLoadError` naming the tensor and the file.
+Never touches the network.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
+from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError, checkpoint_headers
 from models.llama.config import LlamaConfig
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "LayerWeights", "LlamaWeights", "WeightLoadError", "check_checkpoint",
+           "expected_shapes", "load_weights", "to_state_dict", "weights_from_state_dict"]
 
-
-class WeightLoadError(ValueError):
-    """A checkpoint file or tensor is missing, unexpected or mis-shaped; names tensor and file."""
+# Stored dtypes the loader converts from; integer or fp8 tensors would need scales or are not weights.
+LOADABLE_DTYPES = ("BF16", "F16", "F32", "F64")
 
 
 @dataclass(frozen=True)
@@ -108,24 +109,32 @@ def _ignorable(name: str, config: LlamaConfig) -> bool:
     return name.endswith("rotary_emb.inv_freq") or (config.tie_word_embeddings and name == "lm_head.weight")
 
 
-def _tensor_files(model_dir: Path) -> dict[str, Path]:
-    """Map each stored tensor name to the file holding it."""
-    index = model_dir / INDEX_FILE
-    single = model_dir / SINGLE_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise WeightLoadError(f"{index}: not a valid safetensors index ({e!r})") from e
-        out = {name: model_dir / fname for name, fname in weight_map.items()}
-        for name, path in out.items():
-            if not path.is_file():
-                raise WeightLoadError(f"shard {path} (holding tensor {name!r}, listed in {index}) does not exist")
-        return out
-    if single.is_file():
-        with safe_open(str(single), framework="pt") as f:
-            return {name: single for name in f.keys()}
-    raise WeightLoadError(f"no weights in {model_dir}: neither {SINGLE_FILE} nor {INDEX_FILE} exists")
+def _checked_files(model_dir: Path, config: LlamaConfig) -> dict[str, Path]:
+    """Validate the checkpoint's headers against `config`; the file holding each expected tensor."""
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory not found: {model_dir}")
+    stored = checkpoint_headers(model_dir)
+    expected = expected_shapes(config)
+    for name, (path, _) in stored.items():
+        if name not in expected and not _ignorable(name, config):
+            raise WeightLoadError(f"unexpected tensor {name!r} in {path}")
+    for name, shape in expected.items():
+        if name not in stored:
+            where = model_dir / (INDEX_FILE if (model_dir / INDEX_FILE).is_file() else SINGLE_FILE)
+            raise WeightLoadError(f"missing tensor {name!r}: not found in {where}")
+        path, header = stored[name]
+        if header.shape != shape:
+            raise WeightLoadError(f"tensor {name!r} in {path} has shape {header.shape}, expected {shape}")
+        if header.dtype not in LOADABLE_DTYPES:
+            raise WeightLoadError(f"tensor {name!r} in {path} has dtype {header.dtype}, "
+                                  f"expected one of {', '.join(LOADABLE_DTYPES)}")
+    return {name: stored[name][0] for name in expected}
+
+
+def check_checkpoint(model_dir: str | Path, config: LlamaConfig) -> None:
+    """Check a checkpoint against `config` from the safetensors headers alone (names, shapes, dtypes,
+    file sizes), without loading any tensor; raises `WeightLoadError` naming the file and tensor."""
+    _checked_files(Path(model_dir), config)
 
 
 def _assemble(config: LlamaConfig, tensors: dict[str, torch.Tensor]) -> LlamaWeights:
@@ -146,34 +155,20 @@ def load_weights(
     progress: bool = True,
 ) -> LlamaWeights:
     """Load and validate a safetensors checkpoint (single file or sharded) into `dtype` on `device`."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model directory not found: {model_dir}")
-    files = _tensor_files(model_dir)
-    expected = expected_shapes(config)
-    for name, path in files.items():
-        if name not in expected and not _ignorable(name, config):
-            raise WeightLoadError(f"unexpected tensor {name!r} in {path}")
-    for name in expected:
-        if name not in files:
-            where = model_dir / (INDEX_FILE if (model_dir / INDEX_FILE).is_file() else SINGLE_FILE)
-            raise WeightLoadError(f"missing tensor {name!r}: not found in {where}")
-
+    files = _checked_files(Path(model_dir), config)
     tensors: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
-    for name in expected:
-        by_file.setdefault(files[name], []).append(name)
-    bar = tqdm(total=len(expected), desc="loading weights", unit="tensor", disable=not progress)
+    for name, path in files.items():
+        by_file.setdefault(path, []).append(name)
+    bar = tqdm(total=len(files), desc="loading weights", unit="tensor", disable=not progress)
     for path, names in by_file.items():
-        with safe_open(str(path), framework="pt") as f:
-            for name in names:
-                shape = tuple(f.get_slice(name).get_shape())
-                if shape != expected[name]:
-                    raise WeightLoadError(
-                        f"tensor {name!r} in {path} has shape {shape}, expected {expected[name]}"
-                    )
-                tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
-                bar.update(1)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in names:
+                    tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
+                    bar.update(1)
+        except SafetensorError as e:  # what the header check cannot see, e.g. a file changed meanwhile
+            raise WeightLoadError(f"{path}: {e}") from e
     bar.close()
     return _assemble(config, tensors)
 

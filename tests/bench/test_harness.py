@@ -104,6 +104,8 @@ def test_config_validation() -> None:
         run_bench(BenchConfig(preset="tiny", device="cpu"), {EAGER: good_engine})
     with pytest.raises(ValueError, match="dtype"):
         run_bench(BenchConfig(preset="tiny", device="cpu", dtype="int8"), {})
+    with pytest.raises(ValueError, match="--kernel-option pdl='yes': expected 0 or 1"):
+        run_bench(BenchConfig(preset="tiny", device="cpu", kernel_options=("pdl=yes",)), {})
 
 
 def test_device_and_preset_resolution() -> None:
@@ -125,3 +127,15 @@ def test_cli_cpu_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert data["config"]["preset"] == "tiny"
     assert [r["status"] for r in data["rows"]] == ["ok", "skipped", "skipped"]
     assert data["rows"][1]["reason"] == "skipped by request"
+
+
+def test_cli_takes_kernel_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Options reach the result (and its JSON) as given; a wrong one fails before anything is measured."""
+    out = tmp_path / "b.json"
+    rc = cli_main(["--device", "cpu", "--prompt-len", "3", "--new-tokens", "2", "--repeats", "1",
+                   "--skip", "graph,compile", "--json", str(out), "--kernel-option", "pdl=0",
+                   "--kernel-option", "fuse_o_proj=1"])
+    assert rc == 0 and "kernel options: pdl=0 fuse_o_proj=1" in capsys.readouterr().out
+    assert json.loads(out.read_text())["config"]["kernel_options"] == ["pdl=0", "fuse_o_proj=1"]
+    with pytest.raises(ValueError, match="unknown option 'fold'"):
+        cli_main(["--device", "cpu", "--kernel-option", "fold=1"])

@@ -1,8 +1,6 @@
 """CPU tests of engine.cuda_build (no GPU needed: compiling and importing need only nvcc)."""
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,23 +17,27 @@ def _has_nvcc() -> bool:
 
 
 needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_discovers_tk_test_module() -> None:
+def test_discovers_the_product_and_the_tk_test_module() -> None:
     specs = {s.name: s for s in cuda_build.discover_extensions()}
-    assert "mk_tk_tests" in specs
-    names = {p.name for p in specs["mk_tk_tests"].sources}
-    assert {"module.cu", "sync_tests.cu", "tma_tests.cu", "tile_tests.cu", "math_tests.cu"} <= names
+    assert "mk_interpreter" in specs and "mk_tk_tests" in specs
+    tk_tests = specs["mk_tk_tests"].sources
+    assert {p.name for p in tk_tests} == {"module.cu", "sync_tests.cu", "tma_tests.cu", "tile_tests.cu", "math_tests.cu"}
+    assert all(p.parent == cuda_build.ROOT / "tests" / "tk" / "csrc" for p in tk_tests)
 
 
 def test_discovery_groups_by_marker(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "x.cu").write_text("// compile-check: module foo\nint x;\n")
-    (tmp_path / "a" / "y.cu").write_text("// compile-check: module foo\nint y;\n")
-    (tmp_path / "a" / "z.cu").write_text("// no marker\n")
+    for rel, text in [("csrc/a/x.cu", "// compile-check: module foo\nint x;\n"),
+                      ("csrc/a/y.cu", "// compile-check: module foo\nint y;\n"),
+                      ("csrc/a/z.cu", "// no marker\n"),
+                      ("tests/b/csrc/t.cu", "// compile-check: module foo_tests\nint t;\n"),
+                      ("tests/b/u.cu", "// compile-check: module stray\n")]:  # not in a csrc folder: not a module
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
     specs = cuda_build.discover_extensions(tmp_path)
-    assert [(s.name, [p.name for p in s.sources]) for s in specs] == [("foo", ["x.cu", "y.cu"])]
+    assert [(s.name, [p.name for p in s.sources]) for s in specs] == [("foo", ["x.cu", "y.cu"]),
+                                                                      ("foo_tests", ["t.cu"])]
 
 
 def test_parse_ptxas() -> None:
@@ -85,17 +87,3 @@ def test_build_import_and_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert cuda_build.import_extension(first).answer() == 42
     src.write_text(src.read_text() + "// changed\n")
     assert cuda_build.build_dir(spec) != first.library.parent  # content-keyed
-
-
-@needs_nvcc
-def test_kernel_size_reports_the_batch1_variant_and_its_functions() -> None:
-    """scripts/kernel_size.sh (one interpreter instantiation's code size, no GPU) keeps compiling the kernel part of
-    interpreter.cu on its own and reports the batch-1 variant's size, its not-inlined functions and ptxas' line."""
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "kernel_size.sh"), str(ROOT), "2"], capture_output=True,
-                         text=True, check=True, timeout=300).stdout
-    kernel = re.search(r"^\s*(\d+) B  kernel _ZN2mk2vm10megakernelILb0ELi2E", out, re.M)
-    assert kernel is not None, out
-    size = int(kernel.group(1))
-    assert 100_000 < size < 400_000, out  # the fused batch-1 variant: 237 KB (seventeenth session)
-    assert "consume_pages<1, true>" in out  # the tensor-core-only page loop, not inlined
-    assert re.search(r"ptxas: kernel \d+ registers, \d+ bytes stack frame, \d+ bytes spill stores", out), out

@@ -6,8 +6,9 @@ import pytest
 
 from engine.cuda.errors import diagnose_root_cause
 from engine.instructions.layout import ModelDims
-from engine.instructions.opcodes import Opcode
-from engine.scheduler.step_builder_cache import BuildParams, StreamCache
+from engine.instructions.registry import Opcode
+from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
+from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
 
@@ -15,7 +16,7 @@ from models.llama.step_batch import StepBatch
 def _stream(fuse_o_proj: bool = False):  # noqa: ANN202
     """A batch-1 prefill; unfused by default so it has the O_PROJ_RESIDUAL / ATTN_PARTIAL chain."""
     dims = ModelDims.from_config(preset_config("tiny"))
-    cs = StreamCache(dims, 16, BuildParams.for_sms(8, "lpt", fuse_o_proj=fuse_o_proj)).get(
+    cs = StreamCache(dims, 16, BuildParams.of("lpt", fuse_o_proj=fuse_o_proj), TargetDevice(num_sms=8)).get(
         StepBatch.build([[1, 2, 3]], [0], [[0]], page_size=16))
     return cs, cs.tensor.copy(), [int(p) for p in cs.stream.counter_period]
 

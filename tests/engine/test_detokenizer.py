@@ -23,6 +23,15 @@ def test_find_stop_and_hold_back() -> None:
     assert visible_text("abcdef", ("xyz",), finished=True) == "abcdef"
 
 
+def test_hold_back_never_goes_negative_and_never_shrinks() -> None:
+    # A text shorter than the hold-back shows nothing yet (a negative slice bound showed a prefix,
+    # then less, so a client streaming deltas repeated characters).
+    stops = ("STOPSTOP",)
+    shown = [visible_text("abcdefghij"[:n], stops, finished=False) for n in range(11)]
+    assert shown[:8] == [""] * 8 and shown[8:] == ["a", "ab", "abc"]
+    assert all(b.startswith(a) for a, b in zip(shown, shown[1:]))
+
+
 def test_flush_emits_an_incomplete_character_at_the_end(tiny_checkpoint: str) -> None:
     tok = load_tokenizer(tiny_checkpoint)
     ids = tok.encode("ab 東", add_special_tokens=False)

@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 
 from engine.cuda.limits import InterpreterLimits, UnsupportedOnGPU
-from engine.instructions import opcodes as op
+from engine.instructions import registry as op
 from engine.instructions.layout import ModelDims
-from engine.instructions.opcodes import Opcode
+from engine.instructions.ops.attn_o_proj import AttnOProj
+from engine.instructions.registry import Opcode
 from engine.profiling import decode_batch
-from engine.scheduler.step_builder_cache import BuildParams, compile_stream
+from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
+from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
 
 CONFIG = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "config.cuh"
+H100 = TargetDevice(num_sms=132)
 
 
 def _limits() -> InterpreterLimits:
@@ -28,7 +31,7 @@ def _limits() -> InterpreterLimits:
 
 def _fit(preset: str, batch: StepBatch) -> tuple[int, InterpreterLimits]:
     d = ModelDims.from_config(preset_config(preset))
-    cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8))
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8), H100)
     lim = _limits()
     return lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d), lim
 
@@ -56,7 +59,7 @@ def test_x_shrinks_by_one_page_per_ring_page(ring: int) -> None:
 def test_inputs_wider_than_x_are_a_clear_error() -> None:
     d = ModelDims.from_config(preset_config("llama-3.1-8b"))
     batch = StepBatch.build([list(range(1, 9))], [0], [list(range(4))], page_size=16)  # 8 x 4096 > x
-    cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt"))
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt"), H100)
     with pytest.raises(UnsupportedOnGPU, match="activation buffer"):
         _limits().fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d)
 
@@ -64,7 +67,7 @@ def test_inputs_wider_than_x_are_a_clear_error() -> None:
 def test_a_ring_cap_lowers_the_ring_but_never_below_the_smallest() -> None:
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     batch = decode_batch(1, 33, 16)
-    cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8))
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8), H100)
     lim = _limits()
     fit = lambda cap: lim.fit_stream(cs.words, 1, 1, d, cap)  # noqa: E731
     assert [fit(c) for c in (None, 11, 4, 99)] == [lim.max_ring_pages, 11, lim.min_ring_pages, lim.max_ring_pages]
@@ -85,7 +88,7 @@ def test_fused_batch1_streams_fit() -> None:
     lim = _limits()
     t = lim.max_tokens(d)
     for batch in (decode_batch(1, 33, 16), StepBatch.build([list(range(1, t + 1))], [0], [[0]], page_size=16)):
-        cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8, fuse_o_proj=True))
+        cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8, fuse_o_proj=True), H100)
         assert cs.stream.plan.fused and (cs.words[:, 0] == Opcode.ATTN_O_PROJ).any()
         assert lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d) >= lim.min_ring_pages
 
@@ -96,8 +99,8 @@ def test_a_fused_op_whose_staged_attention_exceeds_out_is_rejected() -> None:
     batch = StepBatch.build([list(range(1, 9))], [0], [[0]], page_size=16)
     lim = _limits()
     for chunks, fits in ((2, False), (4, True)):
-        cs = compile_stream(d, batch, 16, BuildParams.for_sms(132, "lpt", min_pages_per_split=8, fuse_o_proj=True,
-                                                             fused_head_chunks=chunks))
+        cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8, fuse_o_proj=True,
+                                                         fused_head_chunks=chunks), H100)
         assert cs.stream.plan.fused
         if fits:
             lim.fit_stream(cs.words, 8, 1, d)
@@ -108,10 +111,10 @@ def test_a_fused_op_whose_staged_attention_exceeds_out_is_rejected() -> None:
 
 def test_fused_weight_rows_must_be_16_byte_multiples() -> None:
     d = ModelDims(hidden=64, intermediate=128, layers=1, n_heads=2, n_kv=1, head_dim=20, vocab=64, eps=1e-5)
-    words = np.array([op.encode(op.AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=1, row_begin=0, row_end=16))])
+    words = np.array([op.encode(AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=1, row_begin=0, row_end=16))])
     with pytest.raises(UnsupportedOnGPU, match="16-byte"):  # 20 bf16 = 40 bytes
         _limits().fit_stream(words, 1, 1, d)
-    words = np.array([op.encode(op.AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=2, row_begin=0, row_end=16))])
+    words = np.array([op.encode(AttnOProj(seq=0, kv_group=0, head_begin=0, head_end=2, row_begin=0, row_end=16))])
     _limits().fit_stream(words, 1, 1, d)  # 40 bf16 = 80 bytes
 
 
@@ -135,9 +138,9 @@ def test_bf16_x_gives_batch1_tensor_core_steps_the_largest_ring(preset: str, rin
     lim = dc_replace(_limits(), mma_chunk=chunk)
     d = ModelDims.from_config(preset_config(preset))
     budget = lim.one_token_slice_floats(d, bf16_x=True)
-    cs = compile_stream(d, decode_batch(1, 33, 16), 16, BuildParams.for_sms(
-        132, "lpt", min_pages_per_split=8, one_token_slice_floats=budget, one_token_slice_unit=chunk,
-        max_out_floats=lim.out_floats))
+    cs = compile_stream(d, decode_batch(1, 33, 16), 16, BuildParams.of(
+        "lpt", min_pages_per_split=8, one_token_slice_floats=budget, one_token_slice_unit=chunk,
+        max_out_floats=lim.out_floats), H100)
     assert lim.fit_stream(cs.words, 1, 1, d, bf16_x=True) == ring
     assert lim.fit_stream(cs.words, 1, 1, d, bf16_x=False) <= ring  # counted as fp32 the 8B gets 12
     assert all((b - a) % chunk == 0 and b - a <= lim.page_bytes // 4 for a, b in cs.stream.plan.slices)
@@ -164,10 +167,10 @@ def test_matvec_row_elems_of_a_1b_decode_stream(fused: bool, panels: bool, want:
     panel pages."""
     lim = _mma_limits()
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
-    cs = compile_stream(d, decode_batch(1, 33, 16), 16, BuildParams.for_sms(
-        132, "lpt", min_pages_per_split=8, fuse_o_proj=fused, fused_head_chunks=4 if fused else None,
+    cs = compile_stream(d, decode_batch(1, 33, 16), 16, BuildParams.of(
+        "lpt", min_pages_per_split=8, fuse_o_proj=fused, fused_head_chunks=4 if fused else None,
         one_token_slice_floats=lim.one_token_slice_floats(d, bf16_x=True), one_token_slice_unit=lim.mma_chunk,
-        max_out_floats=lim.out_floats))
+        max_out_floats=lim.out_floats), H100)
     assert cs.stream.plan.fused == fused
     assert lim.matvec_row_elems(cs.words, d, w_o_panels=panels) == want
 

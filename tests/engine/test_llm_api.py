@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.errors import RequestError
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 PROMPTS = ["Hello there, how are", "A much longer prompt that crosses a page boundary " * 3, "x"]
@@ -163,8 +164,8 @@ def test_abort_frees_pages(llm: LLM) -> None:
     lambda llm: SamplingParams(temperature=-1),
     lambda llm: SamplingParams(top_p=0),
 ])
-def test_bad_requests_raise_value_error_and_lose_nothing(llm: LLM, bad) -> None:
-    with pytest.raises(ValueError):
+def test_bad_requests_raise_request_error_and_lose_nothing(llm: LLM, bad) -> None:
+    with pytest.raises(RequestError):
         bad(llm)
     assert not llm.engine.has_unfinished_requests()
     assert llm.generate(PROMPTS[2], GREEDY)[0].outputs[0].finish_reason == "length"

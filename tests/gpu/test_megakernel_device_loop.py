@@ -1,4 +1,4 @@
-"""The bench's on-device decode loop (engine/cuda/bench_runner.py) in each of its launch modes: the advance
+"""The bench's on-device decode loop (engine/bench/megakernel_runner.py) in each of its launch modes: the advance
 kernel or ARGMAX_REDUCE feeding ids back (fold_advance; with fold_embed also the next step's embedding row, the
 streams then having no EMBED), plain launches or programmatic dependent launch (pdl, where a step's blocks start
 while the previous step ends). Each run's tokens are checked step by step against
@@ -11,7 +11,7 @@ import torch
 
 from engine.backends.cuda_backend import CudaBackend
 from engine.bench.model_source import random_weights
-from engine.cuda.bench_runner import PAGE_SIZE, decode_on_device
+from engine.bench.megakernel_runner import PAGE_SIZE, decode_on_device
 from models.llama.kv_cache import PagedKVCache
 from models.llama.model import LlamaModel
 from models.llama.step_batch import StepBatch

@@ -7,7 +7,7 @@ import torch
 
 from engine.backends.cuda_backend import CudaBackend
 from engine.cuda.errors import MegakernelError
-from engine.instructions import opcodes as op
+from engine.instructions import registry as op
 from tests.gpu.mk_helpers import small
 from tests.vm.helpers import Scenario, random_weights
 

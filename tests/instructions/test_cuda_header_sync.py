@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.cuda import device_stream, errors
 from engine.instructions import format as fmt
 from engine.instructions import layout
-from engine.instructions.opcodes import Opcode
+from engine.instructions.registry import Opcode
 from profiler import marks as profiler_marks
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc" / "interpreter"

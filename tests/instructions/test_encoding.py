@@ -1,4 +1,4 @@
-"""32-word encode/decode round trips and malformed-record errors."""
+"""32-word encode/decode round trips, malformed-record errors, and the opcode table's checks."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,13 +7,21 @@ import random
 import numpy as np
 import pytest
 
-from engine.instructions import opcodes as op
+from engine.instructions import registry as op
 from engine.instructions.format import (
     FORMAT_VERSION, MAX_WAITS, W_NUM_WAITS, W_OPCODE, W_RESERVED, WORDS, Header, InstructionFormatError, Wait,
 )
+from engine.instructions.op_spec import Instruction, OpSpec
+from engine.instructions.ops import embed, noop
+from engine.instructions.ops.attn_o_proj import AttnOProj
+from engine.instructions.ops.attn_partial import AttnPartial
+from engine.instructions.ops.lm_head import LmHead
+from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
+
+CLASSES = {code: spec.instruction for code, spec in op.OPCODES.specs.items()}
 
 
-def _random_instr(cls: type, rng: random.Random) -> op.Instruction:
+def _random_instr(cls: type, rng: random.Random) -> Instruction:
     waits = tuple(Wait(rng.randrange(0, 10_000), rng.randrange(1, 1 << 30)) for _ in range(rng.randrange(MAX_WAITS + 1)))
     signal = rng.choice([-1, rng.randrange(0, 5000)])
     hdr = Header(instr_id=rng.randrange(1 << 20), layer=rng.randrange(-1, 80), waits=waits, signal=signal,
@@ -22,13 +30,14 @@ def _random_instr(cls: type, rng: random.Random) -> op.Instruction:
     return cls(**ops, header=hdr)
 
 
-@pytest.mark.parametrize("cls", list(op.OPCODE_CLASSES.values()), ids=lambda c: c.__name__)
-def test_round_trip(cls: type) -> None:
-    rng = random.Random(cls.OPCODE * 31 + 1)
+@pytest.mark.parametrize("code", sorted(CLASSES), ids=lambda c: op.OPCODE_NAMES[c])
+def test_round_trip(code: int) -> None:
+    cls = CLASSES[code]
+    rng = random.Random(code * 31 + 1)
     for _ in range(50):
         ins = _random_instr(cls, rng)
         words = op.encode(ins)
-        assert len(words) == WORDS and words[W_OPCODE] == cls.OPCODE
+        assert len(words) == WORDS and words[W_OPCODE] == code
         assert op.decode(words) == ins
         arr = op.encode_many([ins, ins])
         assert arr.dtype == np.int32 and arr.shape == (2, WORDS)
@@ -36,14 +45,14 @@ def test_round_trip(cls: type) -> None:
 
 
 def test_operands_fit_in_the_record() -> None:
-    for cls in op.OPCODE_CLASSES.values():
+    for cls in CLASSES.values():
         assert len(cls.OPERANDS) <= 13, cls
         fields = {f.name for f in dataclasses.fields(cls)} - {"header"}
         assert fields == set(cls.OPERANDS), cls
 
 
 def test_decode_rejects_malformed_words() -> None:
-    good = op.encode(op.LmHead(0, 16, 0, header=Header(3, -1, (Wait(2, 4),), 5, 1)))
+    good = op.encode(LmHead(0, 16, 0, header=Header(3, -1, (Wait(2, 4),), 5, 1)))
     for word, value, msg in [(W_OPCODE, 77, "unknown opcode"), (W_RESERVED[0], 1, "reserved"),
                              (W_NUM_WAITS, MAX_WAITS + 1, "num_waits"), (10, 9, "unused word")]:
         bad = list(good)
@@ -82,12 +91,27 @@ def test_attn_o_proj_and_qkv_copy_operand_words() -> None:
     vals = [rng.randrange(1, 1 << 20) for _ in range(6)]
     hdr = Header(instr_id=rng.randrange(1 << 20), layer=rng.randrange(80), waits=(Wait(3, rng.randrange(1, 99)),),
                  signal=4, signal_amount=1)
-    fused = op.AttnOProj(*vals, header=hdr)
+    fused = AttnOProj(*vals, header=hdr)
     words = op.encode(fused)
     assert words[W_OPCODE] == 10 == op.Opcode.ATTN_O_PROJ and words[3:9] == vals and words[9:16] == [0] * 7
     assert op.decode(words) == fused
-    assert fused.attention() == op.AttnPartial(vals[0], vals[1], 0, 1, vals[2], vals[3], header=hdr)
-    qkv = op.RmsQkvRopeAppend(*vals[:5], header=hdr)
+    assert fused.attention() == AttnPartial(vals[0], vals[1], 0, 1, vals[2], vals[3], header=hdr)
+    qkv = RmsQkvRopeAppend(*vals[:5], header=hdr)
     words = op.encode(qkv)
     assert words[3:8] == vals[:5] and words[8:16] == [0] * 8 and op.decode(words) == qkv
     assert FORMAT_VERSION == 3
+
+
+def test_the_table_rejects_clashes_and_a_missing_noop() -> None:
+    with pytest.raises(InstructionFormatError, match="opcode 0 must be NOOP"):
+        op.OpcodeTable({1: embed.SPEC})
+    with pytest.raises(InstructionFormatError, match="share the name"):
+        op.OpcodeTable({0: noop.SPEC, 1: embed.SPEC, 2: embed.SPEC})
+    with pytest.raises(InstructionFormatError, match="taken by EMBED"):
+        op.OPCODES.with_op(1, embed.SPEC)
+    with pytest.raises(InstructionFormatError, match="outside"):
+        op.OpcodeTable({0: noop.SPEC, 40: embed.SPEC})
+    with pytest.raises(InstructionFormatError, match="UPPER_CASE"):
+        OpSpec("embed", embed.Embed, embed.execute, embed.accesses, embed.cost)
+    with pytest.raises(InstructionFormatError, match="not an opcode of this table"):
+        op.OpcodeTable({0: noop.SPEC}).encode(embed.Embed(0, 1))

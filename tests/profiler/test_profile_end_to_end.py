@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from profiler.cli import main
+from engine.cli.profile import main
 from profiler.record import load_npz
 from profiler.render import ARTIFACTS
 from profiler.trace import validate_trace

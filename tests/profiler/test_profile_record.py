@@ -53,3 +53,12 @@ def test_bad_file_errors_name_the_file(tmp_path, record):
     np.savez(partial, words=record.words)
     with pytest.raises(ProfileFormatError, match="partial.npz: missing field 'header'"):
         load_npz(partial)
+
+
+def test_word_positions_follow_the_instruction_format() -> None:
+    """profiler/ imports nothing of the engine, so it names the words it reads itself; they must stay the
+    instruction format's."""
+    from engine.instructions import format as fmt
+    from profiler import record
+
+    assert (record.W_OPCODE, record.W_ID, record.W_LAYER) == (fmt.W_OPCODE, fmt.W_ID, fmt.W_LAYER)

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.image import imread
 from synthetic_profiles import make_record
 
-from profiler.cli import main
+from engine.cli.profile import main
 from profiler.record import load_npz
 from profiler.render import ARTIFACTS, render_all
 from profiler.trace import validate_trace

@@ -4,7 +4,8 @@ from __future__ import annotations
 import random
 import zlib
 
-from engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler.requests.request_scheduler import Scheduler
+from engine.scheduler.requests.scheduler_types import SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.scheduler.block_manager import BlockManager
+from engine.scheduler.requests.block_manager import BlockManager
 
 
 def test_basic_allocate_grow_free() -> None:

@@ -6,7 +6,7 @@ import random
 import pytest
 from sched_helpers import add, fake_token, make_scheduler, rand_prompt, run_step
 
-from engine.scheduler import SchedulerConfig
+from engine.scheduler.requests.scheduler_types import SchedulerConfig
 from engine.sequence import SequenceStatus
 
 

@@ -13,7 +13,8 @@ import random
 import pytest
 from sched_helpers import fake_token, rand_prompt
 
-from engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler.requests.request_scheduler import Scheduler
+from engine.scheduler.requests.scheduler_types import SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 
 

@@ -35,11 +35,22 @@ BAD_COMPLETIONS: list[tuple[str, Any, str | None]] = [
     ("empty token list", {**GOOD, "prompt": []}, "prompt"),
     ("token id out of vocab", {**GOOD, "prompt": [1, 2, 10**9]}, "prompt"),
     ("negative token id", {**GOOD, "prompt": [3, -1]}, "prompt"),
-    ("unknown model", {**GOOD, "model": "gpt-17"}, "model"),
     ("prompt longer than context", {**GOOD, "prompt": [7] * (MAX_MODEL_LEN + 5)}, "prompt"),
+    ("text prompt far longer than context", {**GOOD, "prompt": "word " * 100_000}, "prompt"),
+    ("max_tokens beyond context", {**GOOD, "prompt": [9] * 250, "max_tokens": 100}, "max_tokens"),
     ("stop not str", {**GOOD, "stop": 5}, "stop"),
+    ("too many stop strings", {**GOOD, "stop": ["x"] * 65}, "stop"),
     ("stop_token_ids out of range", {**GOOD, "stop_token_ids": [10**7]}, "stop_token_ids"),
-    ("unsupported penalty", {**GOOD, "presence_penalty": 0.5}, "presence_penalty"),
+    ("lone surrogate in prompt", '{"prompt": "a\\ud800b", "max_tokens": 2}', "prompt"),
+    ("lone surrogate in stop", '{"prompt": "ab", "stop": ["\\udfff"]}', "stop"),
+    ("seed too large", {**GOOD, "seed": 2**64}, "seed"),
+    ("seed too small", {**GOOD, "seed": -(2**63) - 1}, "seed"),
+    ("NaN temperature", '{"prompt": "ab", "temperature": NaN}', "temperature"),
+    ("infinite repetition_penalty", '{"prompt": "ab", "repetition_penalty": Infinity}', "repetition_penalty"),
+    ("repetition_penalty zero", {**GOOD, "repetition_penalty": 0}, "repetition_penalty"),
+    ("min_p above one", {**GOOD, "min_p": 1.5}, "min_p"),
+    ("n x prompts never servable", {**GOOD, "n": 128, "prompt": ["a"] * 9}, "n"),
+    ("logit_bias", {**GOOD, "logit_bias": {"5": 1.0}}, "logit_bias"),
 ]
 
 BAD_CHAT: list[tuple[str, Any, str | None]] = [
@@ -47,7 +58,8 @@ BAD_CHAT: list[tuple[str, Any, str | None]] = [
     ("missing messages", {"model": MODEL_NAME}, "messages"),
     ("bad role", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ("content wrong type", {**CHAT, "messages": [{"role": "user", "content": 42}]}, None),
-    ("unknown model", {**CHAT, "model": "nope"}, "model"),
+    ("lone surrogate in content", '{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages.0.content"),
+    ("max_completion_tokens beyond context", {**CHAT, "max_completion_tokens": 10_000}, "max_completion_tokens"),
     ("max_completion_tokens negative", {**CHAT, "max_completion_tokens": -1}, "max_completion_tokens"),
     ("top_logprobs without logprobs", {**CHAT, "top_logprobs": 2}, "top_logprobs"),
     ("json response_format", {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
@@ -138,3 +150,51 @@ def test_queue_full_then_recovers(guarded: ServerThread) -> None:
         first.join(30)
     assert results["a"].status_code == 200
     assert _post(guarded.url, "/v1/completions", GOOD, auth).status_code == 200
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {**GOOD, "model": "gpt-17"}),
+    ("/v1/chat/completions", {**CHAT, "model": "nope"}),
+    ("/tokenize", {"model": "nope", "prompt": "a"}),
+])
+def test_unknown_model_is_404(base_url: str, path: str, body: dict[str, Any]) -> None:
+    err = _assert_error(_post(base_url, path, body), 404, "model")
+    assert err["code"] == "model_not_found"
+
+
+def test_extreme_seeds_served_and_out_of_range_seed_harmless(base_url: str) -> None:
+    """A seed the generator cannot take is a 400 that leaves nothing behind; the range ends work."""
+    _assert_error(_post(base_url, "/v1/completions", {**GOOD, "seed": 2**64, "temperature": 1.0}), 400, "seed")
+    for seed in (2**64 - 1, -(2**63)):
+        resp = _post(base_url, "/v1/completions", {**GOOD, "seed": seed, "temperature": 1.0, "n": 2})
+        assert resp.status_code == 200, resp.text
+    assert httpx.get(base_url + "/health").status_code == 200
+    assert _post(base_url, "/v1/completions", GOOD).status_code == 200
+
+
+def test_body_limit_and_generic_500(tiny_dir: Path) -> None:
+    """Over --max-request-bytes: 413 whether the length is declared or the body is chunked; an
+    unexpected exception: a 500 naming a request id and nothing of the exception."""
+    app = build_app(make_engine(tiny_dir), served_model_name=MODEL_NAME, max_request_bytes=1000)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("secret internal detail")
+
+    with ServerThread(app) as srv:
+        wait_ready(srv.async_engine)
+        big = json.dumps({**GOOD, "prompt": "x" * 2000})
+        err = _assert_error(_post(srv.url, "/v1/completions", big), 413)
+        assert err["code"] == "request_too_large"
+
+        def chunks() -> Iterator[bytes]:
+            for i in range(0, len(big), 100):
+                yield big[i:i + 100].encode()
+
+        resp = httpx.post(srv.url + "/v1/completions", content=chunks(),
+                          headers={"content-type": "application/json"}, timeout=30)
+        assert _assert_error(resp, 413)["code"] == "request_too_large"
+        assert _post(srv.url, "/v1/completions", GOOD).status_code == 200
+        err = _assert_error(httpx.get(srv.url + "/boom"), 500)
+        assert "secret" not in err["message"] and "request id req-" in err["message"]
+        assert httpx.get(srv.url + "/health").status_code == 200

@@ -1,4 +1,5 @@
-"""/health is 503 until the engine has loaded (and after a failed load); generation waits for it."""
+"""/health is 503 until the engine has loaded (and after a failed load, which is fatal); generation
+waits for it."""
 from __future__ import annotations
 
 import threading
@@ -35,16 +36,21 @@ def test_health_503_until_loaded(tiny_dir: Path) -> None:
         assert models["object"] == "list" and models["data"][0]["max_model_len"] == 256
 
 
-def test_failed_load_reports_503(tmp_path: Path) -> None:
+def test_failed_load_is_fatal(tmp_path: Path) -> None:
     def load() -> object:
         raise FileNotFoundError(f"no checkpoint in {tmp_path}")
 
-    aeng = AsyncEngine(engine_factory=load, served_model_name=MODEL_NAME)
+    fatal: list[str] = []
+    aeng = AsyncEngine(engine_factory=load, served_model_name=MODEL_NAME, on_fatal=fatal.append)
     with ServerThread(build_app(aeng)) as srv:
         for _ in range(200):
-            if aeng.error:
+            if fatal:
                 break
             threading.Event().wait(0.01)
+        assert len(fatal) == 1 and "no checkpoint" in fatal[0]
         resp = httpx.get(srv.url + "/health")
-        assert resp.status_code == 503 and "no checkpoint" in resp.json()["error"]["message"]
-        assert httpx.post(srv.url + "/v1/completions", json=GOOD).status_code == 503
+        err = resp.json()["error"]
+        assert resp.status_code == 503 and err["code"] == "engine_dead"
+        assert str(tmp_path) not in err["message"]  # internals stay in the log
+        resp = httpx.post(srv.url + "/v1/completions", json=GOOD)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "engine_dead"

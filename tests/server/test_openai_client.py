@@ -132,8 +132,12 @@ def test_echo_stop_token_ids_and_context_limit(client: openai.OpenAI) -> None:
                                         extra_body={"ignore_eos": True, "stop_token_ids": [token_ids[0]]})
     assert stopped.choices[0].finish_reason == "stop" and stopped.choices[0].stop_reason == token_ids[0]
     assert stopped.usage.completion_tokens == 1
-    # max_tokens beyond the context: generation ends at max_model_len with "length".
-    long = client.completions.create(model=MODEL_NAME, prompt=[9] * 250, max_tokens=100, temperature=0,
+    # An explicit max_tokens beyond the context is a 400 giving both lengths (as vLLM) ...
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL_NAME, prompt=[9] * 250, max_tokens=100, temperature=0)
+    assert "250" in str(info.value) and str(MAX_MODEL_LEN) in str(info.value)
+    # ... while the default (16) is cut to what fits: generation ends at max_model_len with "length".
+    long = client.completions.create(model=MODEL_NAME, prompt=[9] * 250, temperature=0,
                                      extra_body={"ignore_eos": True})
     assert long.choices[0].finish_reason == "length" and long.usage.total_tokens == MAX_MODEL_LEN
 

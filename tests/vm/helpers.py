@@ -7,10 +7,11 @@ from collections.abc import Callable
 import torch
 
 from engine.backends.vm_backend import VMBackend
-from engine.instructions.opcodes import Opcode
 from engine.instructions.layout import ModelDims
+from engine.instructions.registry import OPCODES, Opcode
 from engine.profiling import decode_batch
-from engine.scheduler.step_builder_cache import BuildParams, CompiledStream, compile_stream
+from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, compile_stream
+from engine.scheduler.compiler.target import TargetDevice
 from models.llama.config import LlamaConfig
 from models.llama.init_random import random_state_dict
 from models.llama.kv_cache import PagedKVCache
@@ -28,9 +29,9 @@ def small_config(hidden: int = 64, heads: int = 4, kv_heads: int = 2, head_dim: 
 
 def compile_decode(cfg: LlamaConfig, policy: str, num_sms: int, batch: int = 2, context: int = 37,
                    **split_kw: object) -> CompiledStream:
-    """The compiled decode step of `batch` sequences at `context` (page size 8)."""
+    """The compiled decode step of `batch` sequences at `context` (page size 8) for `num_sms` SMs."""
     return compile_stream(ModelDims.from_config(cfg), decode_batch(batch, context, 8), 8,
-                          BuildParams.for_sms(num_sms, policy, **split_kw))
+                          BuildParams.of(policy, **split_kw), TargetDevice(num_sms=num_sms))
 
 
 def random_weights(cfg: LlamaConfig, seed: int = 0) -> LlamaWeights:
@@ -121,7 +122,7 @@ def expect_fused(fused: bool) -> Callable[[VMBackend], None]:
     def check(vm: VMBackend) -> None:
         cs = vm.last_stream
         assert cs is not None and cs.stream.plan.fused == fused
-        ops = {int(i.OPCODE) for i in cs.stream.instrs}
+        ops = {OPCODES.code_of(i) for i in cs.stream.instrs}
         if fused:
             assert Opcode.ATTN_O_PROJ in ops and not ops & SPLIT_ATTENTION
         else:

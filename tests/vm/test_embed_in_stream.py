@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.instructions.opcodes import Opcode
+from engine.instructions.registry import OPCODES, Opcode
 from tests.vm.helpers import compile_decode, expect_fused, random_weights, run_pair, small_config
 
 
@@ -15,9 +15,9 @@ def test_stream_without_embed_starts_layer_0_at_once(fused: bool) -> None:
     cfg = small_config()
     with_embed = compile_decode(cfg, "lpt", 8, batch=1, fuse_o_proj=fused)
     cs = compile_decode(cfg, "lpt", 8, batch=1, fuse_o_proj=fused, embed_in_stream=False)
-    ops = [int(i.OPCODE) for i in cs.stream.instrs]
-    assert Opcode.EMBED not in ops and Opcode.EMBED in [int(i.OPCODE) for i in with_embed.stream.instrs]
-    qkv0 = [i for i in cs.stream.instrs if int(i.OPCODE) == Opcode.RMS_QKV_ROPE_APPEND and i.header.layer == 0]
+    ops = [OPCODES.code_of(i) for i in cs.stream.instrs]
+    assert Opcode.EMBED not in ops and Opcode.EMBED in [OPCODES.code_of(i) for i in with_embed.stream.instrs]
+    qkv0 = [i for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.RMS_QKV_ROPE_APPEND and i.header.layer == 0]
     assert qkv0 and all(i.header.waits == () for i in qkv0)
     assert len(cs.stream.instrs) == len(with_embed.stream.instrs) - len(with_embed.stream.plan.embed)
 

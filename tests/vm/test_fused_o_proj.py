@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.instructions.opcodes import Opcode
+from engine.instructions.ops.attn_o_proj import AttnOProj
+from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
+from engine.instructions.registry import OPCODES
 from tests.vm.helpers import expect_fused, random_weights, run_pair, small_config
 
 # (heads, kv_heads, head_dim, hidden, inter, tied)
@@ -53,17 +55,17 @@ def test_odd_hidden_copies_single_columns() -> None:
 def test_declared_regions_are_the_attention_reads_plus_two_accumulations() -> None:
     """What the race detector is told: its attention's reads exactly as the equal unsplit ATTN_PARTIAL
     declares them, then "acc" on mid and hidden over its tokens x rows (no attn_out)."""
-    from engine.instructions.accesses import accesses
+    accesses = OPCODES.accesses
     cfg = _config(*CONFIGS[1])
     vm = run_pair(cfg, random_weights(cfg, seed=2), [[7]], prompt_lens=[9], num_sms=16, max_attn_splits=1, fuse_o_proj=True,
                   fused_head_chunks=2)
     bufs, _ = vm.last_stream.backend_state
     layer1 = [i for i in vm.last_stream.stream.instrs if i.header.layer == 1]
-    for ins in (i for i in layer1 if i.OPCODE == Opcode.RMS_QKV_ROPE_APPEND):  # its copy: a plain write of mid
+    for ins in (i for i in layer1 if isinstance(i, RmsQkvRopeAppend)):  # its copy: a plain write of mid
         copy = [(((0, 7),), ((ins.copy_begin, ins.copy_end),))] if ins.copy_end > ins.copy_begin else []
         assert [(a.kind, b) for a in accesses(ins, bufs) if a.buffer == "mid" for b in a.boxes] == \
             [("w", b) for b in copy]
-    fused = [i for i in layer1 if i.OPCODE == Opcode.ATTN_O_PROJ]
+    fused = [i for i in layer1 if isinstance(i, AttnOProj)]
     assert {(i.head_begin, i.head_end) for i in fused} == {(0, 2), (2, 4)}
     for ins in fused:
         got = accesses(ins, bufs)

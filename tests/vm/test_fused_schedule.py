@@ -6,15 +6,21 @@ import random
 
 import pytest
 
-from engine.instructions import opcodes as op
 from engine.instructions.format import Wait
 from engine.instructions.layout import ModelDims, StepShape
-from engine.scheduler.cost_model import CostParams, instr_cost
-from engine.scheduler.step_builder_splits import SplitParams, copy_ranges, fused_head_ranges
+from engine.instructions.ops.attn_o_proj import AttnOProj
+from engine.instructions.ops.attn_partial import AttnPartial
+from engine.instructions.ops.attn_reduce import AttnReduce
+from engine.instructions.ops.o_proj_residual import OProjResidual
+from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
+from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
+from engine.instructions.registry import OPCODES
+from engine.scheduler.compiler.cost_model import CostParams, cost_inputs
+from engine.scheduler.compiler.step_builder_splits import SplitParams, copy_ranges, fused_head_ranges
 from models.llama.presets import preset_config
 from tests.vm.helpers import compile_decode, small_config
 
-SPLIT_ONLY = (op.AttnPartial, op.AttnReduce, op.OProjResidual)
+SPLIT_ONLY = (AttnPartial, AttnReduce, OProjResidual)
 
 
 def _covers(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
@@ -35,9 +41,9 @@ def _covers(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
 def test_fused_only_for_one_sequence_and_a_short_context(batch: int, context: int, kw: dict, fused: bool) -> None:
     cs = compile_decode(small_config(heads=8, kv_heads=2), "rr", 16, batch=batch, context=context, **kw)
     plan, instrs = cs.stream.plan, cs.stream.instrs
-    assert plan.fused == fused == any(isinstance(i, op.AttnOProj) for i in instrs)
+    assert plan.fused == fused == any(isinstance(i, AttnOProj) for i in instrs)
     assert not (fused and any(isinstance(i, SPLIT_ONLY) for i in instrs))
-    qkv = [i for i in instrs if isinstance(i, op.RmsQkvRopeAppend)]
+    qkv = [i for i in instrs if isinstance(i, RmsQkvRopeAppend)]
     if not fused:  # the split-attention path: nothing copied, no fused cuts
         assert plan.fused_heads == plan.fused_rows == () and set(plan.qkv_copy) == {(0, 0)}
         assert all(i.copy_begin == i.copy_end == 0 for i in qkv)
@@ -51,7 +57,7 @@ def test_copy_ranges_cut_hidden_exactly_once_over_the_qkv_blocks(preset: str, nu
     assert plan.fused and len(plan.qkv_copy) == len(plan.qkv) and _covers(list(plan.qkv_copy), 0, H)
     assert all(a % 4 == 0 and b % 4 == 0 for a, b in plan.qkv_copy)  # 16-byte vectors on the GPU
     for layer in range(cfg.num_hidden_layers):  # every layer's QKV blocks carry the plan's copies in order
-        qkv = [i for i in cs.stream.instrs if isinstance(i, op.RmsQkvRopeAppend) and i.header.layer == layer]
+        qkv = [i for i in cs.stream.instrs if isinstance(i, RmsQkvRopeAppend) and i.header.layer == layer]
         assert [(i.copy_begin, i.copy_end) for i in qkv] == list(plan.qkv_copy)
 
 
@@ -90,11 +96,11 @@ def test_fused_ops_tile_every_group_heads_by_rows(chunks: int | None, num_sms: i
     cs = compile_decode(cfg, "rr", num_sms, batch=1, context=9, fuse_o_proj=True, fused_head_chunks=chunks)
     for layer in range(cfg.num_hidden_layers):
         for g in range(2):
-            cells = {(h, r) for i in cs.stream.instrs if isinstance(i, op.AttnOProj)
+            cells = {(h, r) for i in cs.stream.instrs if isinstance(i, AttnOProj)
                      and i.header.layer == layer and i.kv_group == g
                      for h in range(i.head_begin, i.head_end) for r in range(i.row_begin, i.row_end)}
             n = sum((i.head_end - i.head_begin) * (i.row_end - i.row_begin) for i in cs.stream.instrs
-                    if isinstance(i, op.AttnOProj) and i.header.layer == layer and i.kv_group == g)
+                    if isinstance(i, AttnOProj) and i.header.layer == layer and i.kv_group == g)
             assert cells == {(h, r) for h in range(4) for r in range(96)} and n == 4 * 96  # each cell once
 
 
@@ -108,9 +114,9 @@ def test_llama_1b_fused_layer() -> None:
     names = {n: c for c, n in enumerate(s.counter_names)}
     for layer in range(cfg.num_hidden_layers):
         ins = [i for i in s.instrs if i.header.layer == layer]
-        qkv = [i for i in ins if isinstance(i, op.RmsQkvRopeAppend)]
-        fused = [i for i in ins if isinstance(i, op.AttnOProj)]
-        gu = [i for i in ins if isinstance(i, op.RmsGateUpSilu)]
+        qkv = [i for i in ins if isinstance(i, RmsQkvRopeAppend)]
+        fused = [i for i in ins if isinstance(i, AttnOProj)]
+        gu = [i for i in ins if isinstance(i, RmsGateUpSilu)]
         assert len(qkv) == 128 and len(fused) == 128 and not any(isinstance(i, SPLIT_ONLY) for i in ins)
         assert {i.header.signal for i in qkv} == {names[f"QKV[{layer}]"]}
         assert {i.header.waits for i in fused} == {(Wait(names[f"QKV[{layer}]"], 128),)}
@@ -119,17 +125,18 @@ def test_llama_1b_fused_layer() -> None:
         assert s.counter_period[names[f"QKV[{layer}]"]] == s.counter_period[names[f"ATTN_O[{layer}]"]] == 128
     counts: dict[str, int] = {}
     for i in s.instrs:
-        counts[i.OPCODE.name] = counts.get(i.OPCODE.name, 0) + 1
+        name = OPCODES.name_of(i)
+        counts[name] = counts.get(name, 0) + 1
     assert counts == {"EMBED": 1, "RMS_QKV_ROPE_APPEND": 2048, "ATTN_O_PROJ": 2048, "RMS_GATE_UP_SILU": 2112,
                       "DOWN_RESIDUAL": 2112, "LM_HEAD": 132, "ARGMAX_REDUCE": 1}
 
 
 def test_fused_cost_is_its_attention_plus_its_matvec() -> None:
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
-    shape, p, ctx = StepShape(3, 1, 4), CostParams(), [40]
-    i = op.AttnOProj(seq=0, kv_group=5, head_begin=1, head_end=3, row_begin=32, row_end=80)
-    attn = instr_cost(op.AttnPartial(0, 5, 0, 1, 1, 3), d, shape, ctx, p)
-    got = instr_cost(i, d, shape, ctx, p)
+    inputs = cost_inputs(d, StepShape(3, 1, 4), [40], CostParams())
+    i = AttnOProj(seq=0, kv_group=5, head_begin=1, head_end=3, row_begin=32, row_end=80)
+    attn = OPCODES.cost(AttnPartial(0, 5, 0, 1, 1, 3), inputs)
+    got = OPCODES.cost(i, inputs)
     k = 2 * d.head_dim
     assert got.weight_bytes == attn.weight_bytes + 48 * k * 2
     assert got.flops == attn.flops + 2 * 3 * 48 * k

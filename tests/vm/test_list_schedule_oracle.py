@@ -1,4 +1,4 @@
-"""The optimised list scheduler and critical path (engine/scheduler/policies.py) against the direct
+"""The optimised list scheduler and critical path (engine/scheduler/compiler/policies.py) against the direct
 formulations they replaced: same queues, same ranks, on real streams with random durations."""
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ import heapq
 import numpy as np
 import pytest
 
-from engine.instructions import opcodes as op
 from engine.instructions.layout import ModelDims, StepShape
-from engine.scheduler.cost_model import CostParams
-from engine.scheduler.policies import critical_path, list_schedule
-from engine.scheduler.step_builder import build_stream
-from engine.scheduler.step_builder_splits import SplitParams, make_plan
+from engine.instructions.op_spec import Instruction
+from engine.scheduler.compiler.cost_model import CostParams
+from engine.scheduler.compiler.policies import critical_path, list_schedule
+from engine.scheduler.compiler.step_builder import build_stream
+from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan
+from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 
 
-def oracle_rank(instrs: list[op.Instruction], dur: np.ndarray, sync_ns: float) -> np.ndarray:
+def oracle_rank(instrs: list[Instruction], dur: np.ndarray, sync_ns: float) -> np.ndarray:
     consumers: dict[int, list[int]] = {}
     for i, ins in enumerate(instrs):
         for w in ins.header.waits:
@@ -29,7 +30,7 @@ def oracle_rank(instrs: list[op.Instruction], dur: np.ndarray, sync_ns: float) -
     return rank
 
 
-def oracle_queues(instrs: list[op.Instruction], dur: np.ndarray, p: CostParams) -> list[list[int]]:
+def oracle_queues(instrs: list[Instruction], dur: np.ndarray, p: CostParams, num_sms: int) -> list[list[int]]:
     """Every signal re-examines every waiter of its counter; the counter's ends are kept sorted."""
     n = len(instrs)
     rank = oracle_rank(instrs, dur, p.sync_ns)
@@ -44,8 +45,8 @@ def oracle_queues(instrs: list[op.Instruction], dur: np.ndarray, p: CostParams) 
     pending = [(0.0, -rank[i], i) for i in range(n) if unmet[i] == 0]
     heapq.heapify(pending)
     available: list[tuple[float, int]] = []
-    sms = [(0.0, s) for s in range(p.num_sms)]
-    queues: list[list[int]] = [[] for _ in range(p.num_sms)]
+    sms = [(0.0, s) for s in range(num_sms)]
+    queues: list[list[int]] = [[] for _ in range(num_sms)]
     for _ in range(n):
         f, s = heapq.heappop(sms)
         while pending and pending[0][0] <= f:
@@ -80,11 +81,13 @@ def test_list_schedule_matches_the_direct_formulation(preset: str, num_sms: int,
     rng = np.random.default_rng(seed)
     dims = ModelDims.from_config(preset_config(preset))
     shape = StepShape(seqs * tokens, seqs, 8)
-    plan = make_plan(dims, shape, SplitParams(num_sms=num_sms, fuse_o_proj=fuse), 5)
+    device = TargetDevice(num_sms=num_sms)
+    plan = make_plan(dims, shape, SplitParams(fuse_o_proj=fuse), device, 5)
     assert plan.fused == (fuse and seqs == 1)
     stream = build_stream(dims, shape, plan)
     dur = rng.uniform(100.0, 5000.0, len(stream.instrs))
-    p = CostParams(num_sms=num_sms)
+    p = CostParams()
     np.testing.assert_array_equal(critical_path(stream.instrs, dur, p.sync_ns),
                                   oracle_rank(stream.instrs, dur, p.sync_ns), err_msg=f"seed {seed}")
-    assert list_schedule(stream.instrs, dur, p) == oracle_queues(stream.instrs, dur, p), f"seed {seed}"
+    assert list_schedule(stream.instrs, dur, p, device) == oracle_queues(stream.instrs, dur, p, num_sms), \
+        f"seed {seed}"

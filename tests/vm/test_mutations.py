@@ -8,7 +8,7 @@ import torch
 
 from engine.backends.vm_backend import VMBackend
 from engine.instructions.format import W_NUM_WAITS, W_SIGNAL, W_SIGNAL_AMOUNT, W_WAITS
-from engine.instructions.opcodes import Opcode
+from engine.instructions.registry import Opcode
 from engine.instructions.step_args import StepArgsView
 from engine.vm.machine import VM, DeadlockError, SyncState
 from engine.vm.race import RaceError

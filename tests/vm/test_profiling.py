@@ -6,7 +6,7 @@ import argparse
 import numpy as np
 import pytest
 
-from engine.instructions.opcodes import Opcode
+from engine.instructions.registry import Opcode
 from engine.profiling import collect_profile
 
 
@@ -28,16 +28,15 @@ def test_collect_profile_rejects_cuda() -> None:
         collect_profile(args)
 
 
-def test_collect_profile_of_a_fused_batch1_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the fusion knob set, a batch-1 step profiles as QKV -> ATTN_O_PROJ -> gate/up -> down per layer
-    (the VM profile builds the stream the cuda backend would build under the same knobs)."""
+def test_collect_profile_of_a_fused_batch1_step() -> None:
+    """With the fusion option set, a batch-1 step profiles as QKV -> ATTN_O_PROJ -> gate/up -> down per layer
+    (the VM profile builds the stream the cuda backend would build under the same options)."""
     from profiler.phases import layer_phases
     from profiler.summary import summarize
 
     args = argparse.Namespace(preset="tiny", model=None, backend="vm", batch=1, prompt_len=5, steps=1, policy="lpt")
     assert not (collect_profile(args).opcodes == Opcode.ATTN_O_PROJ).any()  # off by default
-    monkeypatch.setenv("MEGAKERNEL_FUSE_O_PROJ", "1")
-    rec = collect_profile(args)
+    rec = collect_profile(argparse.Namespace(**vars(args), kernel_option=["fuse_o_proj=1"]))
     assert (rec.opcodes == Opcode.ATTN_O_PROJ).any() and not (rec.opcodes == Opcode.O_PROJ_RESIDUAL).any()
     assert [p.name for p in layer_phases(rec)] == ["RMS_QKV_ROPE_APPEND", "ATTN_O_PROJ", "RMS_GATE_UP_SILU",
                                                    "DOWN_RESIDUAL"]

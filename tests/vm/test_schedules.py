@@ -7,16 +7,28 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine.instructions import opcodes as op
-from engine.instructions.layout import ModelDims
-from engine.scheduler.policies import POLICIES
-from engine.scheduler.step_builder_cache import BuildParams
+from engine.instructions.format import OP_NOOP
+from engine.instructions.layout import ModelDims, StepShape
+from engine.instructions.op_spec import Instruction
+from engine.instructions.ops.attn_partial import AttnPartial
+from engine.instructions.ops.down_residual import DownResidual
+from engine.instructions.ops.o_proj_residual import OProjResidual
+from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
+from engine.instructions.registry import OPCODES
+from engine.scheduler.compiler.policies import POLICIES
+from engine.scheduler.compiler.step_builder_cache import BuildParams
+from engine.scheduler.compiler.step_builder_splits import (
+    SplitParams, fused_head_ranges, fuses_o_proj, make_plan, num_attn_splits,
+)
+from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 from tests.vm.helpers import compile_decode as _compile
 from tests.vm.helpers import small_config
 
+H100 = TargetDevice(num_sms=132)
 
-def _check_topological(instrs: list[op.Instruction], order: list[int]) -> None:
+
+def _check_topological(instrs: list[Instruction], order: list[int]) -> None:
     seen: dict[int, int] = {}
     for i in order:
         for w in instrs[i].header.waits:
@@ -39,7 +51,7 @@ def test_each_instruction_once_and_balanced(policy: str, num_sms: int) -> None:
         ids = cs.tensor[:, 1].tolist()
     else:
         assert cs.tensor.shape[:2] == (num_sms, max(len(q) for q in cs.schedule.queues))
-        ids = [int(w[1]) for q in cs.tensor for w in q if w[0] != op.Opcode.NOOP]
+        ids = [int(w[1]) for q in cs.tensor for w in q if w[0] != OP_NOOP]
         lens = [len(q) for q in cs.schedule.queues]
         if policy == "rr":
             assert max(lens) - min(lens) <= 1
@@ -63,11 +75,11 @@ def test_period_and_granularity() -> None:
     assert np.array_equal(signals, s.counter_period)
     name = {i: n for i, n in enumerate(s.counter_names)}
     for ins in s.instrs:
-        if isinstance(ins, op.AttnPartial):  # attention waits only for its own KV group
+        if isinstance(ins, AttnPartial):  # attention waits only for its own KV group
             assert name[ins.header.waits[0].counter] == f"QKV[{ins.header.layer}][{ins.kv_group}]"
-        if isinstance(ins, op.DownResidual):  # down waits only for its own slice
+        if isinstance(ins, DownResidual):  # down waits only for its own slice
             assert name[ins.header.waits[0].counter] == f"GATE_UP[{ins.header.layer}][{ins.slice}]"
-        if isinstance(ins, op.RmsQkvRopeAppend):  # a QKV block never straddles a KV group
+        if isinstance(ins, RmsQkvRopeAppend):  # a QKV block never straddles a KV group
             assert (ins.row_end - 1) // s.dims.group_rows == ins.row_begin // s.dims.group_rows == ins.kv_group
 
 
@@ -79,7 +91,8 @@ def test_llama_1b_decode_counts_and_makespan() -> None:
     cs = _compile(cfg, "rr", 132, batch=1, context=129, fuse_o_proj=False)  # the split-attention path
     counts: dict[str, int] = {}
     for ins in cs.stream.instrs:
-        counts[ins.OPCODE.name] = counts.get(ins.OPCODE.name, 0) + 1
+        name = OPCODES.name_of(ins)
+        counts[name] = counts.get(name, 0) + 1
     assert counts["EMBED"] == 1 and counts["ARGMAX_REDUCE"] == 1
     assert counts["O_PROJ_RESIDUAL"] == 16 * 128  # 2048 rows in 16-row blocks
     plan = cs.stream.plan
@@ -91,31 +104,23 @@ def test_llama_1b_decode_counts_and_makespan() -> None:
 
 
 def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
-    from engine.instructions.layout import ModelDims, StepShape
-    from engine.scheduler.step_builder_splits import SplitParams, num_attn_splits
-    from models.llama.presets import preset_config
-
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     shape = StepShape(1, 1, 16)
     unfused = SplitParams(fuse_o_proj=False)
-    assert num_attn_splits(d, shape, unfused, 3) == 4  # default: split every page bucket
-    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), 3) == 1
-    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), 10) == 2  # 16-page bucket / 8
-    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), 1000) == 17  # capped by SMs
+    assert num_attn_splits(d, shape, unfused, H100, 3) == 4  # default: split every page bucket
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 3) == 1
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 10) == 2  # 16-page bucket / 8
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 1000) == 17  # capped by SMs
 
 
 def test_fused_path_takes_short_batch1_contexts_unsplit() -> None:
-    from engine.instructions.layout import ModelDims, StepShape
-    from engine.scheduler.step_builder_splits import SplitParams, fuses_o_proj, make_plan, num_attn_splits
-    from models.llama.presets import preset_config
-
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     one, two = StepShape(1, 1, 16), StepShape(2, 2, 16)
     p = SplitParams(fuse_o_proj=True)
-    assert fuses_o_proj(one, p, 16) and num_attn_splits(d, one, p, 16) == 1  # at the limit: fused, one split
-    assert not fuses_o_proj(one, p, 17) and num_attn_splits(d, one, p, 17) > 1  # past it: split attention
-    assert not fuses_o_proj(two, p, 3) and not make_plan(d, two, p, 3).fused  # batch 2: never fused
-    assert make_plan(d, one, p, 16).fused and not make_plan(d, one, p, 17).fused
+    assert fuses_o_proj(one, p, 16) and num_attn_splits(d, one, p, H100, 16) == 1  # at the limit: fused, one split
+    assert not fuses_o_proj(one, p, 17) and num_attn_splits(d, one, p, H100, 17) > 1  # past it: split attention
+    assert not fuses_o_proj(two, p, 3) and not make_plan(d, two, p, H100, 3).fused  # batch 2: never fused
+    assert make_plan(d, one, p, H100, 16).fused and not make_plan(d, one, p, H100, 17).fused
     assert not fuses_o_proj(one, replace(p, fuse_max_context_pages=4), 5)
     assert not fuses_o_proj(one, SplitParams(), 1)  # off by default
 
@@ -129,31 +134,28 @@ def test_fused_path_takes_short_batch1_contexts_unsplit() -> None:
 def test_attention_heads_are_cut_only_onto_idle_sms(num_sms: int, batch: int, cap: int | None, want: int) -> None:
     cfg = small_config(heads=8, kv_heads=2)  # G = 4
     cs = _compile(cfg, "rr", num_sms, batch=batch, context=9, max_attn_head_chunks=cap, fuse_o_proj=False)
-    attn = [i for i in cs.stream.instrs if isinstance(i, op.AttnPartial) and i.header.layer == 0]
+    attn = [i for i in cs.stream.instrs if isinstance(i, AttnPartial) and i.header.layer == 0]
     per_group = {(i.seq, i.kv_group, i.split) for i in attn}
     assert len(attn) == len(per_group) * want
     for key in per_group:  # the ranges of one (seq, group, split) tile the group's heads exactly once
         ranges = sorted((i.head_begin, i.head_end) for i in attn if (i.seq, i.kv_group, i.split) == key)
         assert ranges[0][0] == 0 and ranges[-1][1] == 4 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-    o_wait = next(i for i in cs.stream.instrs if isinstance(i, op.OProjResidual)).header.waits[0]
+    o_wait = next(i for i in cs.stream.instrs if isinstance(i, OProjResidual)).header.waits[0]
     assert o_wait.target == cs.stream.counter_period[o_wait.counter]  # O-proj waits for every attention instruction
 
 
 @pytest.mark.parametrize("preset,multi,one", [("llama-3.2-1b", 4, 2), ("llama-3.2-3b", 4, 2), ("llama-3.1-8b", 7, 4)])
 def test_one_token_steps_take_the_fewest_mlp_slices_that_fit(preset: str, multi: int, one: int) -> None:
-    from engine.instructions.layout import StepShape
-    from engine.scheduler.step_builder_splits import SplitParams, make_plan
-
     d = ModelDims.from_config(preset_config(preset))
     p = SplitParams(one_token_slice_floats=4096)  # the cuda backend's x at its largest ring
     one_tok, two_tok = StepShape(1, 1, 16), StepShape(2, 2, 16)
-    cut = make_plan(d, one_tok, p, 2).slices
+    cut = make_plan(d, one_tok, p, H100, 2).slices
     assert len(cut) == one and max(b - a for a, b in cut) <= 4096
-    assert len(make_plan(d, one_tok, SplitParams(), 2).slices) == multi  # no budget: one per ~2048 columns
-    assert len(make_plan(d, two_tok, p, 2).slices) == multi  # several tokens: unchanged
-    assert len(make_plan(d, one_tok, replace(p, mlp_slices=3), 2).slices) == 3  # an explicit count wins
+    assert len(make_plan(d, one_tok, SplitParams(), H100, 2).slices) == multi  # no budget: one per ~2048 columns
+    assert len(make_plan(d, two_tok, p, H100, 2).slices) == multi  # several tokens: unchanged
+    assert len(make_plan(d, one_tok, replace(p, mlp_slices=3), H100, 2).slices) == 3  # an explicit count wins
     # a budget as wide as the intermediate dim gives a single slice
-    assert len(make_plan(d, one_tok, replace(p, one_token_slice_floats=d.intermediate), 2).slices) == 1
+    assert len(make_plan(d, one_tok, replace(p, one_token_slice_floats=d.intermediate), H100, 2).slices) == 1
     with pytest.raises(ValueError, match="one_token_slice_floats"):
         SplitParams(one_token_slice_floats=0)
 
@@ -161,30 +163,26 @@ def test_one_token_steps_take_the_fewest_mlp_slices_that_fit(preset: str, multi:
 def test_one_token_slices_in_tensor_core_chunks() -> None:
     """With a slice unit (the cuda backend's 128-column tensor-core chunk) every one-token K-slice is a whole
     number of chunks when the intermediate dim divides; the presets' cuts are already such, so they do not move."""
-    from engine.instructions.layout import StepShape
-    from engine.scheduler.step_builder_splits import SplitParams, make_plan
-
     one = StepShape(1, 1, 16)
     llama2 = ModelDims(hidden=4096, intermediate=11008, layers=2, n_heads=32, n_kv=32, head_dim=128, vocab=512, eps=1e-5)
-    tiles_only = make_plan(llama2, one, SplitParams(one_token_slice_floats=4096), 2).slices
-    chunked = make_plan(llama2, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), 2).slices
+    tiles_only = make_plan(llama2, one, SplitParams(one_token_slice_floats=4096), H100, 2).slices
+    chunked = make_plan(llama2, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), H100,
+                        2).slices
     assert any((b - a) % 128 for a, b in tiles_only)  # 11008 / 3 in 16-column tiles: 3664 / 3680 / 3664
     assert len(chunked) == 3 and all((b - a) % 128 == 0 and b - a <= 4096 for a, b in chunked)
     for preset in ("llama-3.2-1b", "llama-3.1-8b"):
         d = ModelDims.from_config(preset_config(preset))
-        assert (make_plan(d, one, SplitParams(one_token_slice_floats=4096), 2).slices
-                == make_plan(d, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), 2).slices)
+        assert (make_plan(d, one, SplitParams(one_token_slice_floats=4096), H100, 2).slices
+                == make_plan(d, one, SplitParams(one_token_slice_floats=4096, one_token_slice_unit=128), H100,
+                             2).slices)
     with pytest.raises(ValueError, match="one_token_slice_unit"):
         SplitParams(one_token_slice_unit=0)
 def test_an_out_cap_cuts_more_lm_head_blocks_and_fused_head_ranges() -> None:
     """SplitParams.max_out_floats (the cuda backend's out buffer): one instruction's outputs fit it."""
-    from engine.instructions.layout import StepShape
-    from engine.scheduler.step_builder_splits import SplitParams, fused_head_ranges, make_plan
-
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     for seqs in (1, 2, 3, 8):
         p = SplitParams(max_out_floats=2048)
-        lm = make_plan(d, StepShape(seqs, seqs, 16), p, 2).lm_head
+        lm = make_plan(d, StepShape(seqs, seqs, 16), p, H100, 2).lm_head
         assert seqs * max(b - a for a, b in lm) <= 2048
         assert (len(lm) == 132) == (seqs <= 2)  # 976-row blocks (one per SM) fit up to two sequences
     # 8 tokens x (G = 4) x 64 head dims = 2048 floats: fits in one head range; a 1024 cap needs two

@@ -1,0 +1,41 @@
+"""A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer, then the
+bench's on-device loop (ARGMAX_REDUCE advancing the step args and writing the next step's embedding rows). The
+cuda backend's MEGAKERNEL_* knobs apply (dev/knobs.py; e.g. MEGAKERNEL_FUSE_O_PROJ=1 checks the fused path).
+Usage (GPU machine): python3 -m dev.sanitize_step, under compute-sanitizer (scripts/gpu_check.sh sanitize)."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from dev.knobs import backend_knobs
+from engine.backends.cuda_backend import CudaBackend
+from engine.bench.megakernel_runner import PAGE_SIZE, decode_on_device
+from models.llama.config import LlamaConfig
+from models.llama.init_random import random_state_dict
+from models.llama.step_batch import StepBatch
+from models.llama.weights import weights_from_state_dict
+
+
+def main() -> None:
+    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, rope_theta=10000.0,
+                      rms_norm_eps=1e-5, tie_word_embeddings=True)
+    weights = weights_from_state_dict(cfg, random_state_dict(cfg, seed=0), dtype=torch.bfloat16, device="cuda")
+    knobs = backend_knobs(os.environ)
+    knobs.pop("policy", None)
+    for policy in ("lpt", "dynamic"):
+        be = CudaBackend(weights, num_pages=8, page_size=16, policy=policy, **knobs)
+        table = [3, 1, 6]
+        ids = be.greedy(StepBatch.build([[5, 9, 2, 7]], [0], [table], device="cuda", page_size=16))
+        for pos in range(4, 20):
+            ids = be.greedy(StepBatch.build([[int(ids[0])]], [pos], [table], device="cuda", page_size=16))
+        print(f"{policy}: ok, last token {int(ids[0])}")
+    loop = CudaBackend(weights, num_pages=2, page_size=PAGE_SIZE, embed_in_stream=False,
+                       **{**knobs, "fold_advance": True, "fold_embed": True})
+    tokens, _ = decode_on_device(loop, [5, 9, 2, 7], 12)
+    print(f"device loop: ok, tokens {tokens}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The megakernel's row of `megakernel bench`: batch-1 greedy decode on the cuda backend, timed like the baselines.
+
+Protocol (engine/bench/baselines.py): the first P-1 prompt tokens are prefilled untimed; then N decode
+steps are timed, the first taking the last prompt token. Like the CUDA-graph baselines, tokens stay on
+the device between steps: each launch is followed by a tiny `advance` kernel that feeds the sampled id
+back (or, with KernelOptions.fold_advance, the step's ARGMAX_REDUCE does, and with fold_embed also writes the
+next step's embedding row, the streams then having no EMBED), so the host only queues launches and reads all N
+ids at the end; with KernelOptions.pdl each launch may start while the one before it ends.
+This loop is the bench's own: `LLM.generate` and the server step through the engine's scheduler with a host
+round trip per token, which is slower than this row.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from engine.backends import has_sm90_gpu
+from engine.backends.cuda_backend import CudaBackend
+from engine.bench.engines import EngineRunner
+from engine.cuda.device_stream import DeviceStream, launch
+from engine.cuda.kernel_options import KernelOptions
+from models.llama.config import LlamaConfig
+from models.llama.step_batch import StepBatch
+from models.llama.weights import LlamaWeights
+
+PAGE_SIZE = 16
+
+
+@torch.inference_mode()
+def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -> tuple[list[int], float]:
+    total = len(prompt) + new_tokens
+    table = list(range(-(-total // PAGE_SIZE)))
+    dev = backend.device
+    backend.prefill(prompt[:-1], table)  # untimed: all but the last prompt token
+    first = StepBatch.build([[prompt[-1]]], [len(prompt) - 1], [table], device=dev, page_size=PAGE_SIZE)
+    history = torch.zeros(new_tokens, dtype=torch.int32, device=dev)
+    module, stream = backend.module, torch.cuda.current_stream()
+
+    def prepare() -> DeviceStream:
+        backend.greedy(first)  # (re)loads the first step's args, builds the stream, checks errors
+        ds = backend.last
+        backend.load_inputs(ds)  # back to the first step's inputs
+        return ds
+
+    fold, pdl = backend.kernel.fold_advance, backend.kernel.pdl
+    if not backend.embed_in_stream and not fold:
+        raise ValueError("a stream without EMBED needs fold_advance in the decode loop (ARGMAX_REDUCE embeds)")
+
+    def queue_steps(ds: DeviceStream, steps: int) -> None:
+        for i in range(steps):
+            ds.before_launch()
+            fields = backend.launch_fields(ds)
+            if fold:  # the step's ARGMAX_REDUCE writes history[i] (batch 1: one id per step) and the next args
+                fields["advance_history"] = history.data_ptr() + i * history.element_size()
+                fields["embed_next"] = int(not backend.embed_in_stream)
+            launch(module, ds, fields)
+            ds.after_launch()
+            if not fold:
+                module.advance(ds.step_args.data_ptr(), ds.out_tokens.data_ptr(), history.data_ptr(), i,
+                               ds.status.data_ptr(), 1, stream.cuda_stream, pdl)
+
+    warm = prepare()
+    queue_steps(warm, min(8, new_tokens))  # warm-up (the timed run rewrites the same positions)
+    warm.check(warm.status.cpu())
+    start_evt, end_evt = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ds = prepare()
+    start_evt.record()
+    queue_steps(ds, new_tokens)
+    end_evt.record()
+    torch.cuda.synchronize()
+    ds.check(ds.status.cpu())
+    seconds = start_evt.elapsed_time(end_evt) / 1e3 / new_tokens
+    return history.cpu().tolist(), seconds
+
+
+def folds_embedding(options: Mapping[str, object], config: LlamaConfig) -> bool:
+    """Whether the loop's steps get their embedding rows from the previous step's ARGMAX_REDUCE (its 16-byte row
+    copy needs hidden_size % 8 == 0) instead of an EMBED of their own."""
+    opts = replace(KernelOptions(), **{k: v for k, v in options.items() if k in KernelOptions.names()})
+    return opts.fold_advance and opts.fold_embed and config.hidden_size % 8 == 0
+
+
+@dataclass(frozen=True)
+class MegakernelRunner:
+    """An engine runner (engine/bench/engines.py) over a CudaBackend built with `options` (its keyword arguments,
+    from `--kernel-option`; the engine's defaults where unset)."""
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    def __call__(self, weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
+                 new_tokens: int) -> tuple[Sequence[int], float]:
+        pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
+        kw = {**self.options, "embed_in_stream": not folds_embedding(self.options, config)}
+        backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, **kw)  # type: ignore[arg-type]
+        return decode_on_device(backend, list(prompt_ids), new_tokens)
+
+
+def megakernel_runners(options: Mapping[str, object]) -> dict[str, EngineRunner]:
+    """The bench's own engine rows: the megakernel on an sm_90 GPU (elsewhere the bench simply has no such row)."""
+    return {"megakernel": MegakernelRunner(dict(options))} if has_sm90_gpu() else {}

@@ -1,0 +1,47 @@
+"""`megakernel generate`: generate text from a checkpoint directory."""
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate text from a checkpoint directory")
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt", action="append", required=True, help="repeatable")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "vm", "cuda"])
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--chat", action="store_true", help="wrap each prompt as a user chat message")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import LLM, SamplingParams
+    from models.llama.config import LlamaConfig
+    from models.llama.weights import check_checkpoint
+
+    # A bad checkpoint fails here, from config.json and the safetensors headers, in milliseconds:
+    # before the tokenizer, the backend and the weights are loaded.
+    check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
+    llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
+              seed=args.seed)
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, ignore_eos=args.ignore_eos)
+    start = time.perf_counter()
+    if args.chat:
+        outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)
+    else:
+        outs = llm.generate(args.prompt, params)
+    elapsed = time.perf_counter() - start
+    n_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    for out in outs:
+        print(f"--- {out.request_id} ({out.outputs[0].finish_reason}): {out.outputs[0].text!r}")
+    print(f"[{llm.engine.backend_name}] {n_tokens} tokens in {elapsed:.2f}s ({n_tokens / elapsed:.1f} tok/s)")
+    return 0

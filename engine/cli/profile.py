@@ -1,0 +1,98 @@
+"""`megakernel profile`: collect a profile (live, via engine.profiling) or re-render a saved raw.npz.
+
+The command lives with the engine so that profiler/ stays a library that reads and draws records.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from profiler.record import ProfileFormatError, ProfileRecord, load_npz
+
+DESCRIPTION = """Profile decode steps per SM and write into --out: raw.npz (timings + instruction words),
+trace.json (open in ui.perfetto.dev), gantt.html (self-contained, offline), gantt.png and summary.txt/json.
+VM timelines come from the cost model and are labelled SIMULATED everywhere."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--from", dest="from_npz", type=Path, metavar="RAW_NPZ",
+                     help="re-render a saved DIR/raw.npz (no GPU or model needed)")
+    src.add_argument("--model", type=Path, metavar="DIR", help="HF checkpoint directory to profile")
+    src.add_argument("--preset", metavar="NAME", help="named model preset (random weights) to profile")
+    p.add_argument("--backend", choices=("auto", "cuda", "vm"), default="auto",
+                   help="cuda: kernel timing records; vm: simulated timeline (default: cuda if available)")
+    p.add_argument("--batch", type=_positive_int, default=1, help="decode batch size (sequences)")
+    p.add_argument("--prompt-len", type=_positive_int, default=128, help="tokens of context per sequence")
+    p.add_argument("--steps", type=_positive_int, default=1, help="decode steps to record")
+    p.add_argument("--policy", default=None, help="scheduling policy passed to the instruction builder")
+    p.add_argument("--num-sms", type=_positive_int, default=None,
+                   help="SMs to schedule for (vm; default: the collector's choice, e.g. H100's 132)")
+    p.add_argument("--page-size", type=_positive_int, default=None, help="KV page size (tokens)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="per-SM Gantt / Perfetto trace / summary of decode steps",
+                       description=DESCRIPTION)
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _load_collector() -> Callable[[argparse.Namespace], ProfileRecord]:
+    # Imported on use: the collector pulls in torch and the instruction builder, re-rendering needs neither.
+    try:
+        from engine.profiling import collect_profile
+    except ModuleNotFoundError as e:
+        if e.name in ("engine", "engine.profiling"):
+            raise RuntimeError("live profiling is not available in this build (engine.profiling is missing); "
+                               "re-render an existing profile with --from DIR/raw.npz") from None
+        raise RuntimeError(f"engine.profiling could not be imported: {e}") from None
+    except ImportError as e:
+        raise RuntimeError(f"engine.profiling has no collect_profile(args) function ({e})") from None
+    return collect_profile
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.render import ARTIFACTS, render_all  # matplotlib: only load it when profiling
+
+    try:
+        if args.from_npz is not None:
+            record = load_npz(args.from_npz)
+            # Re-rendering into the source directory must not rewrite the raw data it came from.
+            same = args.out.resolve() / "raw.npz" == args.from_npz.resolve()
+            summary = render_all(record, args.out, save_raw=not same)
+        else:
+            if args.model is None and args.preset is None:
+                print("megakernel profile: give --model DIR, --preset NAME or --from DIR/raw.npz",
+                      file=sys.stderr)
+                return 2
+            record = _load_collector()(args)
+            summary = render_all(record, args.out)
+    except (ProfileFormatError, RuntimeError, ValueError, OSError) as e:
+        if getattr(args, "debug", False):
+            raise  # `megakernel --debug profile ...`: the CLI prints the traceback
+        print(f"megakernel profile: {e}", file=sys.stderr)
+        return 1
+    print(summary.text(), end="")
+    print(f"wrote {', '.join(ARTIFACTS)} to {args.out}/")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The subcommand on its own (tests, scripts): `main(["--from", "DIR/raw.npz", "--out", "DIR2"])`."""
+    parser = argparse.ArgumentParser(prog="megakernel profile", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

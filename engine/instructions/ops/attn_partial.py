@@ -1,0 +1,67 @@
+"""ATTN_PARTIAL: causal attention of one sequence's new tokens, for a range of one KV group's query heads,
+over one split of its KV pages (split-KV: the partials meet in ATTN_REDUCE unless there is one split)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from engine.instructions.accesses import Access, box
+from engine.instructions.attention_math import attention_reads, head_cols, partial_attention, seq_tokens
+from engine.instructions.cost import CostInputs, InstrCost
+from engine.instructions.format import Header
+from engine.instructions.op_spec import Buffers, OpSpec
+
+
+@dataclass(frozen=True)
+class AttnPartial:
+    """Causal attention of sequence `seq`'s new tokens for q heads [head_begin, head_end) of `kv_group`
+    (indices within the group's G heads) over split `split` of `num_splits` of its KV pages (range
+    computed from context_lens at run time). Cutting a group's heads over several instructions puts
+    otherwise idle SMs to work on short contexts, at the price of reading the group's K/V once each."""
+
+    OPERANDS: ClassVar[tuple[str, ...]] = ("seq", "kv_group", "split", "num_splits", "head_begin", "head_end")
+    seq: int
+    kv_group: int
+    split: int
+    num_splits: int
+    head_begin: int
+    head_end: int
+    header: Header = field(default_factory=Header)
+
+
+def execute(i: AttnPartial, b: Buffers) -> None:
+    d = b.dims
+    q0, q1, o, lse = partial_attention(i, b)
+    cols = head_cols(d, i)
+    if i.num_splits == 1:
+        b.get("attn_out")[q0:q1, cols] = o
+        return
+    b.get("o_part")[i.split, q0:q1, cols] = o
+    first = i.kv_group * d.gqa
+    b.get("lse_part")[i.split, q0:q1, first + i.head_begin:first + i.head_end] = lse
+
+
+def accesses(i: AttnPartial, b: Buffers) -> list[Access]:
+    d = b.dims
+    t0, t1 = seq_tokens(b, i.seq)
+    heads = (i.kv_group * d.gqa + i.head_begin, i.kv_group * d.gqa + i.head_end)
+    c = head_cols(d, i)
+    cols = (c.start, c.stop)
+    out = attention_reads(i, b)
+    if i.num_splits == 1:
+        out.append(Access("attn_out", "w", (box((t0, t1), cols),)))
+    else:
+        out.append(Access("o_part", "w", (box((i.split, i.split + 1), (t0, t1), cols),)))
+        out.append(Access("lse_part", "w", (box((i.split, i.split + 1), (t0, t1), heads),)))
+    return out
+
+
+def cost(i: AttnPartial, c: CostInputs) -> InstrCost:
+    """K and V of the split's keys (at the build-time context length), the queries and outputs of its heads."""
+    q_len, hd = c.tokens_per_seq, c.dims.head_dim
+    ctx = c.context_lens[i.seq] if i.seq < len(c.context_lens) else q_len
+    keys, heads = max(1, ctx // i.num_splits), i.head_end - i.head_begin
+    return InstrCost(2 * keys * hd * c.kv_bytes, 2 * q_len * heads * hd * 4, 4 * q_len * heads * keys * hd)
+
+
+SPEC = OpSpec("ATTN_PARTIAL", AttnPartial, execute, accesses, cost)

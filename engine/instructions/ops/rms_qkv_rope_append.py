@@ -1,0 +1,94 @@
+"""RMS_QKV_ROPE_APPEND: a block of packed W_qkv rows of one KV group for every token of the step: RMSNorm(hidden)
+times the rows, RoPE on the q and k rows, q rows into the q buffer, k and v rows into the paged KV cache at
+each token's slot; on the fused path also a range of hidden's columns copied into mid."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from engine.instructions.accesses import Access, box, runs
+from engine.instructions.cost import CostInputs, InstrCost
+from engine.instructions.format import Header
+from engine.instructions.op_spec import Buffers, OpSpec
+from engine.instructions.rmsnorm import rms
+
+
+@dataclass(frozen=True)
+class RmsQkvRopeAppend:
+    """Packed W_qkv rows [row_begin, row_end) of one KV group for all tokens: RMSNorm(hidden) · W^T,
+    RoPE on q/k rows, q rows -> q buffer, k/v rows -> paged cache at each token's slot. Also
+    mid[:, c] = hidden[:, c] for c in [copy_begin, copy_end) (empty unless ATTN_O_PROJ fuses the
+    layer's O-proj: its accumulations into mid must start from the layer input, which QKV reads anyway)."""
+
+    OPERANDS: ClassVar[tuple[str, ...]] = ("row_begin", "row_end", "kv_group", "copy_begin", "copy_end")
+    row_begin: int
+    row_end: int
+    kv_group: int
+    copy_begin: int
+    copy_end: int
+    header: Header = field(default_factory=Header)
+
+
+def execute(i: RmsQkvRopeAppend, b: Buffers) -> None:
+    d, a, layer = b.dims, b.args, i.header.layer
+    T = a.num_tokens
+    x = rms(b.get("hidden")[:T], b.w("attn_norm")[layer], d.eps)
+    y = x @ b.w("w_qkv")[layer, i.row_begin: i.row_end].to(torch.float32).T  # [T, rows]
+    kind = b.rows.kind[i.row_begin: i.row_end]
+    head = b.rows.head[i.row_begin: i.row_end]
+    dim = b.rows.dim[i.row_begin: i.row_end]
+    rot = torch.from_numpy(kind < 2)
+    if bool(rot.any()):
+        # Packed rows come in adjacent rotate_half pairs (2i, 2i+1) = original dims (i, i + hd/2).
+        pair = torch.arange(i.row_begin, i.row_end) % d.head_dim // 2
+        ang = a.positions.to(torch.float32)[:, None] * b.w("rope_inv_freq")[pair][None, :]
+        c, s = torch.cos(ang), torch.sin(ang)
+        x0, x1 = y[:, 0::2], y[:, 1::2]
+        c0, s0 = c[:, 0::2], s[:, 0::2]
+        rotated = torch.stack((x0 * c0 - x1 * s0, x1 * c0 + x0 * s0), dim=-1).reshape(y.shape)
+        y = torch.where(rot[None, :], rotated, y)
+    kind_t, head_t, dim_t = (torch.from_numpy(v) for v in (kind, head, dim))
+    qm = kind_t == 0
+    if bool(qm.any()):
+        b.get("q")[:T, head_t[qm] * d.head_dim + dim_t[qm]] = y[:, qm]
+    slots = a.slot_mapping
+    pages, rows = slots // a.page_size, slots % a.page_size
+    for k, cache in ((1, b.k_cache), (2, b.v_cache)):
+        m = kind_t == k
+        if bool(m.any()):
+            dims = dim_t[m]
+            cache[layer, pages[:, None], i.kv_group, rows[:, None], dims[None, :]] = y[:, m].to(cache.dtype)
+    if i.copy_end > i.copy_begin:  # fused O-proj: mid starts as the layer input (see ATTN_O_PROJ)
+        copy = slice(i.copy_begin, i.copy_end)
+        b.get("mid")[:T, copy] = b.get("hidden")[:T, copy]
+
+
+def accesses(i: RmsQkvRopeAppend, b: Buffers) -> list[Access]:
+    d, a, layer = b.dims, b.args, i.header.layer
+    T = a.num_tokens
+    kind = b.rows.kind[i.row_begin: i.row_end]
+    head = b.rows.head[i.row_begin: i.row_end]
+    dim = b.rows.dim[i.row_begin: i.row_end]
+    acc = [Access("hidden", "r", (box((0, T), (0, d.hidden)),))]
+    q = kind == 0
+    if q.any():
+        acc.append(Access("q", "w", (box((0, T), runs(head[q] * d.head_dim + dim[q])),)))
+    slots = runs(a.slot_mapping.numpy())
+    for k, name in ((1, "k_cache"), (2, "v_cache")):
+        m = kind == k
+        if m.any():
+            acc.append(Access(name, "w", (box((layer, layer + 1), slots, (i.kv_group, i.kv_group + 1),
+                                              runs(dim[m])),)))
+    if i.copy_end > i.copy_begin:
+        acc.append(Access("mid", "w", (box((0, T), (i.copy_begin, i.copy_end)),)))
+    return acc
+
+
+def cost(i: RmsQkvRopeAppend, c: CostInputs) -> InstrCost:
+    T, H, r = c.shape.num_tokens, c.dims.hidden, i.row_end - i.row_begin
+    return InstrCost(r * H * c.weight_bytes, T * H * 4 + T * r * 4, 2 * T * r * H)
+
+
+SPEC = OpSpec("RMS_QKV_ROPE_APPEND", RmsQkvRopeAppend, execute, accesses, cost)

@@ -1,0 +1,168 @@
+"""Build one step's instruction DAG: opcodes with their (counter, target) waits and signals.
+
+The result (`Stream`) is a topologically ordered list; `policies.py` assigns it to SMs of the target device. Dependency
+granularity (see docs/INSTRUCTIONS.md §2): QKV blocks signal a per-(layer, KV group) counter, attention
+of (seq, group) waits only for its group, O-proj waits the layer's attention, gate/up waits O-proj,
+down of slice j waits only the gate/up blocks of slice j, the next layer's QKV waits all downs,
+LM head waits the last layer, argmax waits LM head.
+
+Fused layers (`plan.fused`: opt-in, batch 1, short context) replace attention + O-proj with ATTN_O_PROJ:
+every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
+into hidden, which every QKV block reads, and into mid, which their copies initialise, besides reading
+q and K/V of its group) and signals ATTN_O[l]; gate/up waits all ATTN_O_PROJ of the layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.instructions.format import NO_COUNTER, Header, Wait
+from engine.instructions.layout import ModelDims, StepShape
+from engine.instructions.op_spec import Instruction
+from engine.instructions.ops.argmax_reduce import ArgmaxReduce
+from engine.instructions.ops.attn_o_proj import AttnOProj
+from engine.instructions.ops.attn_partial import AttnPartial
+from engine.instructions.ops.attn_reduce import AttnReduce
+from engine.instructions.ops.down_residual import DownResidual
+from engine.instructions.ops.embed import Embed
+from engine.instructions.ops.lm_head import LmHead
+from engine.instructions.ops.o_proj_residual import OProjResidual
+from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
+from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
+from engine.instructions.registry import OPCODES
+from engine.scheduler.compiler.step_builder_splits import Plan
+
+
+@dataclass
+class Stream:
+    """One step's instructions for a StepShape; `instrs[i].header.instr_id == i`, topological order."""
+
+    dims: ModelDims
+    shape: StepShape
+    plan: Plan
+    instrs: list[Instruction]
+    counter_period: np.ndarray  # int32 [C]: amount each counter receives per step
+    counter_names: list[str]
+
+    @property
+    def num_splits(self) -> int:
+        return self.plan.num_splits
+
+    @property
+    def lm_blocks(self) -> int:
+        return len(self.plan.lm_head)
+
+    def words(self) -> np.ndarray:
+        return OPCODES.encode_many(self.instrs)
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def __call__(self, name: str) -> int:
+        if name not in self.index:
+            self.index[name] = len(self.names)
+            self.names.append(name)
+        return self.index[name]
+
+
+Waits = list[tuple[int, int]]
+
+
+class _Emitter:
+    """Appends instructions with consecutive ids and tallies each counter's per-step period."""
+
+    def __init__(self) -> None:
+        self.ctr = _Counters()
+        self.out: list[Instruction] = []
+        self.signals: dict[int, int] = {}
+
+    def __call__(self, cls: type, layer: int, waits: Waits, signal: int, **operands: int) -> None:
+        hdr = Header(instr_id=len(self.out), layer=layer, waits=tuple(Wait(c, t) for c, t in waits),
+                     signal=signal, signal_amount=0 if signal == NO_COUNTER else 1)
+        self.out.append(cls(**operands, header=hdr))
+        if signal != NO_COUNTER:
+            self.signals[signal] = self.signals.get(signal, 0) + 1
+
+    def period(self) -> np.ndarray:
+        return np.array([self.signals.get(c, 0) for c in range(len(self.ctr.names))], dtype=np.int32)
+
+
+def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
+                     prev_waits: Waits) -> tuple[int, int]:
+    """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
+    ctr, ns, nh = emit.ctr, plan.num_splits, len(plan.attn_heads)
+    c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
+    for a, b, g in plan.qkv:
+        emit(RmsQkvRopeAppend, layer, prev_waits, c_qkv[g], row_begin=a, row_end=b, kv_group=g,
+             copy_begin=0, copy_end=0)
+    per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
+    c_attn = ctr(f"ATTN_DONE[{layer}]")
+    for s in range(shape.num_seqs):
+        for g in range(dims.n_kv):
+            c_part = c_attn if ns == 1 else ctr(f"ATTN_PART[{layer}][{s}][{g}]")
+            for k in range(ns):
+                for h0, h1 in plan.attn_heads:
+                    emit(AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part,
+                         seq=s, kv_group=g, split=k, num_splits=ns, head_begin=h0, head_end=h1)
+            if ns > 1:
+                emit(AttnReduce, layer, [(c_part, ns * nh)], c_attn, seq=s, kv_group=g, num_splits=ns)
+    c_o = ctr(f"OPROJ[{layer}]")
+    attn_done = shape.num_seqs * dims.n_kv * (1 if ns > 1 else nh)
+    for a, b in plan.o_proj:
+        emit(OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
+    return c_o, len(plan.o_proj)
+
+
+def _attention_fused(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
+                     prev_waits: Waits) -> tuple[int, int]:
+    """QKV (with the mid copies) and ATTN_O_PROJ of one layer; returns gate/up's wait."""
+    c_qkv = emit.ctr(f"QKV[{layer}]")
+    for (a, b, g), (c0, c1) in zip(plan.qkv, plan.qkv_copy):
+        emit(RmsQkvRopeAppend, layer, prev_waits, c_qkv, row_begin=a, row_end=b, kv_group=g,
+             copy_begin=c0, copy_end=c1)
+    c_ao = emit.ctr(f"ATTN_O[{layer}]")
+    for s in range(shape.num_seqs):
+        for g in range(dims.n_kv):
+            for h0, h1 in plan.fused_heads:
+                for r0, r1 in plan.fused_rows:
+                    emit(AttnOProj, layer, [(c_qkv, len(plan.qkv))], c_ao, seq=s, kv_group=g,
+                         head_begin=h0, head_end=h1, row_begin=r0, row_end=r1)
+    return c_ao, shape.num_seqs * dims.n_kv * len(plan.fused_heads) * len(plan.fused_rows)
+
+
+def _mlp(emit: _Emitter, plan: Plan, layer: int, gu_wait: tuple[int, int]) -> tuple[int, int]:
+    """Gate/up and down of one layer; returns the wait for all of its downs."""
+    c_gu = [emit.ctr(f"GATE_UP[{layer}][{j}]") for j in range(len(plan.slices))]
+    for a, b, j in plan.gate_up:
+        emit(RmsGateUpSilu, layer, [gu_wait], c_gu[j], i_begin=a, i_end=b, slice=j)
+    c_down = emit.ctr(f"DOWN[{layer}]")
+    for j, (k0, k1) in enumerate(plan.slices):
+        n_gu = sum(1 for *_, jj in plan.gate_up if jj == j)
+        for a, b in plan.down_rows:
+            emit(DownResidual, layer, [(c_gu[j], n_gu)], c_down,
+                 row_begin=a, row_end=b, k_begin=k0, k_end=k1, slice=j)
+    return c_down, len(plan.down_rows) * len(plan.slices)
+
+
+def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
+    """Emit the step's instructions in a topological order (every waited signal comes earlier)."""
+    emit = _Emitter()
+    prev_waits: Waits = []  # no EMBED (SplitParams.embed_in_stream): the caller wrote hidden before the step
+    if plan.embed:
+        c_embed = emit.ctr("EMBED")
+        for a, b in plan.embed:
+            emit(Embed, -1, [], c_embed, tok_begin=a, tok_end=b)
+        prev_waits = [(c_embed, len(plan.embed))]
+    attention = _attention_fused if plan.fused else _attention_split
+    for layer in range(dims.layers):
+        gu_wait = attention(emit, dims, shape, plan, layer, prev_waits)
+        prev_waits = [_mlp(emit, plan, layer, gu_wait)]
+    c_lm = emit.ctr("LM_HEAD")
+    for blk, (a, b) in enumerate(plan.lm_head):
+        emit(LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)
+    emit(ArgmaxReduce, -1, [(c_lm, len(plan.lm_head))], emit.ctr("DONE"), num_blocks=len(plan.lm_head))
+    return Stream(dims, shape, plan, emit.out, emit.period(), list(emit.ctr.names))

@@ -1,0 +1,131 @@
+"""Compile a step (plan -> DAG -> costs -> schedule) for a target device and cache compiled streams per
+batch shape.
+
+Decode steps of one batch reuse the same stream: the cache key is (T, S, max_pages bucket, attention
+splits), and only the step-args buffer is patched between steps. Block-table widths are bucketed to
+powers of two (tables are -1 padded) so a growing context rebuilds only O(log) times.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from engine.instructions.cost import InstrCost
+from engine.instructions.layout import ModelDims, StepShape
+from engine.instructions.op_spec import with_cost
+from engine.instructions.registry import OPCODES
+from engine.instructions.step_args import encode_step_args
+from engine.scheduler.compiler.cost_model import CostParams, cost_inputs, time_ns
+from engine.scheduler.compiler.policies import Schedule, make_schedule
+from engine.scheduler.compiler.step_builder import Stream, build_stream
+from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits
+from engine.scheduler.compiler.target import TargetDevice
+from models.llama.step_batch import StepBatch
+
+
+@dataclass(frozen=True)
+class BuildParams:
+    """How streams are compiled (placement policy, split knobs, cost-model figures), for any target device."""
+
+    policy: str = "rr"
+    split: SplitParams = field(default_factory=SplitParams)
+    cost: CostParams = field(default_factory=CostParams)
+
+    @staticmethod
+    def of(policy: str = "rr", **split_kw: object) -> BuildParams:
+        """`policy` with SplitParams(**split_kw) and the default cost figures."""
+        return BuildParams(policy, SplitParams(**split_kw))  # type: ignore[arg-type]
+
+
+@dataclass
+class CompiledStream:
+    stream: Stream  # instrs carry their cost estimate (word 29)
+    device: TargetDevice
+    schedule: Schedule
+    costs: list[InstrCost]
+    durations: np.ndarray  # predicted ns per instruction
+    tensor: np.ndarray  # what the interpreter runs: static [num_sms, max_len, 32] / dynamic [N, 32]
+    step_args: torch.Tensor  # int32, patched every step
+    page_size: int
+    build_ms: float
+    backend_state: object = None  # per-stream backend data (VM buffers + counters); dropped with the stream
+
+    @property
+    def shape(self) -> StepShape:
+        return self.stream.shape
+
+    @property
+    def words(self) -> np.ndarray:
+        return self.stream.words()
+
+    def patch(self, batch: StepBatch) -> None:
+        encode_step_args(batch, self.shape, self.page_size, out=self.step_args)
+
+
+def bucket(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+def shape_key(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
+              device: TargetDevice) -> tuple[int, ...]:
+    max_pages = bucket(int(batch.block_tables.shape[1]))
+    shape = StepShape(batch.num_tokens, batch.num_seqs, max_pages)
+    ctx_pages = -(-int(batch.context_lens.max()) // page_size)
+    return (shape.num_tokens, shape.num_seqs, max_pages,
+            num_attn_splits(dims, shape, params.split, device, ctx_pages))
+
+
+def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
+                   device: TargetDevice) -> CompiledStream:
+    t0 = time.perf_counter()
+    T, S, max_pages, _ = shape_key(dims, batch, page_size, params, device)
+    shape = StepShape(T, S, max_pages)
+    ctx_pages = -(-int(batch.context_lens.max()) // page_size)
+    stream = build_stream(dims, shape, make_plan(dims, shape, params.split, device, ctx_pages))
+    inputs = cost_inputs(dims, shape, [int(c) for c in batch.context_lens], params.cost)
+    costs = [OPCODES.cost(i, inputs) for i in stream.instrs]
+    dur = np.array([time_ns(c, params.cost, device) for c in costs])
+    stream.instrs = [with_cost(i, int(round(d))) for i, d in zip(stream.instrs, dur)]
+    schedule = make_schedule(params.policy, stream.instrs, dur, params.cost, device)
+    tensor = schedule.tensor(stream.words())
+    step_args = encode_step_args(batch, shape, page_size)
+    return CompiledStream(stream, device, schedule, costs, dur, tensor, step_args, page_size,
+                          (time.perf_counter() - t0) * 1e3)
+
+
+class StreamCache:
+    """Compiled streams keyed by batch shape; `get` patches the step args of a cached stream."""
+
+    def __init__(self, dims: ModelDims, page_size: int, params: BuildParams, device: TargetDevice,
+                 capacity: int = 32) -> None:
+        self.dims, self.page_size, self.params, self.device = dims, page_size, params, device
+        self.capacity = capacity  # prefill chunks create many shapes: keep the most recently used
+        self._streams: OrderedDict[tuple[int, ...], CompiledStream] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.last_patch_ms = 0.0
+
+    def get(self, batch: StepBatch) -> CompiledStream:
+        key = shape_key(self.dims, batch, self.page_size, self.params, self.device)
+        cs = self._streams.get(key)
+        if cs is None:
+            self.misses += 1
+            cs = compile_stream(self.dims, batch, self.page_size, self.params, self.device)
+            self._streams[key] = cs
+            while len(self._streams) > self.capacity:
+                self._streams.popitem(last=False)
+            return cs
+        self._streams.move_to_end(key)
+        self.hits += 1
+        t0 = time.perf_counter()
+        cs.patch(batch)
+        self.last_patch_ms = (time.perf_counter() - t0) * 1e3
+        return cs
+
+    def with_policy(self, policy: str) -> StreamCache:
+        return StreamCache(self.dims, self.page_size, replace(self.params, policy=policy), self.device)

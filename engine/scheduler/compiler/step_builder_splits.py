@@ -1,0 +1,216 @@
+"""How one step's work is cut into instructions: row blocks sized from the model dims and the target's SMs.
+
+Nothing here is specific to one model: blocks are multiples of `layout.pow2_align` units (16 rows on
+real models), counts target about `waves * num_sms` instructions per op, and balanced partitions keep
+every block of an op within one unit of the others.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.instructions.layout import ModelDims, StepShape, pow2_align
+from engine.scheduler.compiler.target import TargetDevice
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    waves: float = 1.0  # target instructions per op ≈ waves * num_sms
+    mlp_slices: int | None = None  # None: see mlp_slice_count
+    # One-token steps (batch-1 decode) cut the intermediate dim into the fewest K-slices at most this wide
+    # (the cuda backend passes what its activation buffer holds at the largest ring; None: the multi-token
+    # rule). Fewer slices: fewer down instructions and atomic adds per hidden element, longer rows per
+    # page. Measured (docs/BENCHMARKS.md): 8B 4 vs 7 slices 4.248 vs 4.367 ms/token (H200), 5.343 vs
+    # 5.382 (H100); 1B 2 vs 4 slices 0.818 vs 0.819 (H200) but 0.980 vs 0.976 (H100).
+    one_token_slice_floats: int | None = None
+    # ... and cut in whole multiples of this many columns when the intermediate dim divides (the cuda backend:
+    # its tensor-core chunk, so every down page of a batch-1 step stays on the tensor cores).
+    one_token_slice_unit: int = 1
+    # At most this many output floats per instruction (None: no cap): the cuda backend's out buffer. The LM
+    # head (sequences x vocab rows) gets more, smaller blocks for several sequences, the fused op (tokens x
+    # its heads' columns, staged) more head ranges; the other ops write a few hundred floats at most.
+    max_out_floats: int | None = None
+    max_attn_splits: int | None = None  # None: enough splits to give every SM attention work
+    # Cut each KV group's G query heads over up to this many attention instructions when SMs would
+    # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
+    max_attn_head_chunks: int | None = None
+    # A split reads at least this many KV pages: short contexts get one attention instruction per
+    # (sequence, group) and no reduce hop (the GPU backend uses 8; measured in docs/BENCHMARKS.md).
+    min_pages_per_split: int = 1
+    embed_bytes_per_instr: int = 1 << 18
+    # False: the step has no EMBED; its caller wrote `hidden` (the cuda backend's host path, or the previous step's
+    # ARGMAX_REDUCE in an on-device decode loop), and layer 0 waits for nothing.
+    embed_in_stream: bool = True
+    # Batch-1 steps with short contexts may run ATTN_O_PROJ (attention fused with its O-proj slice)
+    # instead of ATTN_PARTIAL + O_PROJ_RESIDUAL: one dependency hop less per layer, but each fused
+    # instruction repeats its heads' attention and runs a short-row matvec. Off by default: on an H200
+    # it measured within ±1 % of the split path, and not the same way on every model (final kernel:
+    # 1B 0.915 vs 0.923 ms/token, 8B 4.539 vs 4.510; docs/BENCHMARKS.md). The fused attention is never split over KV pages, so it only applies up to
+    # `fuse_max_context_pages` pages of context (beyond, each instruction would walk all its group's keys).
+    fuse_o_proj: bool = False
+    fuse_max_context_pages: int = 16
+    # Head ranges per KV group of the fused op (None: see fused_head_ranges).
+    fused_head_chunks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.waves <= 0 or self.min_pages_per_split < 1:
+            raise ValueError(f"SplitParams: min_pages_per_split must be >= 1 and waves > 0, got {self}")
+        if self.fuse_max_context_pages < 0:
+            raise ValueError(f"SplitParams.fuse_max_context_pages must be >= 0, got {self.fuse_max_context_pages}")
+        if self.one_token_slice_unit < 1:
+            raise ValueError(f"SplitParams.one_token_slice_unit must be >= 1, got {self.one_token_slice_unit}")
+        if self.max_out_floats is not None and self.max_out_floats < 1:
+            raise ValueError(f"SplitParams.max_out_floats must be >= 1 or None, got {self.max_out_floats}")
+        if self.one_token_slice_floats is not None and self.one_token_slice_floats < 1:
+            raise ValueError(f"SplitParams.one_token_slice_floats must be >= 1 or None, got {self.one_token_slice_floats}")
+        if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
+            raise ValueError(f"SplitParams.fused_head_chunks must be >= 1 or None, got {self.fused_head_chunks}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every cut of one step (identical for all layers). Ranges are half-open, in rows / columns."""
+
+    embed: tuple[tuple[int, int], ...]
+    qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
+    num_splits: int
+    attn_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group, one attention instruction each
+    o_proj: tuple[tuple[int, int], ...]
+    slices: tuple[tuple[int, int], ...]  # MLP K-slices of the intermediate dim
+    gate_up: tuple[tuple[int, int, int], ...]  # (i_begin, i_end, slice)
+    down_rows: tuple[tuple[int, int], ...]  # each row block is emitted once per slice
+    lm_head: tuple[tuple[int, int], ...]
+    # Fused batch-1 attention + O-proj (ATTN_O_PROJ); when not fused the two ranges are empty and
+    # qkv_copy is all (0, 0).
+    fused: bool
+    fused_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group
+    fused_rows: tuple[tuple[int, int], ...]  # O-proj row blocks; one ATTN_O_PROJ per (group, heads, rows)
+    qkv_copy: tuple[tuple[int, int], ...]  # per plan.qkv entry: the hidden columns it copies into mid
+
+
+def partition(lo: int, hi: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
+    """Cut [lo, hi) into `parts` ranges of whole `unit`s whose sizes differ by at most one unit."""
+    n = (hi - lo) // unit
+    if (hi - lo) % unit or not 1 <= parts <= n:
+        raise ValueError(f"partition: cannot cut [{lo}, {hi}) into {parts} parts of {unit}-unit multiples")
+    cuts = [lo + (k * n // parts) * unit for k in range(parts + 1)]
+    return [(cuts[k], cuts[k + 1]) for k in range(parts)]
+
+
+def _count(units: int, target: float) -> int:
+    # Rounded down: one instruction more than there are SMs makes a few SMs run two back to back, which
+    # doubles the op's critical path (measured: 136 QKV blocks on 132 SMs cost ≈ 7 µs per layer).
+    return max(1, min(units, math.floor(target + 1e-9)))
+
+
+def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bool:
+    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context within the fused limit)."""
+    return p.fuse_o_proj and shape.num_seqs == 1 and max_context_pages <= p.fuse_max_context_pages
+
+
+def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
+                    max_context_pages: int) -> int:
+    """Enough KV splits to give each SM an attention instruction, never more than the pages in use
+    (rounded up to a power of two so the stream survives many decode steps); 1 on the fused path."""
+    if fuses_o_proj(shape, p, max_context_pages):
+        return 1
+    want = math.ceil(device.num_sms / (shape.num_seqs * d.n_kv))
+    pages = 1 << max(0, math.ceil(math.log2(max(1, max_context_pages))))
+    cap = p.max_attn_splits if p.max_attn_splits is not None else want
+    return max(1, min(want, pages // p.min_pages_per_split, cap))
+
+
+def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
+                     num_splits: int) -> list[tuple[int, int]]:
+    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split) allow."""
+    free = device.num_sms // (shape.num_seqs * d.n_kv * num_splits)
+    cap = p.max_attn_head_chunks if p.max_attn_head_chunks is not None else d.gqa
+    return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
+
+
+def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
+    """K-slices of the intermediate dim: `requested` (SplitParams.mlp_slices), else about one per 2048
+    columns; never more than there are gate/up tiles."""
+    n = requested if requested is not None else max(1, round(d.intermediate / 2048))
+    return max(1, min(n, d.intermediate // d.gu_tile))
+
+
+def mlp_slice_cut(d: ModelDims, num_tokens: int, p: SplitParams) -> list[tuple[int, int]]:
+    """The MLP K-slices of a step, in gate/up tiles, mlp_slice_count of them; except a one-token step under a
+    width budget (SplitParams.one_token_slice_floats, no explicit mlp_slices): the fewest slices whose widest
+    fits the budget, cut in whole multiples of the tile and SplitParams.one_token_slice_unit when the
+    intermediate dim divides."""
+    if num_tokens != 1 or p.one_token_slice_floats is None or p.mlp_slices is not None:
+        return partition(0, d.intermediate, mlp_slice_count(d, p.mlp_slices), d.gu_tile)
+    unit = math.lcm(d.gu_tile, p.one_token_slice_unit)
+    if d.intermediate % unit:
+        unit = d.gu_tile
+    units = d.intermediate // unit
+    n = next((k for k in range(1, units + 1) if -(-units // k) * unit <= p.one_token_slice_floats), units)
+    return partition(0, d.intermediate, n, unit)
+
+
+def fused_head_ranges(d: ModelDims, p: SplitParams, num_tokens: int = 1) -> list[tuple[int, int]]:
+    """Head ranges of the fused op within a KV group, each about K = max(128, 2 * head_dim) W_o columns
+    (at least 1 range, at most G). Fewer heads per instruction shorten its attention; but one head's
+    columns made W_o rows of 128-256 bytes, one bulk copy each, and the pages landed late. Measured on an
+    H200 before the kernel's panel pages (docs/BENCHMARKS.md): 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974
+    ms/token; 8B K = 128 / 256: 5.009 / 4.629. With panel pages one head per
+    instruction (fused_head_chunks = G) measured best on the 1B: 0.806-0.808 vs two heads 0.817."""
+    k = max(128, 2 * d.head_dim)
+    chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / k)
+    if p.max_out_floats is not None:  # the instruction stages tokens x its heads' columns in out
+        chunks = max(chunks, -(-num_tokens * d.gqa * d.head_dim // p.max_out_floats))
+    return partition(0, d.gqa, max(1, min(d.gqa, chunks)))
+
+
+def copy_ranges(hidden: int, parts: int) -> list[tuple[int, int]]:
+    """[0, hidden) cut over `parts` instructions (the QKV blocks' copies of hidden into mid): in 4-column
+    units (16-byte vectors on the GPU) when there are enough of them, else single columns; parts beyond
+    the columns get the empty range (0, 0)."""
+    unit = 4 if hidden % 4 == 0 and hidden // 4 >= parts else 1
+    n = min(parts, hidden // unit)
+    return partition(0, hidden, n, unit) + [(0, 0)] * (parts - n)
+
+
+def _fused_cuts(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice, num_qkv: int) -> tuple[
+        list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+    """(head ranges, row blocks, QKV copy ranges) of the fused path: about waves * num_sms ATTN_O_PROJ."""
+    heads = fused_head_ranges(d, p, shape.num_tokens)
+    ha = pow2_align(d.hidden)
+    per_rows = p.waves * device.num_sms / (shape.num_seqs * d.n_kv * len(heads))
+    rows = partition(0, d.hidden, _count(d.hidden // ha, per_rows), ha)
+    return heads, rows, copy_ranges(d.hidden, num_qkv)
+
+
+def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice, max_context_pages: int) -> Plan:
+    target = p.waves * device.num_sms
+    tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
+    embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed)) if p.embed_in_stream else []
+
+    qa = pow2_align(d.head_dim)  # even: RoPE partners stay in one block; never straddles a head pair
+    per_group = _count(d.group_rows // qa, target / d.n_kv)
+    qkv = [(a, b, g) for g in range(d.n_kv)
+           for a, b in partition(g * d.group_rows, (g + 1) * d.group_rows, per_group, qa)]
+
+    ha = pow2_align(d.hidden)
+    o_proj = partition(0, d.hidden, _count(d.hidden // ha, target), ha)
+
+    tile = d.gu_tile
+    slices = mlp_slice_cut(d, shape.num_tokens, p)
+    gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
+               for a, b in partition(lo, hi, _count((hi - lo) // tile, target / len(slices)), tile)]
+    down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)
+
+    va = pow2_align(d.vocab)
+    lm_blocks = _count(d.vocab // va, target)
+    if p.max_out_floats is not None:  # rows x sequences within the out buffer: more blocks for many sequences
+        units_per_block = max(1, p.max_out_floats // (shape.num_seqs * va))
+        lm_blocks = min(d.vocab // va, max(lm_blocks, -(-(d.vocab // va) // units_per_block)))
+    lm_head = partition(0, d.vocab, lm_blocks, va)
+    ns = num_attn_splits(d, shape, p, device, max_context_pages)
+    fused = fuses_o_proj(shape, p, max_context_pages)
+    heads, rows, copy = _fused_cuts(d, shape, p, device, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
+    return Plan(tuple(embed), tuple(qkv), ns, tuple(attn_head_chunks(d, shape, p, device, ns)), tuple(o_proj),
+                tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
+                tuple(rows), tuple(copy))
