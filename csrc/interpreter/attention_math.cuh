@@ -1,6 +1,6 @@
 // attention_math.cuh: the per-warp pieces of decode attention shared by both key sources (keys read
-// from the paged cache in global memory, ops_attention.cuh; keys streamed through the page ring,
-// ops_attention_ring.cuh): a lane's dims of one cached row, the online-softmax fold of a few keys into a
+// from the paged cache in global memory, attention_global.cuh; keys streamed through the page ring,
+// attention_ring.cuh): a lane's dims of one cached row, the online-softmax fold of a few keys into a
 // warp's running (o, m, l) per head (the ring pages use fold_pass, attention_pass.cuh, on the same state),
 // and the merge of the warps' states into each head's output.
 #pragma once
@@ -15,8 +15,8 @@ namespace mk::vm {
 // Keys per warp per step of fold_keys (keys from global memory in attend(), and the ring path's new key;
 // the ring pages themselves fold a pass at a time, attention_pass.cuh): 4, as the double-buffered K/V
 // registers grow with keys and dims. 8 keys for head_dim <= 64 measured 0.9 % slower on the 1B shape (H200,
-// tenth session, when the ring pages still used this fold: 0.868 vs 0.860 ms/token), 2 keys 3 % slower
-// (eleventh session): a step is a chain of shuffles and exps, so fewer keys per step means more steps.
+// with the ring pages on this fold too: 0.868 vs 0.860 ms/token), 2 keys 3 % slower: a step is a chain of
+// shuffles and exps, so fewer keys per step means more steps.
 template <int DPL>
 inline constexpr int KEYS_PER_STEP = 4;
 

@@ -1,9 +1,9 @@
 // attention_pass.cuh: one warp folds a whole pass of keys (32 / DPL of them) that sit in shared memory
-// into its running (o, m, l) per head, for the ring path of decode attention (ops_attention_ring.cuh).
+// into its running (o, m, l) per head, for the ring path of decode attention (attention_ring.cuh).
 //
 // Why: fold_keys (attention_math.cuh) gives each lane DPL dims of every key, so each key's score needs a
 // five-level shuffle reduction and the running state is updated every 4 keys: a 16-key KV page took ≈ 4000
-// SM cycles of dependent latency (eleventh session, clock64 around warp 0's steps: ≈ 1000 per step), and
+// SM cycles of dependent latency (clock64 around warp 0's steps: ≈ 1000 per step), and
 // that loop sat on every layer's critical path. Here DPL lanes share a key (32 dims each), so a score takes
 // log2(DPL) shuffles, the softmax of the whole pass is one warp reduction, and the state is read and
 // written once per pass; the V product then broadcasts each key's weight to the lanes owning the output dims.

@@ -2,7 +2,7 @@
 //
 // The interpreter is one kernel function of several hundred KB of SASS, and what an SM runs per layer is
 // spread over far more code than its instruction caches hold, so code that sits between the instructions a
-// layer executes costs time even when it never runs (docs/BENCHMARKS.md, sixteenth and seventeenth sessions).
+// layer executes costs time even when it never runs.
 // nvcc unrolls a loop with a run-time trip count (typically 4x, plus remainder code), which is pure waste for
 // the many loops that make one pass or none in batch-1 decode: a block-strided loop over one token's outputs,
 // a page's remaining tail chunks, a loader's per-row copies. MK_ROLLED before such a loop keeps it rolled.

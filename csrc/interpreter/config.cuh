@@ -20,8 +20,8 @@ inline constexpr int NUM_SLOTS = 4;       // instructions fetched ahead
 // (fp32 x) share one pool: the ring takes Globals::ring_pages pages from its front, x the rest. With
 // MIN_RING_PAGES x has X_FLOATS (9 tokens of a 2048-wide model); a stream whose inputs are narrower
 // (batch-1 decode needs a few thousand floats) gives the difference to the ring: more weight bytes
-// buffered while the latency-bound ops run (one page more or less moved 1B batch-1 decode by ≈ 2 %,
-// docs/BENCHMARKS.md). The host picks ring_pages per stream (engine/cuda/limits.py).
+// buffered while the latency-bound ops run (one page more or less moved 1B batch-1 decode by ≈ 2 %).
+// The host picks ring_pages per stream (engine/cuda/limits.py).
 inline constexpr int MIN_RING_PAGES = 9;
 inline constexpr int MAX_RING_PAGES = 13;
 inline constexpr int X_FLOATS = 18432;    // x at MIN_RING_PAGES

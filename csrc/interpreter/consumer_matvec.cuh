@@ -203,7 +203,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
 // The instruction's weight stream (from its slot) against nx activation rows in x, dispatched on nx
 // (1 for batch-1 decode keeps registers low). The batch-1 kernel (B1) holds only the one-row tensor-core loop:
 // without the CUDA-core paths beside it (dead code for its streams) batch-1 decode ran 1 % faster (1B, H200:
-// 0.780 -> 0.772 ms/token, docs/BENCHMARKS.md seventeenth session).
+// 0.780 -> 0.772 ms/token).
 template <bool B1>
 __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int nx, const int* instr) {
   const WeightStream ws = slot_stream(instr);
@@ -215,6 +215,15 @@ __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int n
   if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);
   if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr);
   return consume_pages<8>(g, sm, ws, nx, instr);
+}
+
+// The weight-streaming MLP ops and the LM head, once their input is in shared memory: the timing mark, and
+// the loader back to its streaming cap (it kept the low one while the input was read: low_cap_inputs).
+__device__ __forceinline__ void streamed_input_ready(const Globals& g, const Shared& sm, const int* w) {
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_INPUT);
+    set_low_cap_from(sm, NO_LOW_CAP);
+  }
 }
 
 }  // namespace mk::vm

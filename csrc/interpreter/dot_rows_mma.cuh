@@ -2,9 +2,9 @@
 //
 // Why: on CUDA cores every bf16 weight is unpacked and multiplied on its own; one warp alone takes 1654
 // cycles for a 16 KB page of 2048-wide rows, 3044 / 5524 for 4096 / 8192-wide ones, against 1127 / 1321 /
-// 2111 here (H100, scripts/microbench/page_matvec.cu). The op's last page, computed by one warp after its
-// copy lands, sits on the critical path of every weight-streaming op (docs/bench/*_profile_summary.txt).
-// In the kernel it buys 4 % on the 8B shape, 0.5 % on the 1B (docs/BENCHMARKS.md, ninth session).
+// 2111 here (H100, dev/microbench/page_matvec.cu). The op's last page, computed by one warp after its
+// copy lands, sits on the critical path of every weight-streaming op (its MARK_LAST_PAGE_CYCLES in a
+// profile: docs/PROFILING.md). In the kernel it buys 4 % on the 8B shape, 0.5 % on the 1B.
 //
 // The mapping: one mma.sync m16n8k16 covers a 128-element chunk of TWO weight rows. The chunk is cut
 // into 8 segments, segment q = elements [8q, 8q + 8) and [64 + 8q, 64 + 8q + 8). A's row m = 8r + q is
@@ -12,7 +12,7 @@
 // then row r's dot product over segment q, and row r's 8 such entries sum to its chunk's. The other 7
 // columns of D are discarded: batch-1 decode has one activation column, so 1/8 of a tensor-core product
 // is the most it can use. The shared loads, not the tensor pipe, bound a page (loads alone take 2/3 of its
-// cycles, mma alone less than the whole: scripts/microbench/page_mma_bound.cu), hence the unrolled blocks.
+// cycles, mma alone less than the whole: dev/microbench/page_mma_bound.cu), hence the unrolled blocks.
 // Shared-memory reads are conflict-free without a swizzle: each 8x8 matrix of the ldmatrix.x4 that
 // fills A is 8 consecutive 16-byte segments of one row, i.e. 128 contiguous bytes; lane l's B fragment
 // is x[2l, 2l + 1] and x[64 + 2l, 64 + 2l + 1] of the chunk (shared by every row pair of the page).
@@ -66,8 +66,8 @@ struct MmaOperands {
 
 // Row elements one unrolled block of mma_loop covers. A loop over a run-time K is not unrolled, so each
 // iteration's mma waited on its own shared loads: in the kernel a 16 KB page of 2048-wide rows took 1840
-// SM cycles, and 1040 with K known at compile time (every load of the page issued ahead of its mma; H200,
-// tenth session, docs/BENCHMARKS.md). Blocks of a fixed size get the same schedule for any K.
+// SM cycles, and 1040 with K known at compile time (every load of the page issued ahead of its mma; H200).
+// Blocks of a fixed size get the same schedule for any K.
 inline constexpr int MMA_BLOCK_ELEMS = 2048;
 
 // STEPS iterations of C chunks from element k, unrolled: the loads of later iterations may be issued

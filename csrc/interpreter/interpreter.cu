@@ -17,10 +17,10 @@ namespace mk::vm {
 
 // TIMING: per-instruction timing records (Globals::timing). V: the variant (config.cuh); the batch-1 ones are
 // compiled with only the paths of one sequence's one new token (the one-row matvec on the tensor cores, the ring
-// attention, one attention path): 239 / 237 KB of code against 759 KB, and batch-1 decode faster, most likely
-// through the instruction caches (1B, H200: 0.794 -> 0.782 ms/token, H100 0.976 -> 0.952; without the CUDA-core
-// page paths 0.780 -> 0.772; docs/BENCHMARKS.md, sixteenth and seventeenth sessions; code_size.cuh). The host
-// picks the variant per stream (engine/cuda/variant.py); an instruction a variant cannot run is a recorded error.
+// attention, one attention path; each opcode's Op<OP>::in_variant, ops/): 239 / 237 KB of code against 759 KB,
+// and batch-1 decode faster, most likely through the instruction caches (1B, H200: 0.794 -> 0.782 ms/token, H100
+// 0.976 -> 0.952; without the CUDA-core page paths 0.780 -> 0.772; code_size.cuh). The host picks the variant
+// per stream (engine/cuda/variant.py); an instruction a variant cannot run is a recorded error.
 template <bool TIMING, int V>
 __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_constant__ Globals g) {
   extern __shared__ __align__(1024) uint8_t smem[];

@@ -1,7 +1,9 @@
-// kv_stream.cuh: an ATTN_PARTIAL's earlier keys and values as a stream of ring pages (the consumer side
-// is ops_attention_ring.cuh). The controller decides and derives the stream when it fetches the
-// instruction (its step-args reads are off the critical path: it runs instructions ahead); the loader
-// copies each KV page's keys and values with two bulk copies, through the sequence's block table.
+// kv_stream.cuh: the earlier keys and values of an attention instruction (ATTN_PARTIAL, ATTN_O_PROJ: the two
+// opcodes this helper serves, named here; both put the sequence and the KV group in their first two operands)
+// as a stream of ring pages; the consumer side is attention_ring.cuh. The controller decides and derives the
+// stream when it fetches the instruction (its step-args reads are off the critical path: it runs instructions
+// ahead); the loader copies each KV page's keys and values with two bulk copies, through the sequence's block
+// table.
 #pragma once
 
 #include "code_size.cuh"
@@ -29,7 +31,7 @@ __device__ __forceinline__ void derive_kv_stream(const Globals& g, int* slot) {
   const int q_first = sa.query_start(s), q_last = sa.query_start(s + 1), C = sa.context_len(s);
   if (q_last - q_first != 1) return;
   const int pos = sa.position(q_first), new_slot = sa.slot(q_first);
-  // The split's keys, as attend() computes them (ops_attention.cuh).
+  // The split's keys, as attend() computes them (attention_global.cuh).
   const int P = (C + ps - 1) / ps;
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
   const int ring_end = max(key_begin, min(key_end, pos));

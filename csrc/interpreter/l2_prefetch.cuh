@@ -14,7 +14,7 @@ namespace mk::vm {
 // Globals::l2_beyond_ring_bytes past what the page ring holds (only for the opcodes in
 // Globals::l2_beyond_ring_ops: those whose loads start while the SM's consumers are still on latency-bound
 // ops, so the prefetch fills idle HBM time instead of queueing behind a running weight stream). Both are host knobs (CudaBackend),
-// bounded so that all SMs together stay inside L2; their measured effect is in docs/BENCHMARKS.md.
+// bounded so that all SMs together stay inside L2.
 
 // Pulls rows [first, first + cap_bytes) of an instruction's weights into L2, spread over `lanes` lanes
 // (this one is `lane`): the controller's 32, the loader's one.

@@ -7,25 +7,43 @@ namespace mk::vm {
 inline constexpr int FORMAT_VERSION = 3;
 inline constexpr int WORDS = 32;
 
-// Opcodes (word 0).
-inline constexpr int OP_NOOP = 0;
-inline constexpr int OP_EMBED = 1;
-inline constexpr int OP_RMS_QKV_ROPE_APPEND = 2;
-inline constexpr int OP_ATTN_PARTIAL = 3;
-inline constexpr int OP_ATTN_REDUCE = 4;
-inline constexpr int OP_O_PROJ_RESIDUAL = 5;
-inline constexpr int OP_RMS_GATE_UP_SILU = 6;
-inline constexpr int OP_DOWN_RESIDUAL = 7;
-inline constexpr int OP_LM_HEAD = 8;
-inline constexpr int OP_ARGMAX_REDUCE = 9;
-inline constexpr int OP_ATTN_O_PROJ = 10;  // attention of one head chunk fused with its O-proj slice
-inline constexpr int NUM_OPCODES = 11;
+// The instruction set, one line per opcode: X(NAME, number, weights), the numbers of
+// engine/instructions/registry.py. Each opcode's code is ops/<name in lower case>.cuh. Opcode 0, NOOP, ends a
+// static queue and is never dispatched (ops/noop.cuh); every other opcode's header specialises Op<OP_NAME>
+// (op_traits.cuh), and ops/dispatch.cuh switches on the opcode by MK_OPCODES, in its order (a layer's), which
+// fixes the order of the cases' code in the kernel. `weights`: STREAMED where the opcode streams weight rows
+// through the page ring (its Op<OP>::weights), else NONE; the weight-stream switch has cases for the STREAMED
+// ones only (a case for every opcode, even an empty one, changed the controller's code).
+#define MK_OPCODE_NOOP(X) X(NOOP, 0, NONE)
+#define MK_OPCODES(X)                 \
+  X(EMBED, 1, NONE)                   \
+  X(RMS_QKV_ROPE_APPEND, 2, STREAMED) \
+  X(ATTN_PARTIAL, 3, NONE)            \
+  X(ATTN_REDUCE, 4, NONE)             \
+  X(O_PROJ_RESIDUAL, 5, STREAMED)     \
+  X(ATTN_O_PROJ, 10, STREAMED)        \
+  X(RMS_GATE_UP_SILU, 6, STREAMED)    \
+  X(DOWN_RESIDUAL, 7, STREAMED)       \
+  X(LM_HEAD, 8, STREAMED)             \
+  X(ARGMAX_REDUCE, 9, NONE)
 
-// The latency-bound ops between two MLPs: while the consumers run one, the loader's copies (the MLP's next
-// pages) get the lower in-flight cap Globals::chain_inflight_pages (roles.cuh).
-__host__ __device__ constexpr bool is_chain_op(int op) {
-  return op == OP_RMS_QKV_ROPE_APPEND || op == OP_ATTN_PARTIAL || op == OP_O_PROJ_RESIDUAL || op == OP_ATTN_O_PROJ;
+#define MK_OPCODE_CONSTANT(NAME, CODE, WEIGHTS) inline constexpr int OP_##NAME = CODE;
+MK_OPCODE_NOOP(MK_OPCODE_CONSTANT)
+MK_OPCODES(MK_OPCODE_CONSTANT)
+#undef MK_OPCODE_CONSTANT
+static_assert(OP_NOOP == 0, "a static queue ends at its first opcode 0");
+
+// One more than the highest opcode. Kernel knobs take per-opcode bit masks in one int (e.g.
+// Globals::l2_beyond_ring_ops), so opcodes stay below 32.
+__host__ __device__ constexpr int num_opcodes() {
+  int n = 0;
+#define MK_OPCODE_MAX(NAME, CODE, WEIGHTS) n = (CODE) > n ? (CODE) : n;
+  MK_OPCODES(MK_OPCODE_MAX)
+#undef MK_OPCODE_MAX
+  return n + 1;
 }
+inline constexpr int NUM_OPCODES = num_opcodes();
+static_assert(NUM_OPCODES <= 32, "per-opcode bit masks are one int");
 
 // Word indices.
 inline constexpr int W_OPCODE = 0;

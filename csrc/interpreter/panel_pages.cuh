@@ -2,13 +2,13 @@
 // multiplied on the tensor cores.
 //
 // Why: the fused op's W_o slice is `rows` rows of only K = heads x head_dim columns (64-256), 128-512
-// bytes per row in global memory. As one bulk copy per row a page took 32-128 copies and landed late
-// (fifth session, docs/BENCHMARKS.md), and the row-pair mma of dot_rows_mma.cuh needs K > 256. Here the
-// host encodes one tensor map over all of W_o ([layers x hidden, n_heads x head_dim], boxes of 32 rows x
-// 64 columns, 128-byte swizzle: Globals::w_o_map, written once into global memory) and the loader fills a
-// page with 4 boxes. A page holds rpp = PAGE_BYTES / (2K) rows, panel-major: panel c (columns 64c..64c+63)
-// of row r at byte c*rpp*128 + r*128, its 16-byte chunk j stored at chunk j ^ (r % 8) (the swizzle: ldmatrix
-// of 8 rows then reads 8 different bank groups). One mma m16n8k16 takes 16 rows x 16 columns; x (bf16) is B's column 0.
+// bytes per row in global memory. As one bulk copy per row a page took 32-128 copies and landed late,
+// and the row-pair mma of dot_rows_mma.cuh needs K > 256. Here the host encodes one tensor map over all
+// of W_o ([layers x hidden, n_heads x head_dim], boxes of 32 rows x 64 columns, 128-byte swizzle:
+// Globals::w_o_map, written once into global memory) and the loader fills a page with 4 boxes. A page holds
+// rpp = PAGE_BYTES / (2K) rows, panel-major: panel c (columns 64c..64c+63) of row r at byte c*rpp*128 + r*128,
+// its 16-byte chunk j stored at chunk j ^ (r % 8) (the swizzle: ldmatrix of 8 rows then reads 8 different
+// bank groups). One mma m16n8k16 takes 16 rows x 16 columns; x (bf16) is B's column 0.
 #pragma once
 
 #include "code_size.cuh"
@@ -32,10 +32,10 @@ static_assert(BOXES_PER_PAGE * BOX_ROWS * PANEL_COLS * 2 == PAGE_BYTES && (BOX_R
 // K (columns per row) the panel layout takes: whole panels and whole boxes of rows per page.
 __host__ __device__ constexpr bool panel_k_ok(int K) { return K == 64 || K == 128 || K == 256; }
 
-// Whether instruction w's weight pages are panel pages. Loader and consumers both ask, from the same slot
-// words and Globals, so they agree. One token only (the page math takes one activation row; the fused path
-// is for one sequence, so the step's token count is the op's), and only behind a KV stream (the loader
-// issues them from its KV branch).
+// Whether instruction w's weight pages are panel pages (only ATTN_O_PROJ's). Loader and consumers both ask,
+// from the same slot words and Globals, so they agree. One token only (the page math takes one activation
+// row; the fused path is for one sequence, so the step's token count is the op's), and only behind a KV
+// stream (the loader issues them from its KV branch).
 __device__ __forceinline__ bool panel_stream(const Globals& g, const int* w) {
   return w[W_OPCODE] == OP_ATTN_O_PROJ && w[W_SLOT_KV_MODE] != 0 && g.w_o_map != nullptr &&
          g.sa_header[SA_NUM_TOKENS] == 1 && panel_k_ok(w[W_SLOT_STREAM + 3]);

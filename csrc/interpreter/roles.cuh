@@ -13,6 +13,7 @@
 #include "l2_prefetch.cuh"
 #include "marks.cuh"
 #include "kv_stream.cuh"
+#include "ops/dispatch.cuh"
 #include "panel_pages.cuh"
 #include "weight_stream.cuh"
 
@@ -35,7 +36,7 @@ __device__ __forceinline__ const int* next_instruction(const Globals& g, int ind
   }
   if (index >= g.queue_len) return nullptr;
   const int* w = g.instructions + ((long long)blockIdx.x * g.queue_len + index) * WORDS;
-  return w[W_OPCODE] == OP_NOOP ? nullptr : w;
+  return ends_queue(w) ? nullptr : w;
 }
 
 __device__ void run_controller(const Globals& g, const Shared& sm) {
@@ -49,7 +50,8 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     dst[lane] = w ? __ldcg(w + lane) : (lane == W_OPCODE ? OP_NOOP : 0);
     __syncwarp();
     // The slot-only words (opcodes.cuh): the weight stream, derived here where the opcode switch and the
-    // divisions cost nothing, instead of by the loader and, on the critical path, by the consumers.
+    // divisions cost nothing, instead of by the loader and, on the critical path, by the consumers
+    // (ops/dispatch.cuh: each opcode's own description).
     const WeightStream ws = weight_stream(g, dst);
     if (lane == 0) {
       store_slot_stream(dst, ws);
@@ -62,8 +64,8 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
   }
 }
 
-// L2 policy of weight loads: streamed once per token, so evict them first. (Ruled out as the cause of
-// the open stall in docs/BENCHMARKS.md: the stall reproduces with the normal policy too.)
+// L2 policy of weight loads: streamed once per token, so evict them first. (A stall once suspected of
+// coming from this policy reproduces with the normal policy too.)
 inline constexpr tk::cache_hint WEIGHT_HINT = tk::cache_hint::evict_first;
 
 // Before the loader exits (end of the queue or an abort) wait until every copy it issued has landed,
@@ -96,7 +98,7 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       return;
     }
     const int* w = sm.slot(slot);
-    if (w[W_OPCODE] == OP_NOOP) {
+    if (ends_queue(w)) {
       drain_copies(g, sm, page_counter);
       return;
     }

@@ -117,7 +117,7 @@ __device__ __forceinline__ bool wait_dependency(const Globals& g, const int* ins
   if (tk::load_acquire(p) >= goal) return true;
   // Spin without sleeping: the wait sits on the critical path, and each poll is already a loaded L2
   // round trip (a back-off sleep added up to 256 ns per poll). The abort flag and the clock are read
-  // every 16 polls only. Measured on an H200: 0.966 -> 0.956 ms per 1B decode step (docs/BENCHMARKS.md).
+  // every 16 polls only. Measured on an H200: 0.966 -> 0.956 ms per 1B decode step.
   const uint64_t start = tk::globaltimer();
   for (int n = 1;; ++n) {
     const int v = tk::load_acquire(p);
@@ -187,7 +187,7 @@ __device__ __forceinline__ bool wait_pipeline(const Globals& g, tk::semaphore& s
 // Consumer warps take the pages of an instruction round-robin and drift apart, so a fast warp can
 // reach ring position n while position n - R has not even been issued (R = ring pages; a slow warp still
 // holds n - 2R): its parity wait on n would then pass at once, on the wrong page, and the extra
-// page_empty arrival would desynchronise the ring for good (the LM-head stall of docs/BENCHMARKS.md).
+// page_empty arrival would desynchronise the ring for good (it stalled the LM head, whose ops take many pages).
 // Waiting first until the loader has armed position n makes the parity wait unambiguous.
 __device__ __forceinline__ bool wait_page_issued(const Globals& g, const Shared& sm, uint32_t position,
                                                  const int* instr) {

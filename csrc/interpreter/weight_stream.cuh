@@ -1,6 +1,7 @@
-// weight_stream.cuh: which weight rows an instruction streams through the page ring. The loader
-// and the consumers both derive the same description from the instruction words, so they agree on
-// how many pages an instruction takes and which rows each page holds without talking.
+// weight_stream.cuh: which weight rows an instruction streams through the page ring. Each opcode describes
+// its own (Op<OP>::weights, ops/<name>.cuh); the controller derives the description once per instruction
+// (ops/dispatch.cuh weight_stream) into the slot, where the loader and the consumers both read it, so they
+// agree on how many pages an instruction takes and which rows each page holds without talking.
 #pragma once
 
 #include "config.cuh"
@@ -22,57 +23,13 @@ struct WeightStream {
   }
 };
 
-__device__ __forceinline__ WeightStream weight_stream(const Globals& g, const int* w) {
-  WeightStream s;
-  const int op = w[W_OPCODE], layer = w[W_LAYER];
-  const int* a = w + W_OPERANDS;
-  const long long H = g.hidden_size, I = g.intermediate, Q = (long long)g.n_heads * g.head_dim;
-  switch (op) {
-    case OP_RMS_QKV_ROPE_APPEND: {
-      const long long qkv_rows = (long long)g.n_kv * (g.n_heads / g.n_kv + 2) * g.head_dim;
-      s.base = g.w_qkv + (layer * qkv_rows + a[0]) * H;
-      s.rows = a[1] - a[0];
-      s.row_elems = (int)H;
-      s.row_stride = H;
-      break;
-    }
-    case OP_O_PROJ_RESIDUAL:
-      s.base = g.w_o + (layer * H + a[0]) * Q;
-      s.rows = a[1] - a[0];
-      s.row_elems = (int)Q;
-      s.row_stride = Q;
-      break;
-    case OP_ATTN_O_PROJ: {  // W_o columns of heads [a[2], a[3]) of group a[1], rows [a[4], a[5])
-      const long long head0 = (long long)a[1] * (g.n_heads / g.n_kv) + a[2];
-      s.base = g.w_o + (layer * H + a[4]) * Q + head0 * g.head_dim;
-      s.rows = a[5] - a[4];
-      s.row_elems = (a[3] - a[2]) * g.head_dim;
-      s.row_stride = Q;
-      break;
-    }
-    case OP_RMS_GATE_UP_SILU:
-      s.base = g.w_gate_up + (layer * 2 * I + 2LL * a[0]) * H;
-      s.rows = 2 * (a[1] - a[0]);
-      s.row_elems = (int)H;
-      s.row_stride = H;
-      break;
-    case OP_DOWN_RESIDUAL:
-      s.base = g.w_down + (layer * H + a[0]) * I + a[2];
-      s.rows = a[1] - a[0];
-      s.row_elems = a[3] - a[2];
-      s.row_stride = I;
-      break;
-    case OP_LM_HEAD:
-      s.base = g.lm_head + (long long)a[0] * H;
-      s.rows = a[1] - a[0];
-      s.row_elems = (int)H;
-      s.row_stride = H;
-      break;
-    default:
-      break;
-  }
-  return s;
-}
+// What an opcode's weight stream is cut from (Op<OP>::weights): the instruction's layer and operands and the
+// model's widths, read once, ahead of the opcode switch (ops/dispatch.cuh weight_stream).
+struct StreamInputs {
+  int layer;
+  const int* a;       // the operands (the words from W_OPERANDS on)
+  long long H, I, Q;  // hidden size, intermediate size, attention width (n_heads x head_dim)
+};
 
 // The controller's copy of an instruction's stream in its slot (opcodes.cuh, W_SLOT_*).
 __device__ __forceinline__ void store_slot_stream(int* slot, const WeightStream& s) {

@@ -22,7 +22,7 @@ __device__ __forceinline__ float4 load_shared_f4(uint32_t addr) {
   return v;
 }
 
-// Narrower loads (a lane's 1, 2 or 4 bf16 of one cached key/value row: csrc/interpreter/ops_attention_ring.cuh).
+// Narrower loads (a lane's 1, 2 or 4 bf16 of one cached key/value row: csrc/interpreter/attention_ring.cuh).
 __device__ __forceinline__ uint32_t load_shared_u16(uint32_t addr) {
   unsigned short v;
   asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));

@@ -1,4 +1,5 @@
-// ops_attn_o_proj.cuh: ATTN_O_PROJ, batch-1 attention fused with its slice of the O-projection.
+// ops/attn_o_proj.cuh: ATTN_O_PROJ (engine/instructions/ops/attn_o_proj.py), batch-1 attention fused with its
+// slice of the O-projection.
 //
 // Why: as separate ops, attention (32 tiny instructions) and O-proj (128 instructions of 64 KB) each
 // pay a full dependency hop — wait, input read, epilogue fence — while the O-proj bytes are only ≈2 µs
@@ -11,12 +12,14 @@
 // (their copy operands), and every QKV of the layer precedes this op (it adds into what they read).
 #pragma once
 
-#include "code_size.cuh"
+#include "../code_size.cuh"
 
-#include "activations.cuh"
-#include "consumer_matvec.cuh"
-#include "ops_attention.cuh"
-#include "panel_pages.cuh"
+#include "../activations.cuh"
+#include "../attention_global.cuh"
+#include "../attention_ring.cuh"
+#include "../consumer_matvec.cuh"
+#include "../op_traits.cuh"
+#include "../panel_pages.cuh"
 
 namespace mk::vm {
 
@@ -79,5 +82,25 @@ __device__ __forceinline__ bool op_attn_o_proj(const Globals& g, const Shared& s
   if (g.head_dim == 128) return attn_o_proj<4, B1>(g, sm, w);
   return attn_o_proj<1, B1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
 }
+
+template <>
+struct Op<OP_ATTN_O_PROJ> : OpTraits {
+  static constexpr bool in_variant(int v) { return v != VARIANT_BATCH1_SPLIT; }
+  static constexpr bool CHAIN = true;
+  // W_o columns of heads [head_begin, head_end) of the group, rows [row_begin, row_end) of the layer.
+  __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
+    WeightStream s;
+    const long long head0 = (long long)in.a[1] * (g.n_heads / g.n_kv) + in.a[2];
+    s.base = g.w_o + (in.layer * in.H + in.a[4]) * in.Q + head0 * g.head_dim;
+    s.rows = in.a[5] - in.a[4];
+    s.row_elems = (in.a[3] - in.a[2]) * g.head_dim;
+    s.row_stride = in.Q;
+    return s;
+  }
+  template <bool B1>
+  __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {
+    return op_attn_o_proj<B1>(g, sm, w);
+  }
+};
 
 }  // namespace mk::vm

@@ -1,11 +1,12 @@
-// ops_attention_ring.cuh: decode attention whose earlier keys and values arrive through the page ring.
+// attention_ring.cuh: decode attention whose earlier keys and values arrive through the page ring (the
+// ring path of ATTN_PARTIAL and ATTN_O_PROJ).
 //
 // Attention of a new token over keys written by earlier steps needs nothing from this step, yet read
 // from global memory after the dependency wait those keys cost a loaded round trip on every layer's
-// critical path (the "key loop", ≈ 3.5 µs of a 6 µs op: docs/BENCHMARKS.md). The controller therefore
-// turns such an ATTN_PARTIAL into a stream of KV pages (kv_stream.cuh) that the loader copies into the
-// ring ahead of time, like weight rows; after the wait only the queries and the new token's own key and
-// value row (written by this step's QKV) are read from global memory, in one round trip.
+// critical path (the "key loop", ≈ 3.5 µs of a 6 µs op). The controller therefore turns such an
+// attention into a stream of KV pages (kv_stream.cuh) that the loader copies into the ring ahead of
+// time, like weight rows; after the wait only the queries and the new token's own key and value row
+// (written by this step's QKV) are read from global memory, in one round trip.
 #pragma once
 
 #include "code_size.cuh"
@@ -19,7 +20,7 @@ namespace mk::vm {
 
 // Consumer warps take the stream's KV ring pages round-robin (page p: warp p % 8); each holds
 // W_SLOT_KV_MODE KV pages, each its keys [page_size][hd] then its values. The new key goes to the first
-// warp without a ring page when there is one. emit as in attend (ops_attention.cuh). False: a page wait
+// warp without a ring page when there is one. emit as in attend (attention_global.cuh). False: a page wait
 // failed. A fused op's weight pages follow its KV pages; the stream's last Globals::defer_free_pages
 // positions stay held either way.
 // Not inlined (like consume_pages, `sm` by value): inlined into the opcode switch its registers raised

@@ -1,14 +1,12 @@
-// ops_attention.cuh: split-KV decode/prefill attention over the paged KV cache (online softmax in
-// fp32, one warp per strided subset of keys, merged through shared memory) and the LSE reduction.
+// attention_global.cuh: split-KV decode/prefill attention with its keys read from the paged KV cache in
+// global memory (online softmax in fp32, one warp per strided subset of keys, merged through shared memory):
+// the `attend` core of ATTN_PARTIAL (ops/attn_partial.cuh) and ATTN_O_PROJ (ops/attn_o_proj.cuh) wherever
+// their keys do not come through the page ring (attention_ring.cuh).
 #pragma once
 
 #include "code_size.cuh"
 
-#include "../tk/reduce.cuh"
-#include "advance.cuh"
 #include "attention_math.cuh"
-#include "bf16_unpack.cuh"
-#include "ops_attention_ring.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 
@@ -114,117 +112,6 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
     if (MARKS && threadIdx.x == 0 && t == q_first) timing_mark(g, w, MARK_COMPUTED);
     merge_warp_states(merge, NH, hd, t, emit);
     consumer_sync();
-  }
-}
-
-// Where ATTN_PARTIAL's outputs go: attn_out with one split, else this split's o_part / lse_part rows.
-__device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
-  const int grp = w[4], split = w[5], nsplit = w[6], hd = g.head_dim, qcols = g.n_heads * hd;
-  const int T = StepArgs(g).num_tokens(), head0 = grp * (g.n_heads / g.n_kv) + w[7];
-  return [=, &g](int t, int h, int d, float out, float lse) {
-    const int head = head0 + h;
-    if (nsplit == 1) {
-      g.attn_out[(long long)t * qcols + head * hd + d] = out;
-    } else {
-      g.o_part[((long long)split * T + t) * qcols + head * hd + d] = out;
-      if (d == 0) g.lse_part[((long long)split * T + t) * g.n_heads + head] = lse;
-    }
-  };
-}
-
-// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
-// One new token whose earlier keys the controller put on the page ring (kv_stream.cuh) takes the ring
-// path; anything else (prefill chunks, the knob off) reads its keys from global memory.
-template <int DPL, bool B1>
-__device__ bool attn_partial(const Globals& g, const Shared& sm, const int* w) {
-  if (w[W_SLOT_KV_MODE]) return attend_ring<DPL>(g, sm, w, partial_output(g, w));
-  if constexpr (B1) {
-    return variant_mismatch(g, w);
-  } else {
-    const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
-    attend<DPL, true>(g, sm, w, task, partial_output(g, w));
-    return true;
-  }
-}
-
-template <bool B1>
-__device__ __forceinline__ bool op_attn_partial(const Globals& g, const Shared& sm, const int* w) {
-  if (g.head_dim == 64) return attn_partial<2, B1>(g, sm, w);
-  if (g.head_dim == 128) return attn_partial<4, B1>(g, sm, w);
-  return attn_partial<1, B1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
-}
-
-// ATTN_REDUCE: operands seq, kv_group, num_splits. out = Σ_k e^{lse_k - M} o_k / Σ_k e^{lse_k - M}.
-__device__ void op_attn_reduce(const Globals& g, const int* w) {
-  const StepArgs sa(g);
-  const int s = w[3], grp = w[4], nsplit = w[5], hd = g.head_dim, G = g.n_heads / g.n_kv;
-  const int T = sa.num_tokens(), qcols = g.n_heads * hd, q0 = sa.query_start(s), nq = sa.query_start(s + 1) - q0;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < nq * G * hd; idx += CONSUMER_THREADS) {
-    const int t = q0 + idx / (G * hd), h = (idx / hd) % G, d = idx % hd, head = grp * G + h;
-    float M = -INFINITY;
-    for (int k = 0; k < nsplit; ++k) M = fmaxf(M, load_cg(g.lse_part + ((long long)k * T + t) * g.n_heads + head));
-    float num = 0.f, den = 0.f;
-    for (int k = 0; k < nsplit; ++k) {
-      const float f = expf(load_cg(g.lse_part + ((long long)k * T + t) * g.n_heads + head) - M);
-      den += f;
-      num = fmaf(f, load_cg(g.o_part + ((long long)k * T + t) * qcols + head * hd + d), num);
-    }
-    g.attn_out[(long long)t * qcols + head * hd + d] = num / den;
-  }
-}
-
-// EMBED: operands tok_begin, tok_end. hidden[t] = embed[token_ids[t]] (fp32).
-__device__ void op_embed(const Globals& g, const int* w) {
-  const StepArgs sa(g);
-  const int H = g.hidden_size, t0 = w[3], n = w[4] - w[3];
-  for (int idx = threadIdx.x; idx < n * H; idx += CONSUMER_THREADS) {
-    const int t = t0 + idx / H, k = idx % H;
-    g.hidden[(long long)t * H + k] = __bfloat162float(g.embed[(long long)sa.token_id(t) * H + k]);
-  }
-}
-
-// The next step's hidden rows from the ids in shared `out` ([S] ints): hidden[s] = embed[id s] (fp32; decode:
-// sequence s is token s of the next step). Every consumer thread takes 8 columns (one 16-byte load), so a batch-1
-// row is one round trip; the host folds the embedding only where hidden_size % 8 == 0.
-__device__ __forceinline__ void write_next_embeddings(const Globals& g, const Shared& sm, int S) {
-  const int H = g.hidden_size, chunks = H / 8;
-  const int* ids = reinterpret_cast<const int*>(sm.out);
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < S * chunks; idx += CONSUMER_THREADS) {
-    const int s = idx / chunks, c = idx % chunks;
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(g.embed + (long long)ids[s] * H) + c);  // read-only weights
-    float f[8];
-    bf16x8_to_float(v, f);
-    float4* dst = reinterpret_cast<float4*>(g.hidden + (long long)s * H) + 2 * c;
-    dst[0] = make_float4(f[0], f[1], f[2], f[3]);
-    dst[1] = make_float4(f[4], f[5], f[6], f[7]);
-  }
-}
-
-// ARGMAX_REDUCE: operand num_blocks. out_tokens[s] = argmax over the LM-head blocks (ties: smallest id).
-__device__ void op_argmax(const Globals& g, const Shared& sm, const int* w) {
-  const StepArgs sa(g);
-  const int S = sa.num_seqs(), nb = w[3], warp = tk::warp_id(), lane = tk::lane_id();
-  for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
-    tk::value_index best{-INFINITY, 0x7fffffff};
-    for (int b = lane; b < nb; b += 32) {
-      const tk::value_index c{load_cg(g.lm_max + s * g.lm_blocks + b), __ldcg(g.lm_arg + s * g.lm_blocks + b)};
-      if (tk::beats(c, best)) best = c;
-    }
-    best = tk::warp_argmax(best);
-    if (lane == 0) {
-      g.out_tokens[s] = best.index;
-      // The on-device decode loop's next inputs: every reader of step_args in this step is an ancestor.
-      if (g.advance_history) advance_sequence(const_cast<int*>(g.step_args), s, best.index, g.advance_history, g.error);
-      reinterpret_cast<int*>(sm.out)[s] = best.index;  // for the embedding rows below (S <= tokens <= OUT_FLOATS)
-    }
-  }
-  // ... and their embedding rows, where the next step has no EMBED: every reader of hidden in this step (the LM
-  // head's norm) is an ancestor too.
-  if (g.advance_history && g.embed_next) {
-    consumer_sync();
-    write_next_embeddings(g, sm, S);
   }
 }
 

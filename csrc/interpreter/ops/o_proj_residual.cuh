@@ -1,0 +1,57 @@
+// ops/o_proj_residual.cuh: O_PROJ_RESIDUAL (engine/instructions/ops/o_proj_residual.py), a row block of the
+// attention output projection plus the residual.
+#pragma once
+
+#include "../code_size.cuh"
+
+#include "../activations.cuh"
+#include "../consumer_matvec.cuh"
+#include "../op_traits.cuh"
+
+namespace mk::vm {
+
+// O_PROJ_RESIDUAL: operands row_begin, row_end. mid = hidden + attn·Wo^T; hidden = mid.
+template <bool B1>
+__device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
+  const StepArgs sa(g);
+  const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
+  // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
+  const bool preload = T * rows <= CONSUMER_THREADS;
+  float resid = 0.f;
+  if (preload && threadIdx.x < T * rows)
+    resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
+  load_rows(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
+  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
+  if (!matvec<B1>(g, sm, T, w)) return false;
+  MK_ROLLED
+  for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
+    const int2 ti = token_index<B1>(idx, rows);
+    const int t = ti.x, r = ti.y;
+    const long long at = (long long)t * g.hidden_size + row_begin + r;
+    const float m = (preload ? resid : load_cg(g.hidden + at)) + sm.out[t * rows + r];
+    g.mid[at] = m;
+    g.hidden[at] = m;
+  }
+  return true;
+}
+
+template <>
+struct Op<OP_O_PROJ_RESIDUAL> : OpTraits {
+  static constexpr bool in_variant(int v) { return v != VARIANT_BATCH1_FUSED; }
+  static constexpr bool CHAIN = true;
+  // W_o rows [row_begin, row_end) of the layer.
+  __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
+    WeightStream s;
+    s.base = g.w_o + (in.layer * in.H + in.a[0]) * in.Q;
+    s.rows = in.a[1] - in.a[0];
+    s.row_elems = (int)in.Q;
+    s.row_stride = in.Q;
+    return s;
+  }
+  template <bool B1>
+  __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {
+    return op_o_proj<B1>(g, sm, w);
+  }
+};
+
+}  // namespace mk::vm
