@@ -25,11 +25,11 @@ def main() -> None:
     knobs = backend_knobs(os.environ)
     knobs.pop("policy", None)
     for policy in ("lpt", "dynamic"):
-        be = CudaBackend(weights, num_pages=8, page_size=16, policy=policy, **knobs)
+        be = CudaBackend(weights, num_pages=8, page_size=PAGE_SIZE, policy=policy, **knobs)
         table = [3, 1, 6]
-        ids = be.greedy(StepBatch.build([[5, 9, 2, 7]], [0], [table], device="cuda", page_size=16))
+        ids = be.greedy(StepBatch.build([[5, 9, 2, 7]], [0], [table], device="cuda", page_size=PAGE_SIZE))
         for pos in range(4, 20):
-            ids = be.greedy(StepBatch.build([[int(ids[0])]], [pos], [table], device="cuda", page_size=16))
+            ids = be.greedy(StepBatch.build([[int(ids[0])]], [pos], [table], device="cuda", page_size=PAGE_SIZE))
         print(f"{policy}: ok, last token {int(ids[0])}")
     loop = CudaBackend(weights, num_pages=2, page_size=PAGE_SIZE, embed_in_stream=False,
                        **{**knobs, "fold_advance": True, "fold_embed": True})

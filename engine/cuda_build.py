@@ -87,8 +87,13 @@ def find_ninja() -> Path:
     return Path(ninja.BIN_DIR) / "ninja"
 
 
+CACHE_DIR_ENV = "MEGAKERNEL_CACHE_DIR"
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("MEGAKERNEL_CACHE_DIR", Path.home() / ".cache" / "megakernel"))
+    """The megakernel's cache: the compiled modules here, the demo's random checkpoints under checkpoints/.
+    The one place the cache's environment variable is read."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "megakernel")
 
 
 def discover_extensions(root: Path = ROOT) -> tuple[ExtensionSpec, ...]:

@@ -1,38 +1,54 @@
-"""Engine settings (frozen) and the KV-cache sizing rule."""
+"""Engine settings (frozen) and the KV-cache sizing rule.
+
+EngineConfig's field defaults are the engine's defaults: `LLM`, `LLMEngine`, `megakernel generate` and
+`megakernel serve` all take them from here (the CLIs read the class attributes, e.g. `EngineConfig.page_size`).
+The module imports no torch, so the command line can build its parser without it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from models.llama.config import LlamaConfig
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+BACKEND_NAMES = ("auto", "torch", "vm", "cuda")  # auto: cuda on an sm_90 GPU, else torch (engine/backends)
+DTYPE_NAMES = ("bfloat16", "float16", "float32")  # torch dtypes of the same names
 CPU_KV_BUDGET_BYTES = 1 << 30
+# Share of the free GPU memory (after the weights and the backend's reserve) that the KV cache takes; the rest
+# stays free for what the run allocates later (step buffers, logits, the allocator's slack).
 GPU_KV_MEMORY_FRACTION = 0.85
+# Schedule policy of the vm / cuda backends: static per-SM queues filled longest-processing-time first. The
+# dynamic work queue measured 2.37 vs 1.44 ms/token (1B decode, same code): an SM that finishes early claims a
+# second instruction of the same op and doubles its critical path (docs/PERFORMANCE.md, design decisions).
+DEFAULT_POLICY = "lpt"
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     model: str
-    backend: str = "auto"
-    dtype: str = "bfloat16"
+    backend: str = "auto"  # one of BACKEND_NAMES
+    dtype: str = "bfloat16"  # one of DTYPE_NAMES
     device: str | None = None
     max_model_len: int | None = None  # default: the model's context, capped by KV capacity
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
-    page_size: int = 16
+    page_size: int = 16  # tokens per KV-cache page
     num_pages: int | None = None  # default: sized from memory
     seed: int = 0
-    # Schedule policy for the vm / cuda backends: static longest-processing-time queues by default, the
-    # fastest on the GPU (docs/BENCHMARKS.md: 1.44 vs 2.37 ms/token for the dynamic queue, 1B decode).
-    policy: str = "lpt"
+    policy: str = DEFAULT_POLICY
+    # Most greedy decode steps one engine step may run back to back on the device without the host in between
+    # (LLMEngine._decode_steps says when it may): the host's per-token work is paid once per run, and a
+    # streamed token or a newly arrived request waits for at most one run. 1: a host round trip per token.
+    decode_steps: int = 16
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "page_size"):
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {self.dtype!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "page_size", "decode_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:
@@ -42,11 +58,13 @@ class EngineConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        import torch
+
+        return getattr(torch, self.dtype)
 
 
 def kv_bytes_per_page(config: LlamaConfig, page_size: int, dtype: torch.dtype) -> int:
-    elem = torch.empty((), dtype=dtype).element_size()
+    elem = dtype.itemsize
     return 2 * config.num_hidden_layers * config.num_key_value_heads * page_size * config.head_dim * elem
 
 
@@ -65,6 +83,8 @@ def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device,
         num_pages = cfg.num_pages
     else:
         if device.type == "cuda":
+            import torch
+
             free, _total = torch.cuda.mem_get_info(device)
             budget = int((free - reserve_bytes) * GPU_KV_MEMORY_FRACTION)
         else:

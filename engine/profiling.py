@@ -16,23 +16,20 @@ from dataclasses import fields
 import torch
 
 from engine.backends import has_sm90_gpu
-from engine.backends.cuda_backend import DEFAULT_POLICY, CudaBackend
+from engine.backends.cuda_backend import CudaBackend
 from engine.bench.model_source import load_bench_weights
 from engine.cuda.backend_options import parse_kernel_options
 from engine.cuda.profile import record_from_timing
+from engine.engine_config import DEFAULT_POLICY, EngineConfig
 from engine.instructions.layout import ModelDims
 from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
 from engine.scheduler.compiler.step_builder_splits import SplitParams
-from engine.scheduler.compiler.target import TargetDevice
+from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from engine.simulated_profile import record_from_compiled
-from engine.vm.machine import DEFAULT_SIMULATED_SMS
 from models.llama.config import LlamaConfig
-from models.llama.presets import preset_config
+from models.llama.presets import DEFAULT_GPU_PRESET, preset_config
 from models.llama.step_batch import StepBatch
 from profiler.record import MetaValue, ProfileRecord, concat_records
-
-DEFAULT_PAGE_SIZE = 16
-DEFAULT_VM_POLICY = "dynamic"
 
 
 def decode_batch(batch: int, context: int, page_size: int) -> StepBatch:
@@ -63,9 +60,9 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
             raise RuntimeError("profile --backend cuda needs an sm_90 GPU; use --backend vm on this machine")
         return collect_cuda_profile(args, options)
     name, config = _config(args)
-    policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_VM_POLICY))
+    policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_POLICY))
     num_sms = int(getattr(args, "num_sms", None) or options.get("num_sms") or DEFAULT_SIMULATED_SMS)
-    page_size = int(getattr(args, "page_size", None) or DEFAULT_PAGE_SIZE)
+    page_size = int(getattr(args, "page_size", None) or EngineConfig.page_size)
     split = {k: v for k, v in options.items() if k in {f.name for f in fields(SplitParams)} - {"num_sms"}}
     cache = StreamCache(ModelDims.from_config(config), page_size, BuildParams.of(policy, **split),
                         TargetDevice(num_sms=num_sms))
@@ -83,9 +80,9 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
 
 def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -> ProfileRecord:
     dev = torch.device("cuda")
-    weights, desc = load_bench_weights(getattr(args, "model", None), getattr(args, "preset", None) or "llama-3.2-1b",
-                                       torch.bfloat16, dev)
-    page = int(getattr(args, "page_size", None) or DEFAULT_PAGE_SIZE)
+    weights, desc = load_bench_weights(getattr(args, "model", None), getattr(args, "preset", None)
+                                       or DEFAULT_GPU_PRESET, torch.bfloat16, dev)
+    page = int(getattr(args, "page_size", None) or EngineConfig.page_size)
     batch, prompt_len, steps = int(args.batch), int(args.prompt_len), int(args.steps)
     policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_POLICY))
     backend_kw = {k: v for k, v in options.items() if k != "policy"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
+# One GPU run: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
 # decode benchmark and a profile; logs and JSON go to $OUT (default ./out). Parts are selectable:
 #   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [profile]   (default: all but bench-fast)
 # Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.

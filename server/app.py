@@ -24,7 +24,7 @@ from server.params import chat_messages, check_model
 from server.prompts import chat_prompt, check_token_ids
 from server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, ModelCard,
                              ModelList, TokenizeRequest)
-from server.serve_options import DEFAULT_MAX_REQUEST_BYTES
+from server.serve_options import DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES
 from server.serving_chat import create_chat_completion
 from server.serving_completion import create_completion
 
@@ -32,7 +32,7 @@ VERSION = "0.1.0"
 
 
 def build_app(engine_or_async_engine: Any, served_model_name: str | None = None, api_key: str | None = None,
-              *, max_pending: int = 1024, cors_origins: Sequence[str] = (),
+              *, max_pending: int = DEFAULT_MAX_PENDING, cors_origins: Sequence[str] = (),
               max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
     """An app serving `engine_or_async_engine` (an LLMEngine, or an AsyncEngine that may still be
     loading). `max_pending` bounds in-flight engine requests (running + waiting); beyond it → 503.
@@ -105,7 +105,10 @@ def build_app(engine_or_async_engine: Any, served_model_name: str | None = None,
         err = unavailable()
         return JSONResponse({"status": "ok"}) if err is None else error_response(err)
 
-    @app.api_route("/ping", methods=["GET", "POST"])
+    # One route per method: a shared route gives both methods the same OpenAPI operationId, which the
+    # spec forbids and client generators reject.
+    @app.get("/ping", operation_id="ping_get")
+    @app.post("/ping", operation_id="ping_post")
     async def ping() -> Response:
         return await health()
 

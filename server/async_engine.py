@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 from server.metrics import ServerMetrics, TokenTimes
 from server.prompts import ModelLimits
 from server.request_stream import ChoiceEvent, EngineDeadError, QueueFullError, RequestStream, ShuttingDownError
+from server.serve_options import DEFAULT_MAX_PENDING
 from server.tokenizer_pool import TokenizerPool
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class AsyncEngine:
     the engine thread, when the engine dies."""
 
     def __init__(self, engine: Any = None, *, engine_factory: Callable[[], Any] | None = None,
-                 served_model_name: str = "model", max_pending: int = 1024,
+                 served_model_name: str = "model", max_pending: int = DEFAULT_MAX_PENDING,
                  metrics: ServerMetrics | None = None, on_fatal: Callable[[str], None] | None = None,
                  tokenizer_workers: int = 2):
         if (engine is None) == (engine_factory is None):

@@ -18,10 +18,12 @@ from typing import Any
 
 import httpx
 
+from server.serve_options import DEFAULT_HOST, DEFAULT_PORT
+
 
 @dataclass(frozen=True)
 class BenchConfig:
-    base_url: str = "http://127.0.0.1:8000"
+    base_url: str = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
     model: str | None = None  # default: the server's first model
     num_prompts: int = 100
     input_len: int = 128

@@ -5,12 +5,14 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import socket
 import sys
 from typing import NoReturn
 
-from server.serve_options import (API_KEY_ENV, DEFAULT_MAX_REQUEST_BYTES, FlagError, check_engine_flags,
+from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
+from server.bench_serve import BenchConfig
+from server.serve_options import (API_KEY_ENV, DEFAULT_HOST, DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES,
+                                  DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, FlagError, check_engine_flags,
                                   engine_kwargs, serve_options)
 
 log = logging.getLogger(__name__)
@@ -21,45 +23,51 @@ EXIT_BAD_FLAGS = 2
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn); docs/SERVING.md")
     p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout)")
-    p.add_argument("--backend", default="auto", choices=["auto", "cuda", "vm", "torch"])
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--num-pages", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    # Engine settings: EngineConfig's field defaults (engine/engine_config.py).
+    p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
+    p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
+    p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
+    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
+    p.add_argument("--max-num-batched-tokens", type=int, default=EngineConfig.max_num_batched_tokens)
+    p.add_argument("--page-size", type=int, default=EngineConfig.page_size)
+    p.add_argument("--num-pages", type=int, default=EngineConfig.num_pages)
+    p.add_argument("--seed", type=int, default=EngineConfig.seed)
+    # The front end's: server/serve_options.py.
+    p.add_argument("--host", default=DEFAULT_HOST)
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--served-model-name", default=None,
                    help="model id clients send (default: the last path component of --model)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--allowed-origins", default=None,
                    help="comma-separated CORS origins, e.g. https://app.example.com (default: no CORS)")
-    p.add_argument("--max-pending", type=int, default=1024,
-                   help="in-flight generations (running + waiting) before answering 503")
+    p.add_argument("--max-pending", type=int, default=DEFAULT_MAX_PENDING,
+                   help=f"in-flight generations (running + waiting) before answering 503 "
+                        f"(default {DEFAULT_MAX_PENDING})")
     p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
-                   help="largest request body accepted; larger gets 413 (default 16 MiB)")
-    p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="on SIGTERM, seconds running requests get to finish (default 30)")
+                   help=f"largest request body accepted; larger gets 413 "
+                        f"(default {DEFAULT_MAX_REQUEST_BYTES >> 20} MiB)")
+    p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+                   help=f"on SIGTERM, seconds running requests get to finish (default {DEFAULT_SHUTDOWN_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=_serve)
     _one_line_errors(p)
 
+    # bench-serve's defaults: BenchConfig's (server/bench_serve.py).
     p = sub.add_parser("bench-serve", help="load-test a running server (like `vllm bench serve`)")
-    p.add_argument("--base-url", default="http://127.0.0.1:8000")
-    p.add_argument("--model", default=None, help="default: the server's first model")
-    p.add_argument("--num-prompts", type=int, default=100)
-    p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--range-ratio", type=float, default=0.0,
+    p.add_argument("--base-url", default=BenchConfig.base_url)
+    p.add_argument("--model", default=BenchConfig.model, help="default: the server's first model")
+    p.add_argument("--num-prompts", type=int, default=BenchConfig.num_prompts)
+    p.add_argument("--input-len", type=int, default=BenchConfig.input_len)
+    p.add_argument("--output-len", type=int, default=BenchConfig.output_len)
+    p.add_argument("--range-ratio", type=float, default=BenchConfig.range_ratio,
                    help="lengths uniform in [len*(1-r), len*(1+r)]")
-    p.add_argument("--request-rate", type=float, default=math.inf, help="requests/s, Poisson (default inf)")
-    p.add_argument("--max-concurrency", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
-    p.add_argument("--api-key", default=None)
+    p.add_argument("--request-rate", type=float, default=BenchConfig.request_rate,
+                   help=f"requests/s, Poisson (default {BenchConfig.request_rate})")
+    p.add_argument("--max-concurrency", type=int, default=BenchConfig.max_concurrency)
+    p.add_argument("--seed", type=int, default=BenchConfig.seed)
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", default=BenchConfig.ignore_eos)
+    p.add_argument("--api-key", default=BenchConfig.api_key)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--output", default=None, help="also write the JSON results to this file")
     p.set_defaults(func=_bench_serve)

@@ -54,7 +54,8 @@ class _SamplingFields(_Request):
     top_k: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1, le=MAX_N)
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    stop: Text | list[Text] | None = Field(default=None, max_length=MAX_STOP_STRINGS)
+    # The bound counts strings: on the union it would also cap a single stop string at 64 characters.
+    stop: Text | Annotated[list[Text], Field(max_length=MAX_STOP_STRINGS)] | None = None
     stop_token_ids: list[StrictInt] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
     include_stop_str_in_output: bool = False
     seed: int | None = Field(default=None, ge=SEED_MIN, lt=SEED_END)

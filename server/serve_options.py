@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 API_KEY_ENV = "MEGAKERNEL_API_KEY"
+# The front end's defaults (the engine's own are EngineConfig's field defaults); `megakernel serve`,
+# `bench-serve`, build_app and AsyncEngine all take them from here.
+DEFAULT_HOST = "127.0.0.1"  # this machine only; 0.0.0.0 must be asked for
+DEFAULT_PORT = 8000
+DEFAULT_MAX_PENDING = 1024  # in-flight generations (running + waiting) before 503
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # on SIGTERM, seconds running requests get to finish
 _ORIGIN = re.compile(r"^(\*|https?://[^/\s]+)$")
 
 

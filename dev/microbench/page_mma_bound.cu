@@ -1,6 +1,6 @@
 // page_mma_bound.cu: which unit bounds the tensor-core page matvec (csrc/interpreter/dot_rows_mma.cuh)?
-// NOTE (exp/bf16-x): the interpreter now keeps batch-1 x in bf16 for the tensor-core path (activations.cuh),
-// so MmaOperands below reads this file's fp32 x as bf16 pairs: its timings hold, its sums do not.
+// NOTE: the interpreter keeps batch-1 x in bf16 for the tensor-core path (activations.cuh), so MmaOperands
+// below reads this file's fp32 x as bf16 pairs: its timings hold, its sums do not.
 // One 16 KB page of 4 x 2048 rows, computed by 1, 2, 4 or 8 warps at once (warp w runs on SM sub-partition
 // w % 4, so 4 warps = one per sub-partition, 8 = two), each on its own copy of the page, in three modes:
 // full (the product's loop), mma only (operands loaded once, then the same mma sequence), loads only (the

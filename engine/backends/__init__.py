@@ -6,9 +6,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.backends.base import Backend
+from engine.engine_config import BACKEND_NAMES
 from models.llama.weights import LlamaWeights
-
-BACKEND_NAMES = ("auto", "torch", "vm", "cuda")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.instructions.step_args import StepArgsView
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
-from engine.scheduler.compiler.target import TargetDevice
+from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from engine.vm.buffers import GlobalBuffers
-from engine.vm.machine import DEFAULT_SIMULATED_SMS, VM, StepTrace, SyncState
+from engine.vm.machine import VM, StepTrace, SyncState
 from models.llama.kv_cache import PagedKVCache
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights

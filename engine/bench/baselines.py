@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.bench.config import COMPILE_GRAPH, CUDA_GRAPH, EAGER
 from engine.bench.static_llama import StaticLlama
 from engine.bench.timing import DeviceTimer, synchronize
 
 Step = Callable[[], None]
 
-EAGER = "eager"
-CUDA_GRAPH = "cuda_graph"
-COMPILE_GRAPH = "compile_graph"
 BASELINES = (EAGER, CUDA_GRAPH, COMPILE_GRAPH)
 
 

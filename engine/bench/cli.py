@@ -4,10 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.bench.config import COMPILE_FALLBACK, BenchConfig
 from engine.cuda.backend_options import add_kernel_option_argument
+from engine.engine_config import DTYPE_NAMES
+from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
 
-DEFAULT_GPU_PRESET = "llama-3.2-1b"
-CPU_PRESET = "tiny"  # without a GPU the 1B model would take minutes per token row
+# Every flag's default is BenchConfig's (engine/bench/config.py), except the device and the preset, which the
+# command picks by machine (resolve_device_and_preset).
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,17 +18,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, metavar="DIR", help="checkpoint directory (default: random weights)")
     p.add_argument("--preset", default=None,
                    help=f"random-weight shape (default {DEFAULT_GPU_PRESET} on a GPU, {CPU_PRESET} on the CPU)")
-    p.add_argument("--prompt-len", type=int, default=32)
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt-len", type=int, default=BenchConfig.prompt_len)
+    p.add_argument("--new-tokens", type=int, default=BenchConfig.new_tokens)
+    p.add_argument("--batch", type=int, default=BenchConfig.batch)
     p.add_argument("--skip", default="", help="comma list of baselines to skip: eager,graph,compile")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (cuda when available)")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
-                   help="torch.compile mode of the compile+graph baseline ('default' is tried if it fails)")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per runner (median reported)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default=BenchConfig.dtype, choices=DTYPE_NAMES)
+    p.add_argument("--compile-mode", default=BenchConfig.compile_modes[0],
+                   help=f"torch.compile mode of the compile+graph baseline ({COMPILE_FALLBACK!r} is tried if it "
+                        "fails)")
+    p.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="timed runs per runner (median reported)")
+    p.add_argument("--seed", type=int, default=BenchConfig.seed)
     p.add_argument("--engine-module", action="append", default=[], metavar="MODULE",
                    help="import MODULE first so it can register_engine_runner(); repeatable")
     add_kernel_option_argument(p)
@@ -50,7 +54,7 @@ def run_cli(args: argparse.Namespace) -> int:
     import torch
 
     from engine.bench.engines import DEFAULT_ENGINE_PLUGINS, import_plugins
-    from engine.bench.harness import BenchConfig, run_bench
+    from engine.bench.harness import run_bench
     from engine.bench.report import format_table, write_json
 
     device, preset, note = resolve_device_and_preset(args.device, args.preset, torch.cuda.is_available())
@@ -62,7 +66,7 @@ def run_cli(args: argparse.Namespace) -> int:
     config = BenchConfig(
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
-        compile_modes=(args.compile_mode, "default"), repeats=args.repeats, seed=args.seed,
+        compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
         kernel_options=tuple(args.kernel_option))
     result = run_bench(config, messages=tuple(messages),
                        progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))

@@ -16,6 +16,7 @@ import torch
 
 from engine.bench.bandwidth import BandwidthResult, measure_copy_bandwidth
 from engine.bench.baselines import BASELINES, COMPILE_GRAPH, CUDA_GRAPH, EAGER, RunResult, run_baseline
+from engine.bench.config import BenchConfig
 from engine.bench.engines import DEFAULT_REGISTRY, EngineRunner
 from engine.bench.floor import Floor, decode_floor
 from engine.bench.megakernel_runner import megakernel_runners
@@ -23,46 +24,6 @@ from engine.bench.model_source import load_bench_weights, parse_dtype
 from engine.bench.static_llama import StaticLlama
 from engine.bench.timing import synchronize
 from engine.cuda.backend_options import parse_kernel_options
-
-# CLI spellings accepted in `skip_baselines`, mapped to the runner names.
-SKIP_ALIASES = {"eager": EAGER, "graph": CUDA_GRAPH, "cuda_graph": CUDA_GRAPH,
-                "compile": COMPILE_GRAPH, "compile_graph": COMPILE_GRAPH}
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    model_dir: str | None = None  # a checkpoint; overrides `preset`
-    preset: str = "llama-3.2-1b"  # random weights of this shape when model_dir is None
-    prompt_len: int = 32
-    new_tokens: int = 128
-    batch: int = 1
-    skip_baselines: frozenset[str] = frozenset()  # names or SKIP_ALIASES keys
-    dtype: str = "bfloat16"
-    device: str = "cuda"
-    compile_modes: tuple[str, ...] = ("max-autotune-no-cudagraphs", "default")  # tried in order
-    repeats: int = 3  # timed runs per runner (median reported), after one warm-up run
-    seed: int = 0  # weights and prompt
-    bandwidth_bytes: int | None = None  # copy buffer size; None = 2 GiB on GPU (capped), 64 MiB on CPU
-    # The megakernel row's cuda backend options as NAME=VALUE (engine/cuda/backend_options.py; kept as given, so
-    # the JSON result says how it ran); the engine's defaults where unset.
-    kernel_options: tuple[str, ...] = ()
-
-    def validate(self) -> None:
-        if self.batch != 1:
-            raise ValueError(f"batch: only batch 1 is benchmarked for now, got {self.batch}")
-        if self.prompt_len < 1 or self.new_tokens < 1:
-            raise ValueError(f"prompt_len ({self.prompt_len}) and new_tokens ({self.new_tokens}) must be >= 1")
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
-        unknown = sorted(set(self.skip_baselines) - set(SKIP_ALIASES))
-        if unknown:
-            raise ValueError(f"skip_baselines: unknown {', '.join(unknown)}; valid: {', '.join(sorted(SKIP_ALIASES))}")
-        parse_dtype(self.dtype)
-        parse_kernel_options(self.kernel_options)
-
-    def skipped(self) -> set[str]:
-        return {SKIP_ALIASES[s] for s in self.skip_baselines}
-
 
 @dataclass(frozen=True)
 class BenchRow:

@@ -11,19 +11,16 @@ from pathlib import Path
 
 import torch
 
+from engine.engine_config import DTYPE_NAMES
 from models.llama.config import LlamaConfig
 from models.llama.init_random import NORM_NOISE_STD, WEIGHT_STD
 from models.llama.presets import preset_config
 from models.llama.weights import LlamaWeights, expected_shapes, load_weights, weights_from_state_dict
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
 def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise ValueError(f"dtype: unsupported {name!r}; choose one of {', '.join(DTYPES)}") from None
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype: unsupported {name!r}; choose one of {', '.join(DTYPE_NAMES)}")
+    return getattr(torch, name)
 
 
 def random_weights(config: LlamaConfig, dtype: torch.dtype, device: torch.device, seed: int = 0) -> LlamaWeights:

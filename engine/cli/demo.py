@@ -2,23 +2,30 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
+
+from engine.cli.generate import DEFAULT_MAX_TOKENS
+from engine.cuda_build import cache_root
+from engine.engine_config import BACKEND_NAMES, EngineConfig
+from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="default job: random model of a preset, generate and time it")
-    p.add_argument("--preset", default=None, help="default: llama-3.2-1b on an sm_90 GPU, tiny on the CPU")
-    p.add_argument("--cache-dir", default=None)
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--backend", default="auto")
+    p.add_argument("--preset", default=None,
+                   help=f"default: {DEFAULT_GPU_PRESET} on an sm_90 GPU, {CPU_PRESET} on the CPU")
+    p.add_argument("--cache-dir", default=None,
+                   help="checkpoint directory (default: checkpoints/PRESET in the megakernel cache, "
+                        "$MEGAKERNEL_CACHE_DIR or else ~/.cache/megakernel)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
     p.set_defaults(func=run)
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("MEGAKERNEL_CACHE", os.path.join(Path.home(), ".cache", "megakernel"))
-    return Path(root) / "checkpoints"
+    """Where the demo keeps its random checkpoints: beside the compiled modules (engine/cuda_build.py)."""
+    return cache_root() / "checkpoints"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from models.llama.init_random import init_random_checkpoint
 
     gpu = has_sm90_gpu()
-    preset = args.preset or ("llama-3.2-1b" if gpu else "tiny")
+    preset = args.preset or (DEFAULT_GPU_PRESET if gpu else CPU_PRESET)
     if not gpu:
         print("no sm_90 GPU found: running the CPU reference backend on the tiny preset")
     model_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir() / preset

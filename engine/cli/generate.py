@@ -4,26 +4,34 @@ from __future__ import annotations
 import argparse
 import time
 
+from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
+from engine.sampling_params import SamplingParams
+
+# The command's own defaults: a couple of lines of text, greedy (LLM and SamplingParams default to 16 tokens
+# sampled at temperature 1, as vLLM's do).
+DEFAULT_MAX_TOKENS = 32
+DEFAULT_TEMPERATURE = 0.0
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text from a checkpoint directory")
     p.add_argument("--model", required=True)
     p.add_argument("--prompt", action="append", required=True, help="repeatable")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "vm", "cuda"])
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
+    p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
+    p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
+    p.add_argument("--seed", type=int, default=EngineConfig.seed)
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
+    p.add_argument("--top-p", type=float, default=SamplingParams.top_p)
+    p.add_argument("--top-k", type=int, default=SamplingParams.top_k)
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--chat", action="store_true", help="wrap each prompt as a user chat message")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import LLM, SamplingParams
+    from engine import LLM
     from models.llama.config import LlamaConfig
     from models.llama.weights import check_checkpoint
 

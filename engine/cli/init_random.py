@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import argparse
 
+from models.llama.init_random import DEFAULT_DTYPE, DEFAULT_SEED, DTYPES
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init-random", help="write a random checkpoint of a preset in Hugging Face layout")
     p.add_argument("--preset", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES))
     p.set_defaults(func=run)
 
 

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.engine_config import EngineConfig
+from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS
 from profiler.record import ProfileFormatError, ProfileRecord, load_npz
 
 DESCRIPTION = """Profile decode steps per SM and write into --out: raw.npz (timings + instruction words),
@@ -37,10 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=_positive_int, default=1, help="decode batch size (sequences)")
     p.add_argument("--prompt-len", type=_positive_int, default=128, help="tokens of context per sequence")
     p.add_argument("--steps", type=_positive_int, default=1, help="decode steps to record")
-    p.add_argument("--policy", default=None, help="scheduling policy passed to the instruction builder")
+    p.add_argument("--policy", default=None,
+                   help=f"scheduling policy passed to the instruction builder (default: the engine's, "
+                        f"{EngineConfig.policy})")
     p.add_argument("--num-sms", type=_positive_int, default=None,
-                   help="SMs to schedule for (vm; default: the collector's choice, e.g. H100's 132)")
-    p.add_argument("--page-size", type=_positive_int, default=None, help="KV page size (tokens)")
+                   help=f"SMs to schedule for (vm only; default {DEFAULT_SIMULATED_SMS}, an H100's or H200's)")
+    p.add_argument("--page-size", type=_positive_int, default=EngineConfig.page_size, help="KV page size (tokens)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
 
 

@@ -4,11 +4,11 @@ and how: one query head per ATTN_O_PROJ instruction, its W_o slice copied as 2-D
 
 Fusing saves a dependency hop per layer, but each instruction then streams its W_o slice (rows x head_dim)
 while it waits for the layer's QKV: that slice has to fit the ring next to the rest of the chain's pages.
-Measured on an H200, thirteenth session (docs/BENCHMARKS.md): Llama-3.2-1B shape (one layer's W_o is 4 pages
-per SM) 0.815 -> 0.806-0.808 ms/token; Llama-3.1-8B shape (16 pages per SM) 4.169 -> 4.247. So the default
+Measured on an H200 (same-run A/Bs): Llama-3.2-1B shape (one layer's W_o is 4 pages per SM) 0.815 ->
+0.806-0.808 ms/token; Llama-3.1-8B shape (16 pages per SM, more than the ring) 4.169 -> 4.247. So the default
 fuses where one layer's W_o spread over the SMs takes at most FUSED_MAX_W_O_PAGES_PER_SM ring pages, and where
 memory is fast (engine/cuda/device_tuning.py decides which device is): on an H100 the 1B fused measured 0.982
-against 0.978 ms/token split (fourteenth session), on an H200 0.801 against 0.809.
+against 0.978 ms/token split, on an H200 0.801 against 0.809.
 """
 from __future__ import annotations
 

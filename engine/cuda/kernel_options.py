@@ -1,7 +1,10 @@
 """Launch-time options of the interpreter kernel: how the loader streams and when pages are freed. None of
 them changes the instruction tensors (the VM runs the same program whatever they are), so they live beside
-the stream rather than in the scheduler's SplitParams. Every default below was measured; docs/BENCHMARKS.md
-has the A/Bs, and each option is an env knob for `megakernel bench` / `profile` (engine/cuda/knobs.py)."""
+the stream rather than in the scheduler's SplitParams. This is the one table of the kernel's defaults; each
+was measured by a same-run A/B (ms/token of batch-1 decode on the bench's on-device loop; the design decisions
+in docs/PERFORMANCE.md), and each can be set per run with `--kernel-option NAME=VALUE` of `megakernel bench` /
+`profile` (engine/cuda/backend_options.py). The defaults that depend on the GPU's memory bandwidth are None
+here and resolved per device (engine/cuda/device_tuning.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -9,66 +12,67 @@ from dataclasses import dataclass, fields
 from engine.instructions.registry import opcode_mask
 
 # L2 prefetch (csrc/interpreter/l2_prefetch.cuh): the controller pulls the first `l2_prefetch_kb` of each
-# instruction it fetches, the loader the `l2_beyond_ring_kb` past the ring. Both measured slower (1B decode
-# on an H200: 1.39 -> 1.32 ms/token without the controller's 96 KiB, 1.30 -> 1.13 without the loader's
-# 256 KiB): prefetches queue in front of the latency-bound loads of the critical path. Off by default.
+# instruction it fetches, the loader the `l2_beyond_ring_kb` past the ring. Off: both measured slower (1B on an
+# H200: 1.39 -> 1.32 ms/token without the controller's 96 KiB, 1.30 -> 1.13 without the loader's 256 KiB);
+# prefetches queue in front of the latency-bound loads of the critical path.
 DEFAULT_L2_PREFETCH_KB = 0
 DEFAULT_L2_BEYOND_RING_KB = 0
 # Opcodes whose weights get the loader's prefetch past the ring: gate/up is the one the loader reaches
 # while QKV, attention and O-proj (latency-bound, little streaming) run.
 DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
-# Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). Past the
-# bandwidth-delay product more outstanding copies only lengthen the queues the critical path's reads wait
-# in (H200, fourth session: uncapped 1.007 -> 3: 0.973 ms/token; 4: 0.990, 6: 1.005). Eighth session, with
-# the lower caps below: 2 throughout is 1-2 % slower on the 1B and 8B shapes than 3 with them. Fourteenth
-# session, on the one-lane loader (whose per-page path no longer adds to each cap's cycle), the optimum
-# follows the memory bandwidth: None here, so the backend picks it per device (engine/cuda/device_tuning.py).
+# Weight-page copies each SM's loader keeps in flight (0: as many as the ring holds). Past the bandwidth-delay
+# product more outstanding copies only lengthen the queues the critical path's reads wait in (H200: the whole
+# ring in flight 1.007 ms/token, a cap of 3 0.973, 4 0.990, 6 1.005). The best cap grows with the memory
+# bandwidth, so None: the device's (device_tuning.py).
 DEFAULT_MAX_INFLIGHT_PAGES: int | None = None
-# While the consumers run QKV / attention / O-proj, the loader keeps at most this many copies in flight
-# (the MLP's next pages): 1 measured best on the 1B shape (1.019 vs 1.030 ms/token at 2, 1.041 with a
-# whole-step cap 2), within 0.5 % of 2 on the 8B shape (H100, eighth session). 0: the same cap throughout.
-# Fifteenth session, with chain_cap_ahead below: 2 beats 1 on the H200 (1B 0.805 -> 0.800, 8B 4.080 -> 4.075,
-# every round) and loses on the H100 (1B 0.979 vs 0.989, 8B 5.272 vs 5.277), so it is the device's too.
+# While the consumers run QKV / attention / O-proj the loader keeps a lower cap (the MLP's next pages): a cap
+# of 2 throughout is 1-2 % slower on the 1B and 8B shapes than the higher cap with this one. Its best value
+# also differs by device (2 on the H200, 1 on the H100), so None: the device's (device_tuning.py). 0: the same
+# cap throughout.
 DEFAULT_CHAIN_INFLIGHT_PAGES: int | None = None
 # ... but only for the pages of instructions this many past the one the consumers run: an op's own pages,
-# which it waits for, go at the streaming cap (0: every page, as measured above). The 8B shape's QKV slice
-# (23 pages per SM) is larger than the ring, so its own pages streamed one at a time: 8B 4.167 -> 4.075
-# ms/token on an H200 (2 rounds, every round); 1B unchanged (0.807 vs 0.807; 2: 0.806), fourteenth session.
+# which it waits for, go at the streaming cap (0: every page). The 8B shape's QKV slice (23 pages per SM) is
+# larger than the ring, and at 0 its own pages streamed one at a time: 8B 4.167 -> 4.075 ms/token on an H200
+# (every round); 1B unchanged (0.807 vs 0.807; 2: 0.806).
 DEFAULT_CHAIN_CAP_AHEAD = 1
 # ... and while gate/up, down and the LM head read their inputs (copies started in the previous op's freed
 # pages otherwise slow that read): 1.011 vs 1.022 ms/token on the 1B shape, 5.576 vs 5.648 on the 8B (H100).
 DEFAULT_LOW_CAP_INPUTS = True
+# Decode attention streams the group's earlier keys and values through the weight ring (kv_stream.cuh), so
+# after its wait it reads only the queries and the new key: -3.7 % per token (H100).
+DEFAULT_ATTN_KV_RING = True
 # An op's last ring pages are freed after its release (csrc/interpreter/consumer.cuh): its release fence
-# then does not wait behind new weight copies. 8 (one page per consumer warp, the most allowed) measured
-# 1.051 against 1.099 ms/token with 0 on an H100 (4: 1.076; eighth session).
-DEFAULT_DEFER_FREE_PAGES = 8
+# then does not wait behind new weight copies. At most one page per consumer warp, and below the smallest ring
+# (9 pages), so no page an op needs waits on a held one.
+MAX_DEFER_FREE_PAGES = 8
+# The most allowed: 1.051 against 1.099 ms/token with 0 on an H100 (4: 1.076).
+DEFAULT_DEFER_FREE_PAGES = MAX_DEFER_FREE_PAGES
 # Batch-1 page matvecs on the tensor cores (csrc/interpreter/dot_rows_mma.cuh; x rounded to bf16 for them):
 # one warp's 16 KB page takes 1.0-1.4 µs with CUDA-core FMAs and each op's last page is on its critical path.
-# Same-run A/Bs (ninth session): 8B shape 5.668 -> 5.443 ms/token on an H100, 1B 1.030 -> 1.025 (H100) and
-# 0.872 -> 0.868 (H200). Off: every matvec on the CUDA cores (fp32 x), as prefill and batch > 1 always are.
+# 8B shape 5.668 -> 5.443 ms/token on an H100, 1B 1.030 -> 1.025 (H100) and 0.872 -> 0.868 (H200).
+# Off: every matvec on the CUDA cores (fp32 x), as prefill and batch > 1 always are.
 DEFAULT_MMA_MATVEC = True
 # The fused ATTN_O_PROJ's W_o slices copied as 2-D TMA boxes of 128-byte swizzled panels and multiplied on
 # the tensor cores (csrc/interpreter/panel_pages.cuh), where the slice is 64, 128 or 256 columns wide and the
-# step has one token; off: one bulk copy per W_o row and the row matvec. Only the fused path reads it. Not
-# A/B'd against the row copies on the ring attention (the fifth session's row copies landed late, and short
-# rows leave the tensor cores); the fused path itself measured in docs/BENCHMARKS.md, thirteenth session.
+# step has one token; off: one bulk copy per W_o row (128-256 bytes for one head) and the CUDA-core row matvec.
+# Only the fused path reads it. 1B on an H200: the fused op with row copies 0.884 ms/token against 0.821 split;
+# with panel pages (and the ring attention) 0.806-0.808 against 0.815 split.
 DEFAULT_W_O_PANELS = True
 # Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
 # take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
-# between steps that the host queued back to back (the bench's on-device loop). With fold_advance below and the
-# cap of 4: 1B 0.811 -> 0.805 ms/token on an H200 (4 rounds; pdl or fold alone measured within noise, both
-# -0.2 %), fourteenth session (docs/BENCHMARKS.md). Where the host waits for each step (serving) it changes nothing.
+# between steps that the host queued back to back (the bench's on-device loop). With fold_advance below:
+# 1B 0.811 -> 0.805 ms/token on an H200 (4 rounds; pdl or fold alone within noise, both -0.2 %). Where the host
+# waits for each step (serving) it changes nothing.
 DEFAULT_PDL = True
 # The bench's on-device decode loop feeds each sampled id back inside the step (ARGMAX_REDUCE, advance.cuh)
 # instead of in a one-block kernel after it (whose 2.4 µs were on the loop's critical path).
 DEFAULT_FOLD_ADVANCE = True
 # ... and, with fold_advance, writes the next step's embedding rows into hidden too, so that step's stream has
-# no EMBED and its layer 0 starts without a dependency hop (engine/cuda/bench_runner.py).
+# no EMBED and its layer 0 starts without a dependency hop (engine/bench/megakernel_runner.py).
 DEFAULT_FOLD_EMBED = True
 # Batch-1 decode streams run a kernel variant compiled with only their paths (engine/cuda/variant.py): 1B shape
-# H200 0.794 -> 0.782 ms/token, H100 0.976 -> 0.952 (same-run A/Bs, docs/BENCHMARKS.md, sixteenth session).
+# H200 0.794 -> 0.782 ms/token, H100 0.976 -> 0.952.
 DEFAULT_BATCH1_KERNEL = True
-MAX_DEFER_FREE_PAGES = 8  # below the smallest ring (9 pages), so no page an op needs waits on a held one
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,12 @@ class KernelOptions:
     chain_cap_ahead: int = DEFAULT_CHAIN_CAP_AHEAD
     low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
     max_ring_pages: int | None = None  # None: as many as each stream's inputs leave room for
-    attn_kv_ring: bool = True  # decode attention streams its earlier keys through the ring (kv_stream.cuh)
+    attn_kv_ring: bool = DEFAULT_ATTN_KV_RING
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
     mma_matvec: bool = DEFAULT_MMA_MATVEC
     w_o_panels: bool = DEFAULT_W_O_PANELS
     pdl: bool = DEFAULT_PDL
-    fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (engine/cuda/bench_runner.py)
+    fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (engine/bench/megakernel_runner.py)
     fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
 

@@ -91,7 +91,7 @@ class InterpreterLimits:
         return max(1, min(per_float * self.x_floats_at(ring), self.page_bytes // 4))
 
     def attn_scratch_floats(self, heads: int, head_dim: int) -> int:
-        """Shared x an ATTN_PARTIAL of `heads` heads needs besides its block-table cache (ops_attention.cuh)."""
+        """Shared x an ATTN_PARTIAL of `heads` heads needs besides its block-table cache (csrc/interpreter/attention_global.cuh)."""
         return self.consumer_warps * heads * (head_dim + 2) + heads * head_dim
 
     def check_model(self, d: ModelDims) -> None:

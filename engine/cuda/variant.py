@@ -3,10 +3,11 @@
 Besides the general kernel, the module holds two batch-1 variants: the same interpreter compiled with only the
 paths of one sequence's one new token (the one-row page matvec on the tensor cores only, and the ring attention)
 and one attention path each (split: ATTN_PARTIAL + O_PROJ_RESIDUAL; fused: ATTN_O_PROJ): 239 / 237 KB of code
-against the general kernel's 759 KB, and batch-1 decode runs faster on them (1B shape: H200 0.794 -> 0.782 and
-0.798 -> 0.786 ms/token, H100 0.976 -> 0.952 (sixteenth session); without the CUDA-core page paths 0.780 ->
-0.772 and 0.787 -> 0.778 (seventeenth); docs/BENCHMARKS.md), most likely because a layer's hot code is then
-spread over less of the instruction caches (not measured directly; csrc/interpreter/code_size.cuh). The kernel
+against the general kernel's 759 KB, and batch-1 decode runs faster on them (1B shape, same-run A/Bs: the
+variants against the general kernel H200 0.794 -> 0.782 and 0.798 -> 0.786 ms/token, H100 0.976 -> 0.952;
+leaving the CUDA-core page paths out of them 0.780 -> 0.772 and 0.787 -> 0.778 on the H200; docs/PERFORMANCE.md),
+most likely because a layer's hot code is then spread over less of the instruction caches (not measured
+directly; csrc/interpreter/code_size.cuh). The kernel
 records an error, never guesses, if a stream it was given needs another path, so this rule must match what the
 controller derives (csrc/interpreter/kv_stream.cuh: the ring attention needs the KV ring on and one KV page's
 keys and values within a ring page) and what the page loop takes (consumer_matvec.cuh: the tensor cores need

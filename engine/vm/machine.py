@@ -20,9 +20,6 @@ from engine.instructions.registry import OPCODES, OpcodeTable
 from engine.vm.buffers import GlobalBuffers
 from engine.vm.race import RaceDetector, describe
 
-# The SM count the VM simulates when its caller names none: an H100 SXM's (the kernel's first target).
-DEFAULT_SIMULATED_SMS = 132
-
 
 class DeadlockError(RuntimeError):
     """No SM can make progress but instructions remain."""

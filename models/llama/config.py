@@ -129,7 +129,7 @@ class LlamaConfig:
         theta_src = d.get("rope_theta")
         if theta_src is None and rope_params is not None:
             theta_src = rope_params.get("rope_theta")
-        rope_theta = as_float("rope_theta", theta_src) if theta_src is not None else 10000.0
+        rope_theta = as_float("rope_theta", theta_src) if theta_src is not None else LlamaConfig.rope_theta
 
         bos = d.get("bos_token_id")
         return LlamaConfig(
@@ -142,11 +142,13 @@ class LlamaConfig:
             head_dim=head_dim,
             rope_theta=rope_theta,
             rope_scaling=RopeScaling.from_dict(scaling_src),
-            rms_norm_eps=as_float("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=as_bool("tie_word_embeddings", d.get("tie_word_embeddings", False)),
+            rms_norm_eps=as_float("rms_norm_eps", d.get("rms_norm_eps", LlamaConfig.rms_norm_eps)),
+            tie_word_embeddings=as_bool("tie_word_embeddings",
+                                        d.get("tie_word_embeddings", LlamaConfig.tie_word_embeddings)),
             bos_token_id=None if bos is None else as_int("bos_token_id", bos),
             eos_token_ids=as_eos(d.get("eos_token_id")),
-            max_position_embeddings=as_int("max_position_embeddings", d.get("max_position_embeddings", 2048)),
+            max_position_embeddings=as_int("max_position_embeddings",
+                                           d.get("max_position_embeddings", LlamaConfig.max_position_embeddings)),
         )
 
     @staticmethod

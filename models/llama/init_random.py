@@ -23,6 +23,8 @@ from models.llama.tokenizer_builder import BOS, llama3_eos_ids, special_token_id
 from models.llama.weights import INDEX_FILE, SINGLE_FILE, expected_shapes
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DEFAULT_DTYPE = "bfloat16"
+DEFAULT_SEED = 0
 DEFAULT_MAX_SHARD_BYTES = 2 * 1000**3
 WEIGHT_STD = 0.02
 NORM_NOISE_STD = 0.05
@@ -65,8 +67,8 @@ def plan_shards(shapes: dict[str, tuple[int, ...]], elem_size: int, max_shard_by
 def init_random_checkpoint(
     preset_or_config: str | LlamaConfig,
     out_dir: str | Path,
-    seed: int = 0,
-    dtype: str = "bfloat16",
+    seed: int = DEFAULT_SEED,
+    dtype: str = DEFAULT_DTYPE,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     progress: bool = True,
 ) -> Path:
@@ -118,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="megakernel init-random", description=__doc__.splitlines()[0])
     parser.add_argument("--preset", required=True, choices=preset_names())
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES))
     parser.add_argument("--max-shard-bytes", type=int, default=DEFAULT_MAX_SHARD_BYTES)
     args = parser.parse_args(argv)
     path = init_random_checkpoint(args.preset, args.out, seed=args.seed, dtype=args.dtype,

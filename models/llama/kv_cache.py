@@ -29,7 +29,7 @@ class PagedKVCache:
     def allocate(
         config: LlamaConfig,
         num_pages: int,
-        page_size: int = 16,
+        page_size: int,
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
     ) -> PagedKVCache:

@@ -50,6 +50,11 @@ PRESETS: Mapping[str, LlamaConfig] = MappingProxyType({
     ),
 })  # read-only view: presets are shared constants
 
+# The shapes the commands use when none is named (demo, bench, profile): the 1B on a GPU; on the CPU the tiny
+# one, since the 1B takes minutes per token there.
+DEFAULT_GPU_PRESET = "llama-3.2-1b"
+CPU_PRESET = "tiny"
+
 
 def preset_names() -> list[str]:
     return sorted(PRESETS)

@@ -33,6 +33,23 @@ class StepBatch:
         """Row (into token_ids) of each sequence's last new token, int64 [S]."""
         return self.query_start[1:] - 1
 
+    def next_decode(self, token_ids: torch.Tensor, page_size: int) -> StepBatch:
+        """The decode step after this one, as an on-device decode loop advances it: sequence s's new token is
+        `token_ids[s]`, one position further. Only for decode steps (one token per sequence) whose block tables
+        already hold the next position."""
+        if self.num_tokens != self.num_seqs:
+            raise ValueError(f"StepBatch.next_decode: a decode step has one token per sequence, got "
+                             f"{self.num_tokens} tokens for {self.num_seqs} sequences")
+        ctx = self.context_lens + 1
+        pages = (self.block_tables >= 0).sum(dim=1).to(ctx.device)
+        short = (pages * page_size < ctx).nonzero()
+        if len(short):
+            s = int(short[0])
+            raise ValueError(f"StepBatch.next_decode: sequence {s} needs a page for position {int(ctx[s]) - 1} "
+                             f"but its block table has {int(pages[s])} pages of {page_size}")
+        return StepBatch(token_ids=token_ids.to(self.token_ids), positions=self.positions + 1,
+                         query_start=self.query_start, context_lens=ctx, block_tables=self.block_tables)
+
     @staticmethod
     def build(
         new_tokens: list[list[int]],
@@ -40,7 +57,7 @@ class StepBatch:
         block_tables: list[list[int]],
         device: torch.device | str = "cpu",
         *,
-        page_size: int = 16,
+        page_size: int,
     ) -> StepBatch:
         """Validate and pack one step. Sequence s writes new_tokens[s] at positions
         start_positions[s], start_positions[s] + 1, ...; its block table must cover them all."""

@@ -105,7 +105,7 @@ def test_garbled_config(tmp_path: Path, raw: bytes, words) -> None:
 
 
 @pytest.mark.parametrize("changes,field", [
-    ({"hidden_size": 250}, "hidden_size"),
+    ({"hidden_size": 250, "head_dim": None}, "head_dim"),  # an explicit head_dim would allow any hidden_size
     ({"num_key_value_heads": 3}, "num_key_value_heads"),
 ])
 def test_inconsistent_heads(tiny_checkpoint: str, tmp_path: Path, changes: dict, field: str) -> None:

@@ -20,8 +20,8 @@ class SplitParams:
     # One-token steps (batch-1 decode) cut the intermediate dim into the fewest K-slices at most this wide
     # (the cuda backend passes what its activation buffer holds at the largest ring; None: the multi-token
     # rule). Fewer slices: fewer down instructions and atomic adds per hidden element, longer rows per
-    # page. Measured (docs/BENCHMARKS.md): 8B 4 vs 7 slices 4.248 vs 4.367 ms/token (H200), 5.343 vs
-    # 5.382 (H100); 1B 2 vs 4 slices 0.818 vs 0.819 (H200) but 0.980 vs 0.976 (H100).
+    # page. Measured (same-run A/Bs, docs/PERFORMANCE.md): 8B 4 vs 7 slices 4.248 vs 4.367 ms/token (H200),
+    # 5.343 vs 5.382 (H100); 1B 2 vs 4 slices 0.818 vs 0.819 (H200) but 0.980 vs 0.976 (H100).
     one_token_slice_floats: int | None = None
     # ... and cut in whole multiples of this many columns when the intermediate dim divides (the cuda backend:
     # its tensor-core chunk, so every down page of a batch-1 step stays on the tensor cores).
@@ -35,7 +35,7 @@ class SplitParams:
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
     max_attn_head_chunks: int | None = None
     # A split reads at least this many KV pages: short contexts get one attention instruction per
-    # (sequence, group) and no reduce hop (the GPU backend uses 8; measured in docs/BENCHMARKS.md).
+    # (sequence, group) and no reduce hop (the cuda backend's default: DEFAULT_MIN_PAGES_PER_SPLIT, measured).
     min_pages_per_split: int = 1
     embed_bytes_per_instr: int = 1 << 18
     # False: the step has no EMBED; its caller wrote `hidden` (the cuda backend's host path, or the previous step's
@@ -43,10 +43,10 @@ class SplitParams:
     embed_in_stream: bool = True
     # Batch-1 steps with short contexts may run ATTN_O_PROJ (attention fused with its O-proj slice)
     # instead of ATTN_PARTIAL + O_PROJ_RESIDUAL: one dependency hop less per layer, but each fused
-    # instruction repeats its heads' attention and runs a short-row matvec. Off by default: on an H200
-    # it measured within ±1 % of the split path, and not the same way on every model (final kernel:
-    # 1B 0.915 vs 0.923 ms/token, 8B 4.539 vs 4.510; docs/BENCHMARKS.md). The fused attention is never split over KV pages, so it only applies up to
-    # `fuse_max_context_pages` pages of context (beyond, each instruction would walk all its group's keys).
+    # instruction repeats its heads' attention and streams its W_o slice. Whether that pays depends on the
+    # model and the device, so it is off here and the cuda backend decides (engine/cuda/fusion.py). The
+    # fused attention is never split over KV pages, so it only applies up to `fuse_max_context_pages` pages
+    # of context (beyond, each instruction would walk all its group's keys).
     fuse_o_proj: bool = False
     fuse_max_context_pages: int = 16
     # Head ranges per KV group of the fused op (None: see fused_head_ranges).
@@ -153,10 +153,11 @@ def mlp_slice_cut(d: ModelDims, num_tokens: int, p: SplitParams) -> list[tuple[i
 def fused_head_ranges(d: ModelDims, p: SplitParams, num_tokens: int = 1) -> list[tuple[int, int]]:
     """Head ranges of the fused op within a KV group, each about K = max(128, 2 * head_dim) W_o columns
     (at least 1 range, at most G). Fewer heads per instruction shorten its attention; but one head's
-    columns made W_o rows of 128-256 bytes, one bulk copy each, and the pages landed late. Measured on an
-    H200 before the kernel's panel pages (docs/BENCHMARKS.md): 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974
-    ms/token; 8B K = 128 / 256: 5.009 / 4.629. With panel pages one head per
-    instruction (fused_head_chunks = G) measured best on the 1B: 0.806-0.808 vs two heads 0.817."""
+    columns make W_o rows of 128-256 bytes, one bulk copy each, whose pages arrive late. Measured on an
+    H200 with W_o as row copies (no panel pages): 1B K = 64 / 128 / 256: 0.992 / 0.950 / 0.974
+    ms/token; 8B K = 128 / 256: 5.009 / 4.629. With panel pages one head per instruction (fused_head_chunks =
+    G, the cuda backend's choice: engine/cuda/fusion.py) measured best on the 1B: 0.806-0.808 vs two heads
+    0.817."""
     k = max(128, 2 * d.head_dim)
     chunks = p.fused_head_chunks if p.fused_head_chunks is not None else round(d.gqa * d.head_dim / k)
     if p.max_out_floats is not None:  # the instruction stages tokens x its heads' columns in out

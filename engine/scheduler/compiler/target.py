@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The SM count to compile for when nothing names one (the VM backend, `megakernel profile --backend vm`):
+# an H100 or H200 SXM's, the GPUs the kernel targets.
+DEFAULT_SIMULATED_SMS = 132
+
 
 @dataclass(frozen=True)
 class TargetDevice:

@@ -4,8 +4,8 @@ Token at position `p` of a sequence lives in page `block_table[p // page_size]`,
 (docs/ARCHITECTURE.md). This module only hands out page ids; the tensors live in
 `models.llama.kv_cache.PagedKVCache`.
 
-Every page carries a reference count so prefix sharing can be added later (a shared page would be held by
-several tables with refcount > 1). Today each page is held by exactly one table (refcount 0 or 1).
+Every page carries a reference count so that a page could be shared between tables (prefix sharing, refcount
+> 1); with no prefix sharing each page is held by exactly one table (refcount 0 or 1).
 """
 from __future__ import annotations
 

@@ -1,0 +1,54 @@
+"""`BenchConfig`: what one `megakernel bench` run measures. Its field defaults are the bench's defaults (the
+command line reads them from here); the module imports no torch, so the parser can be built without it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.llama.presets import DEFAULT_GPU_PRESET
+
+COMPILE_FALLBACK = "default"  # torch.compile mode tried when the requested one fails
+# The PyTorch baselines' runner names (engine/bench/baselines.py), and the CLI spellings accepted in
+# `skip_baselines`, mapped to them.
+EAGER = "eager"
+CUDA_GRAPH = "cuda_graph"
+COMPILE_GRAPH = "compile_graph"
+SKIP_ALIASES = {"eager": EAGER, "graph": CUDA_GRAPH, "cuda_graph": CUDA_GRAPH,
+                "compile": COMPILE_GRAPH, "compile_graph": COMPILE_GRAPH}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model_dir: str | None = None  # a checkpoint; overrides `preset`
+    preset: str = DEFAULT_GPU_PRESET  # random weights of this shape when model_dir is None
+    prompt_len: int = 32
+    new_tokens: int = 128
+    batch: int = 1
+    skip_baselines: frozenset[str] = frozenset()  # names or SKIP_ALIASES keys
+    dtype: str = "bfloat16"
+    device: str = "cuda"
+    compile_modes: tuple[str, ...] = ("max-autotune-no-cudagraphs", COMPILE_FALLBACK)  # tried in order
+    repeats: int = 3  # timed runs per runner (median reported), after one warm-up run
+    seed: int = 0  # weights and prompt
+    bandwidth_bytes: int | None = None  # copy buffer size; None = 2 GiB on GPU (capped), 64 MiB on CPU
+    # The megakernel row's cuda backend options as NAME=VALUE (engine/cuda/backend_options.py; kept as given, so
+    # the JSON result says how it ran); the engine's defaults where unset.
+    kernel_options: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        from engine.bench.model_source import parse_dtype
+        from engine.cuda.backend_options import parse_kernel_options
+
+        if self.batch != 1:
+            raise ValueError(f"batch: only batch 1 is benchmarked for now, got {self.batch}")
+        if self.prompt_len < 1 or self.new_tokens < 1:
+            raise ValueError(f"prompt_len ({self.prompt_len}) and new_tokens ({self.new_tokens}) must be >= 1")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        unknown = sorted(set(self.skip_baselines) - set(SKIP_ALIASES))
+        if unknown:
+            raise ValueError(f"skip_baselines: unknown {', '.join(unknown)}; valid: {', '.join(sorted(SKIP_ALIASES))}")
+        parse_dtype(self.dtype)
+        parse_kernel_options(self.kernel_options)
+
+    def skipped(self) -> set[str]:
+        return {SKIP_ALIASES[s] for s in self.skip_baselines}
