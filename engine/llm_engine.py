@@ -29,7 +29,8 @@ from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampler import sample_batch
 from engine.sampling_params import SamplingParams
-from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler.requests.request_scheduler import (ScheduledChunk, Scheduler, SchedulerConfig,
+                                                        SchedulerOutput)
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
@@ -160,10 +161,19 @@ class LLMEngine:
         if plan.is_empty:
             return outputs
         self._steps += 1
+        steps = self._decode_steps(plan)
+        tables = self.scheduler.reserve_decode_steps(plan, steps) if steps > 1 else None
+        if tables is not None:
+            return outputs + self._run_decode_steps(plan, tables, steps)
         sampled, failed = self._run(plan)
         now = time.monotonic()
         for seq_id, message in failed.items():  # freed before on_step_done, which then skips them
             outputs.append(self._fail(self._requests[seq_id], message, now))
+        return outputs + self._apply(plan, sampled, now)
+
+    def _apply(self, plan: SchedulerOutput, sampled: Sampled, now: float) -> list[RequestOutput]:
+        """Record the step's sampled tokens with the scheduler, then stop checks and outputs per request."""
+        outputs: list[RequestOutput] = []
         self.scheduler.on_step_done(plan, {sid: tok for sid, (tok, _lp) in sampled.items()})
         for seq_id, (token, logprob) in sampled.items():
             state = self._requests.get(seq_id)
@@ -175,6 +185,61 @@ class LLMEngine:
                 outputs.append(self._fail(state, f"postprocessing failed: {type(exc).__name__}: {exc}", now))
         return outputs
 
+    def _decode_steps(self, plan: SchedulerOutput) -> int:
+        """How many decode steps `plan` runs back to back on the device (1: an ordinary step). Only where the host
+        has nothing to do between two tokens: every chunk a decode whose sampling the backend does (greedy, no
+        logprobs, no penalties) and nobody waiting for a seat; never past any sequence's max_tokens or length
+        limit. Stop strings, EOS and stop tokens are checked afterwards, token by token: ids past a stop are
+        dropped (their KV writes land in pages the finished sequence frees)."""
+        steps = self.engine_config.decode_steps
+        if steps <= 1 or self.scheduler.num_waiting or plan.preempted:
+            return 1
+        for chunk in plan.chunks:
+            params = self._requests[chunk.seq_id].params
+            if not (chunk.is_decode and chunk.samples and params.is_greedy and params.logprobs is None
+                    and not params.has_penalties):
+                return 1
+            seq = chunk.seq
+            steps = min(steps, params.max_tokens - seq.num_output_tokens,
+                        self.scheduler.max_seq_len - seq.num_tokens + 1)
+        return max(1, steps)
+
+    def _run_decode_steps(self, plan: SchedulerOutput, tables: list[tuple[int, ...]],
+                          steps: int) -> list[RequestOutput]:
+        """`steps` greedy decode steps of `plan`'s sequences in one backend call (on the GPU: the host never waits
+        between two of them); each step's tokens go through the same bookkeeping as an ordinary step's, in
+        order, as soon as the backend hands them back."""
+        chunks = plan.chunks
+        outputs: list[RequestOutput] = []
+        current = list(zip(chunks, tables))
+        done = 0
+
+        def take(rows: torch.Tensor) -> None:
+            nonlocal current, done
+            now = time.monotonic()
+            for row in rows.tolist():
+                done += 1
+                if not current:
+                    return  # every sequence stopped: the later steps' ids are dropped
+                by_seq = dict(zip((c.seq_id for c in chunks), row))
+                step_plan = SchedulerOutput(chunks=tuple(c for c, _t in current), preempted=())
+                outputs.extend(self._apply(step_plan, {c.seq_id: (int(by_seq[c.seq_id]), None)
+                                                       for c, _t in current}, now))
+                # The next step's chunks: the sequences still running, their new token one position further.
+                current = [(ScheduledChunk(c.seq, (int(by_seq[c.seq_id]),), c.start_pos + 1, t, True), t)
+                           for c, t in current if c.seq_id in self._requests]
+
+        try:
+            batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
+                                    [list(t) for t in tables], device=self.backend.batch_device,
+                                    page_size=self.engine_config.page_size)
+            self.backend.decode_steps(batch, steps, self.engine_config.page_size, on_ids=take)
+        except Exception as exc:  # noqa: BLE001 - the whole run's forward: no single request to blame
+            raise EngineFatalError(f"engine step {self._steps} failed in the {self.backend_name} backend's "
+                                   f"run of {steps} decode steps (after {done}): {type(exc).__name__}: {exc}") from exc
+        self._steps += steps - 1
+        return outputs
+
     def _run(self, plan: SchedulerOutput) -> tuple[Sampled, dict[str, str]]:
         """Forward the step and sample. Returns (seq_id -> (token, logprobs), seq_id -> error message)."""
         chunks = plan.chunks
@@ -182,7 +247,7 @@ class LLMEngine:
         states = [self._requests[chunks[i].seq.seq_id] for i in rows]
         try:
             batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
-                                    [list(c.block_table) for c in chunks], device=self.backend.device,
+                                    [list(c.block_table) for c in chunks], device=self.backend.batch_device,
                                     page_size=self.engine_config.page_size)
             if not rows:
                 self.backend.forward(batch)

@@ -3,6 +3,7 @@ megakernel over the same instruction tensors the VM runs. Greedy ids come back w
 in one small download; logits stay on the GPU for non-greedy sampling."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -15,6 +16,7 @@ from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
+from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
@@ -24,26 +26,28 @@ from models.llama.kv_cache import PagedKVCache
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
 
+# Split-KV attention only once a split has >= 8 pages to read: below that the reduce hop costs more
+# than the parallelism buys (a sweep of min_pages_per_split on the GPU).
+DEFAULT_MIN_PAGES_PER_SPLIT = 8
 # Larger `waves` cut ops into more, smaller instructions; tried in order until a stream fits the
 # interpreter's buffers (only batches of several tokens need more than the first).
-# Split-KV attention only once a split has >= 8 pages to read: below that the reduce hop costs more
-# than the parallelism buys (docs/BENCHMARKS.md, knob sweep).
-DEFAULT_MIN_PAGES_PER_SPLIT = 8
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
-DEFAULT_POLICY = "lpt"  # static queues: measured fastest (docs/BENCHMARKS.md)
 
 
 W_O_MAP_BYTES = 128  # a CUtensorMap
+# A run of on-device decode steps hands its ids back every this many steps: the host detokenises and checks
+# stops for them while later steps run, and at the run's end only this many are left to process.
+READBACK_STEPS = 4
 
 
 class CudaBackend(Backend):
     name = "cuda"
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
-                 num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = 1.0,
+                 num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, **split_kw: object) -> None:
-        """Keywords named like a KernelOptions field (the env knobs, engine/cuda/knobs.py) set that field of
-        `kernel`; the rest go to the scheduler's SplitParams."""
+        """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
+        set that field of `kernel`; the rest go to the scheduler's SplitParams."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -103,6 +107,12 @@ class CudaBackend(Backend):
     def device(self) -> torch.device:
         return self._device
 
+    @property
+    def batch_device(self) -> torch.device:
+        # A step's batch is only read on the host (stream-cache key, step-args encoding): on the GPU, every read
+        # of it would be a device-to-host copy and a synchronisation.
+        return torch.device("cpu")
+
     def launch_fields(self, ds: DeviceStream) -> KernelFields:
         return ds.fields(self._kernel_buffers, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                          self.kernel)
@@ -130,8 +140,8 @@ class CudaBackend(Backend):
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))
 
-    def run(self, batch: StepBatch) -> DeviceStream:
-        """Launch one step; returns the stream state whose buffers hold logits and out_tokens."""
+    def _prepare(self, batch: StepBatch) -> DeviceStream:
+        """The compiled stream of `batch`'s shape with `batch`'s inputs on the device, ready to launch."""
         if batch.num_tokens > self.max_tokens_per_step:
             raise ValueError(f"step of {batch.num_tokens} tokens exceeds the megakernel's "
                              f"{self.max_tokens_per_step} tokens per step (the engine caps its token budget)")
@@ -140,10 +150,25 @@ class CudaBackend(Backend):
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
         self.load_inputs(ds)
-        ds.before_launch()
-        launch(self.module, ds, self.launch_fields(ds))
-        ds.after_launch()
         self.last = ds
+        return ds
+
+    def _launch(self, ds: DeviceStream, advance_history: int = 0) -> None:
+        """One launch of `ds`; with `advance_history` (a device address) its ARGMAX_REDUCE writes the ids there and
+        advances the step args to the next decode step (with the next embedding rows where the stream has no
+        EMBED)."""
+        ds.before_launch()
+        fields = self.launch_fields(ds)
+        if advance_history:
+            fields["advance_history"] = advance_history
+            fields["embed_next"] = int(not self.embed_in_stream)
+        launch(self.module, ds, fields)
+        ds.after_launch()
+
+    def run(self, batch: StepBatch) -> DeviceStream:
+        """Launch one step; returns the stream state whose buffers hold logits and out_tokens."""
+        ds = self._prepare(batch)
+        self._launch(ds)
         return ds
 
     def load_inputs(self, ds: DeviceStream) -> None:
@@ -167,13 +192,50 @@ class CudaBackend(Backend):
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         return self._finish(self.run(batch))
 
+    @torch.inference_mode()
+    def decode_steps(self, batch: StepBatch, steps: int, page_size: int,
+                     on_ids: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+        """`steps` greedy decode steps queued back to back on the GPU: each step's ARGMAX_REDUCE writes its ids to
+        a history row and advances the step args in place (csrc/interpreter/advance.cuh), so the host launches
+        them all without waiting. The ids come back in chunks of READBACK_STEPS steps (with the error word, so no
+        id of a failed step is handed out) while later steps run. The last step does not advance: its next
+        position may have no page."""
+        if steps == 1 or self.timing or not self.kernel.fold_advance:
+            return super().decode_steps(batch, steps, page_size, on_ids)
+        ds = self._prepare(batch)
+        S = batch.num_seqs
+        history = torch.empty((steps - 1, S), dtype=torch.int32, device=self._device)
+        host = torch.empty((steps - 1, S), dtype=torch.int32, pin_memory=True)
+        errors = torch.empty((-(-(steps - 1) // READBACK_STEPS), 1), dtype=torch.int32, pin_memory=True)
+        chunks: list[tuple[int, int, torch.cuda.Event]] = []
+        for step in range(steps - 1):
+            self._launch(ds, advance_history=history[step].data_ptr())
+            if (step + 1) % READBACK_STEPS == 0 or step == steps - 2:
+                begin = chunks[-1][1] if chunks else 0
+                host[begin:step + 1].copy_(history[begin:step + 1], non_blocking=True)
+                errors[len(chunks)].copy_(ds.status[:1], non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                chunks.append((begin, step + 1, event))
+        self._launch(ds)
+        for index, (begin, end, event) in enumerate(chunks):
+            event.synchronize()
+            if int(errors[index, 0]) != 0:
+                break  # _finish raises, naming the instruction
+            if on_ids is not None:
+                on_ids(host[begin:end].to(torch.int64))
+        last = self._finish(ds)  # synchronises: the error word and the last step's ids
+        if on_ids is not None:
+            on_ids(last[None])
+        return torch.cat([host.to(torch.int64), last[None]])
+
     def prefill(self, tokens: list[int], block_table: list[int], start: int = 0) -> int:
         """Run one sequence's tokens through the kernel in chunks it can hold; returns the last
         chunk's greedy id (benchmarks and profiles; the engine's scheduler chunks by itself)."""
         last = -1
         for begin in range(0, len(tokens), self.max_tokens_per_step):
             chunk = tokens[begin:begin + self.max_tokens_per_step]
-            batch = StepBatch.build([chunk], [start + begin], [block_table], device=self._device,
+            batch = StepBatch.build([chunk], [start + begin], [block_table], device=self.batch_device,
                                     page_size=self.page_size)
             last = int(self.greedy(batch)[0])
         return last

@@ -6,8 +6,8 @@ the device between steps: each launch is followed by a tiny `advance` kernel tha
 back (or, with KernelOptions.fold_advance, the step's ARGMAX_REDUCE does, and with fold_embed also writes the
 next step's embedding row, the streams then having no EMBED), so the host only queues launches and reads all N
 ids at the end; with KernelOptions.pdl each launch may start while the one before it ends.
-This loop is the bench's own: `LLM.generate` and the server step through the engine's scheduler with a host
-round trip per token, which is slower than this row.
+This loop is the `megakernel-kernel-only` row: the kernel alone, without the engine around it (the `megakernel`
+row times `LLM.generate`, engine/bench/generate_runner.py).
 """
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ import torch
 from engine.backends import has_sm90_gpu
 from engine.backends.cuda_backend import CudaBackend
 from engine.bench.engines import EngineRunner
+from engine.bench.generate_runner import generate_runner
 from engine.cuda.device_stream import DeviceStream, launch
 from engine.cuda.kernel_options import KernelOptions
+from engine.engine_config import EngineConfig
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
 
-PAGE_SIZE = 16
+PAGE_SIZE = EngineConfig.page_size  # the engine's KV page size
 
 
 @torch.inference_mode()
@@ -34,7 +36,8 @@ def decode_on_device(backend: CudaBackend, prompt: list[int], new_tokens: int) -
     table = list(range(-(-total // PAGE_SIZE)))
     dev = backend.device
     backend.prefill(prompt[:-1], table)  # untimed: all but the last prompt token
-    first = StepBatch.build([[prompt[-1]]], [len(prompt) - 1], [table], device=dev, page_size=PAGE_SIZE)
+    first = StepBatch.build([[prompt[-1]]], [len(prompt) - 1], [table], device=backend.batch_device,
+                            page_size=PAGE_SIZE)
     history = torch.zeros(new_tokens, dtype=torch.int32, device=dev)
     module, stream = backend.module, torch.cuda.current_stream()
 
@@ -97,5 +100,9 @@ class MegakernelRunner:
 
 
 def megakernel_runners(options: Mapping[str, object]) -> dict[str, EngineRunner]:
-    """The bench's own engine rows: the megakernel on an sm_90 GPU (elsewhere the bench simply has no such row)."""
-    return {"megakernel": MegakernelRunner(dict(options))} if has_sm90_gpu() else {}
+    """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
+    engine/bench/generate_runner.py, engine defaults), and `megakernel-kernel-only`, this module's loop with
+    `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere there are none."""
+    if not has_sm90_gpu():
+        return {}
+    return {"megakernel": generate_runner, "megakernel-kernel-only": MegakernelRunner(dict(options))}

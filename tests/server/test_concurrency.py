@@ -98,8 +98,8 @@ def _raw_stream_then_close(server: ServerThread, body: str, read_bytes: int) -> 
 
 @pytest.fixture(scope="module")
 def slow_server(tiny_dir: Path) -> Iterator[ServerThread]:
-    """Each engine step takes >= 20 ms, so a 190-token request certainly outlives the client."""
-    engine = make_engine(tiny_dir)
+    """Each engine step takes >= 20 ms and yields one token, so a 190-token request certainly outlives the client."""
+    engine = make_engine(tiny_dir, decode_steps=1)
     step = engine.step
 
     def slow_step() -> Any:

@@ -181,6 +181,19 @@ class Scheduler:
                     raise ValueError(f"Scheduler.on_step_done: no sampled token for {seq.seq_id!r}")
                 seq.append_token(sampled[seq.seq_id])
 
+    def reserve_decode_steps(self, output: SchedulerOutput, steps: int) -> list[tuple[int, ...]] | None:
+        """Block tables that let every chunk of `output`, all decodes, run `steps` decode steps in a row
+        (positions start_pos .. start_pos + steps - 1), or None if the cache cannot hold them now (no one is
+        preempted for them). Pages already taken stay with their sequence: its next steps would take them."""
+        tables: list[tuple[int, ...]] = []
+        for chunk in output.chunks:
+            if not (chunk.is_decode and chunk.samples):
+                return None
+            if not self.block_manager.ensure_capacity(chunk.seq_id, chunk.start_pos + steps):
+                return None
+            tables.append(tuple(self.block_manager.block_table(chunk.seq_id)))
+        return tables
+
     # ---- internals ---------------------------------------------------------------------------
     def _pending(self, seq: Sequence) -> int:
         """Tokens that may be computed next: never past max_seq_len (max_model_len, cache capacity)."""

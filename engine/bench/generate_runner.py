@@ -1,0 +1,66 @@
+"""The `megakernel` row of `megakernel bench`: what a user gets from `LLM.generate` on the cuda backend.
+
+The bench's weights are written as a checkpoint directory (config, tokenizer, safetensors) and served through
+the public API exactly as a user would: `LLM(model=dir, backend="cuda")`, then `generate` with greedy
+`SamplingParams(max_tokens=N, ignore_eos=True)` on the prompt's token ids, once to warm up (streams compiled
+for the prompt's and the decode shapes) and once timed. Seconds per token = wall time from the first token's
+arrival to `generate` returning, over the N - 1 decode tokens after it (prefill excluded, as in the baselines'
+protocol: engine/bench/engines.py); everything the engine does per token (scheduling, launches, host syncs,
+detokenising, stop checks) is inside it.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from models.llama.config import LlamaConfig
+from models.llama.init_random import with_tokenizer_ids
+from models.llama.tokenizer_builder import write_tokenizer
+from models.llama.weights import LlamaWeights, to_state_dict
+
+
+def write_checkpoint(weights: LlamaWeights, out_dir: Path) -> Path:
+    """`weights` as a Hugging Face-layout checkpoint in out_dir, with a generated vocab-exact tokenizer."""
+    config = with_tokenizer_ids(weights.config)
+    dtype = str(weights.dtype).removeprefix("torch.")
+    (out_dir / "config.json").write_text(json.dumps(config.to_hf_dict(torch_dtype=dtype)))
+    write_tokenizer(out_dir, config.vocab_size, config.max_position_embeddings)
+    tensors = {name: t.detach().contiguous().cpu()
+               for name, t in to_state_dict(weights, include_lm_head=not config.tie_word_embeddings).items()}
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    return out_dir
+
+
+def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
+                    new_tokens: int) -> tuple[Sequence[int], float]:
+    """An engine runner (engine/bench/engines.py) over the public `LLM` API."""
+    from engine import LLM, SamplingParams
+
+    if new_tokens < 2:
+        raise ValueError("the generate row times decode tokens after the first: --new-tokens must be >= 2")
+    with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
+        model_dir = write_checkpoint(weights, Path(d))
+        llm = LLM(str(model_dir), backend="cuda", progress=False, max_num_seqs=1,
+                  max_model_len=min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1))
+    params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+    prompt = {"prompt_token_ids": list(prompt_ids)}
+    try:
+        llm.generate(prompt, params)  # warm-up: compiles the streams of both shapes
+        torch.cuda.synchronize()
+        out = llm.generate(prompt, params)[0]
+        end = time.monotonic()
+        first = out.metrics.first_token_time
+        if first is None or len(out.outputs[0].token_ids) != new_tokens:
+            raise RuntimeError(f"generate returned {len(out.outputs[0].token_ids)} of {new_tokens} tokens")
+        return list(out.outputs[0].token_ids), (end - first) / (new_tokens - 1)
+    finally:
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()

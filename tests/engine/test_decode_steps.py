@@ -1,0 +1,108 @@
+"""Several greedy decode steps per engine step (EngineConfig.decode_steps): the outputs, the streamed order and
+the KV bookkeeping are exactly those of one step at a time, whatever stops a sequence mid-run."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from engine import LLM, LLMEngine, SamplingParams
+from engine.backends.base import Backend
+from models.llama.step_batch import StepBatch
+
+PROMPTS = ["Hello there", "The quick brown fox jumps", "a", "Numbers: 1 2 3 4 5 6 7"]
+
+
+def _engine(checkpoint: str, backend: str, decode_steps: int) -> LLM:
+    return LLM(checkpoint, backend=backend, dtype="float32", progress=False, max_num_seqs=4,
+               decode_steps=decode_steps, num_pages=64)
+
+
+def _texts(llm: LLM, params: list[SamplingParams]) -> list[tuple[list[int], str, str | None, object]]:
+    outs = llm.generate(PROMPTS, params)
+    return [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason, o.outputs[0].stop_reason)
+            for o in outs]
+
+
+@pytest.mark.parametrize("backend", ["torch", "vm"])
+def test_runs_of_decode_steps_equal_one_step_at_a_time(tiny_checkpoint: str, backend: str) -> None:
+    one = _engine(tiny_checkpoint, backend, 1)
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (1, 7, 20, 33)]
+    want = _texts(one, params)
+    # Stops that fall inside a run: a stop token and a stop string taken from the one-step output.
+    ids = want[3][0]
+    stops = [SamplingParams(temperature=0.0, max_tokens=40, stop_token_ids=[ids[9]]),
+             SamplingParams(temperature=0.0, max_tokens=40, stop=[want[3][1][5:9]] if len(want[3][1]) > 9 else None),
+             SamplingParams(temperature=0.0, max_tokens=5),
+             SamplingParams(temperature=0.0, max_tokens=40)]
+    want_stops = _texts(one, stops)
+    many = _engine(tiny_checkpoint, backend, 8)
+    assert _texts(many, params) == want
+    assert _texts(many, stops) == want_stops
+    stats = many.engine.get_stats()
+    assert stats.kv_pages_used == 0 and not many.engine.has_unfinished_requests()
+
+
+def test_streamed_outputs_grow_token_by_token(tiny_checkpoint: str) -> None:
+    llm = _engine(tiny_checkpoint, "torch", 8)
+    engine: LLMEngine = llm.engine
+    engine.add_request("r", "Hello there", SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    seen: list[int] = []
+    calls = 0
+    while engine.has_unfinished_requests():
+        calls += 1
+        for out in engine.step():
+            ids = out.outputs[0].token_ids
+            assert len(ids) == len(seen) + 1 and ids[:-1] == seen  # one more token each, in order
+            seen = list(ids)
+    assert len(seen) == 12
+    # Prefill, then one run of 8 decode steps, then the 3 left: 3 engine steps for 12 device steps.
+    assert calls == 3 and engine.get_stats().steps == 12
+
+
+def test_sampled_and_waiting_requests_run_one_step_at_a_time(tiny_checkpoint: str) -> None:
+    llm = _engine(tiny_checkpoint, "torch", 8)
+    engine = llm.engine
+    calls: list[int] = []
+    backend = engine.backend
+    original = backend.decode_steps
+
+    def spy(batch: StepBatch, steps: int, page_size: int, on_ids=None) -> torch.Tensor:  # noqa: ANN001
+        calls.append(steps)
+        return original(batch, steps, page_size, on_ids)
+
+    backend.decode_steps = spy  # type: ignore[method-assign]
+    llm.generate(["x"], SamplingParams(temperature=0.8, seed=3, max_tokens=10))
+    llm.generate(["x"], SamplingParams(temperature=0.0, max_tokens=10, logprobs=2))
+    llm.generate(["x"], SamplingParams(temperature=0.0, max_tokens=10, repetition_penalty=1.2))
+    assert calls == []
+    llm.generate(["x"], SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True))
+    assert calls == [8, 1] or calls == [8]
+
+
+def test_base_decode_steps_feeds_each_id_back(tiny_checkpoint: str) -> None:
+    """The backend-level contract, on a fake backend: step j+1's token is step j's id, one position further."""
+    seen: list[tuple[list[int], list[int], list[int]]] = []
+
+    class Echo(Backend):
+        def forward(self, batch: StepBatch) -> torch.Tensor:
+            raise AssertionError("greedy is overridden")
+
+        def greedy(self, batch: StepBatch) -> torch.Tensor:
+            seen.append((batch.token_ids.tolist(), batch.positions.tolist(), batch.context_lens.tolist()))
+            return batch.token_ids + 100
+
+    rng = random.Random()
+    first = [rng.randrange(50) for _ in range(3)]
+    starts = [rng.randrange(40) for _ in range(3)]
+    batch = StepBatch.build([[t] for t in first], starts, [list(range(s * 8, s * 8 + 8)) for s in range(3)],
+                            page_size=16)
+    handed: list[list[int]] = []
+    ids = Echo().decode_steps(batch, 4, page_size=16, on_ids=lambda rows: handed.extend(rows.tolist()))
+    assert ids.tolist() == [[t + 100 * (j + 1) for t in first] for j in range(4)] == handed
+    assert [p for _t, p, _c in seen] == [[s + j for s in starts] for j in range(4)]
+    assert [c for _t, _p, c in seen] == [[s + j + 1 for s in starts] for j in range(4)]
+    with pytest.raises(ValueError, match="needs a page"):
+        short = StepBatch.build([[1]], [15], [[0]], page_size=16)
+        Echo().decode_steps(short, 2, page_size=16)
