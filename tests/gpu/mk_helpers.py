@@ -68,3 +68,32 @@ def small(hidden: int, heads: int, kv: int, hd: int, inter: int, layers: int, vo
     return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd, rope_theta=10000.0,
                        rms_norm_eps=1e-5, tie_word_embeddings=False)
+
+
+NEAR_TIE = 0.125  # bf16 rounding of the reference's logits: a token this close to its max is a tie
+
+
+def follows_reference(weights: LlamaWeights, prompt: list[int], tokens: list[int], page_size: int = 16,
+                      label: str = "") -> int:
+    """Teacher-force the torch reference on `prompt` + `tokens`: asserts every token is within NEAR_TIE of the
+    reference's max logit at its step (a step that read stale step args, activations or KV lands far from it)
+    and returns how many are its exact argmax."""
+    from models.llama.kv_cache import PagedKVCache
+    from models.llama.model import LlamaModel
+    from models.llama.step_batch import StepBatch
+
+    dev = weights.device
+    pages = -(-(len(prompt) + len(tokens)) // page_size)
+    kv = PagedKVCache.allocate(weights.config, num_pages=pages, page_size=page_size, dtype=weights.dtype,
+                               device=dev)
+    table = [list(range(pages))]
+    model = LlamaModel(weights)
+    logits = model.forward(StepBatch.build([prompt], [0], table, device=dev, page_size=page_size), kv)[0]
+    exact = 0
+    for i, tok in enumerate(tokens):
+        gap = float(logits.max()) - float(logits[tok])
+        assert gap <= NEAR_TIE, f"{label} step {i}: token {tok} is {gap:.3f} below the reference's max"
+        exact += int(tok == int(logits.argmax()))
+        batch = StepBatch.build([[tok]], [len(prompt) + i], table, device=dev, page_size=page_size)
+        logits = model.forward(batch, kv)[0]
+    return exact

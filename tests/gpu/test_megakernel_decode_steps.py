@@ -11,31 +11,13 @@ from engine import LLM, SamplingParams
 from engine.bench.megakernel_runner import decode_on_device
 from engine.backends.cuda_backend import CudaBackend
 from models.llama.config import LlamaConfig
-from models.llama.kv_cache import PagedKVCache
-from models.llama.model import LlamaModel
-from models.llama.step_batch import StepBatch
 from models.llama.weights import load_weights
+
+from tests.gpu.mk_helpers import follows_reference
 
 pytestmark = pytest.mark.gpu
 
-NEAR_TIE = 0.125  # as in test_megakernel_device_loop.py: bf16 rounding of the reference's logits
 PAGE = 16
-
-
-def _follows_reference(model: LlamaModel, cfg: LlamaConfig, prompt: list[int], tokens: list[int]) -> int:
-    """Steps whose token is the reference's argmax; asserts every token is within NEAR_TIE of it."""
-    dev = torch.device("cuda")
-    pages = -(-(len(prompt) + len(tokens)) // PAGE)
-    kv = PagedKVCache.allocate(cfg, num_pages=pages, page_size=PAGE, dtype=torch.bfloat16, device=dev)
-    table = [list(range(pages))]
-    logits = model.forward(StepBatch.build([prompt], [0], table, device=dev, page_size=PAGE), kv)[0]
-    exact = 0
-    for i, tok in enumerate(tokens):
-        gap = float(logits.max()) - float(logits[tok])
-        assert gap <= NEAR_TIE, f"step {i}: token {tok} is {gap:.3f} below the reference's max"
-        exact += int(tok == int(logits.argmax()))
-        logits = model.forward(StepBatch.build([[tok]], [len(prompt) + i], table, device=dev, page_size=PAGE), kv)[0]
-    return exact
 
 
 @pytest.mark.parametrize("decode_steps", [1, 16])
@@ -43,17 +25,16 @@ def test_generate_runs_of_device_steps_follow_reference(tiny_checkpoint: str, de
     cfg = LlamaConfig.from_dir(tiny_checkpoint)
     gen = torch.Generator().manual_seed(11)
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).tolist() for n in (5, 19, 33)]
-    lengths = (40, 23, 7)  # the batch shrinks inside runs of decode steps
+    lengths = (40, 23, 7)  # a run ends at the shortest max_tokens; the batch shrinks between runs
     llm = LLM(tiny_checkpoint, backend="cuda", dtype="bfloat16", progress=False, decode_steps=decode_steps)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                         [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths])
     assert llm.engine.get_stats().kv_pages_used == 0
-    model = LlamaModel(load_weights(tiny_checkpoint, cfg, dtype=torch.bfloat16, device=torch.device("cuda"),
-                                    progress=False))
+    weights = load_weights(tiny_checkpoint, cfg, dtype=torch.bfloat16, device=torch.device("cuda"), progress=False)
     for prompt, out, n in zip(prompts, outs, lengths):
         tokens = out.outputs[0].token_ids
         assert len(tokens) == n
-        assert _follows_reference(model, cfg, prompt, tokens) >= int(0.8 * n)
+        assert follows_reference(weights, prompt, tokens, PAGE) >= int(0.8 * n)
 
 
 def test_generate_equals_the_kernel_only_loop(tiny_checkpoint: str) -> None:
@@ -69,7 +50,6 @@ def test_generate_equals_the_kernel_only_loop(tiny_checkpoint: str) -> None:
     kernel_only, _seconds = decode_on_device(backend, prompt, n)
     agree = next((i for i, (a, b) in enumerate(zip(product, kernel_only)) if a != b), n)
     if agree < n:  # only a near-tie may split them (fp32 atomics add in another order)
-        model = LlamaModel(weights)
-        _follows_reference(model, cfg, prompt, product)
-        _follows_reference(model, cfg, prompt, list(kernel_only))
+        follows_reference(weights, prompt, product, PAGE, "product")
+        follows_reference(weights, prompt, list(kernel_only), PAGE, "kernel-only")
     assert agree >= n // 2, f"the product path and the kernel-only loop differ from step {agree}"
