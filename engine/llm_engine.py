@@ -15,6 +15,7 @@ Request isolation is a design rule here: one bad request never breaks the engine
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,9 @@ class LLMEngine:
             max_num_seqs=min(cfg.max_num_seqs, budget), max_num_batched_tokens=budget,
             max_model_len=self.max_model_len, num_pages=self.num_pages, page_size=cfg.page_size))
         self._requests: dict[str, RequestState] = {}
+        # Where outputs of a run of decode steps go as soon as each chunk of its tokens is processed (the server
+        # streams them); None: step() returns them all at the end of the run.
+        self.output_sink: Callable[[list[RequestOutput]], None] | None = None
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
         self._preemptions = 0
@@ -217,6 +221,7 @@ class LLMEngine:
         def take(rows: torch.Tensor) -> None:
             nonlocal current, done
             now = time.monotonic()
+            first = len(outputs)
             for row in rows.tolist():
                 done += 1
                 if not current:
@@ -228,6 +233,9 @@ class LLMEngine:
                 # The next step's chunks: the sequences still running, their new token one position further.
                 current = [(ScheduledChunk(c.seq, (int(by_seq[c.seq_id]),), c.start_pos + 1, t, True), t)
                            for c, t in current if c.seq_id in self._requests]
+            if self.output_sink is not None and len(outputs) > first:
+                self.output_sink(outputs[first:])
+                del outputs[first:]
 
         try:
             batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],

@@ -223,6 +223,8 @@ class AsyncEngine:
     def _run(self) -> None:
         try:
             self._engine = self._factory()
+            # A run of on-device decode steps hands its tokens over chunk by chunk: stream them as they come.
+            self._engine.output_sink = self._dispatch
             self.tokenizer = copy.deepcopy(self._engine.tokenizer)
             self.tokenizers = TokenizerPool(self._engine.tokenizer, self._tokenizer_workers)
             self.limits = ModelLimits(vocab_size=int(self._engine.config.vocab_size),

@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--page-size", type=int, default=EngineConfig.page_size)
     p.add_argument("--num-pages", type=int, default=EngineConfig.num_pages)
     p.add_argument("--seed", type=int, default=EngineConfig.seed)
+    p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
+                   help="most greedy decode steps run back to back on the device when nobody waits (1: none)")
     # The front end's: server/serve_options.py.
     p.add_argument("--host", default=DEFAULT_HOST)
     p.add_argument("--port", type=int, default=DEFAULT_PORT)

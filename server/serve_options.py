@@ -81,7 +81,7 @@ def serve_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                page_size=args.page_size, num_pages=args.num_pages, seed=args.seed)
+                page_size=args.page_size, num_pages=args.num_pages, seed=args.seed, decode_steps=args.decode_steps)
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:

@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
     p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
     p.add_argument("--seed", type=int, default=EngineConfig.seed)
+    p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
+                   help="most greedy decode steps run back to back on the device (1: a host round trip per token)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
     p.add_argument("--top-p", type=float, default=SamplingParams.top_p)
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     # before the tokenizer, the backend and the weights are loaded.
     check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
     llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-              seed=args.seed)
+              seed=args.seed, decode_steps=args.decode_steps)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, ignore_eos=args.ignore_eos)
     start = time.perf_counter()

@@ -106,3 +106,17 @@ def test_base_decode_steps_feeds_each_id_back(tiny_checkpoint: str) -> None:
     with pytest.raises(ValueError, match="needs a page"):
         short = StepBatch.build([[1]], [15], [[0]], page_size=16)
         Echo().decode_steps(short, 2, page_size=16)
+
+
+def test_output_sink_gets_each_chunk_of_a_run(tiny_checkpoint: str) -> None:
+    """With a sink (the server's), a run's outputs go there as its tokens come back; step() returns the rest."""
+    llm = _engine(tiny_checkpoint, "torch", 8)
+    engine: LLMEngine = llm.engine
+    sunk: list[list[int]] = []
+    engine.output_sink = lambda outs: sunk.extend(list(o.outputs[0].token_ids) for o in outs)
+    engine.add_request("r", "Hello there", SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    returned: list[list[int]] = []
+    while engine.has_unfinished_requests():
+        returned.extend(list(o.outputs[0].token_ids) for o in engine.step())
+    assert [len(ids) for ids in returned] == [1]  # the prefill step's token
+    assert [len(ids) for ids in sunk] == list(range(2, 13))  # the runs' tokens, one output each, in order

@@ -39,7 +39,9 @@ STREAM = {"prompt": [5, 6, 7], "temperature": 0, "ignore_eos": True, "stream": T
 class ServeProcess:
     def __init__(self, model: Path, step_delay: float, *flags: str):
         cmd = [sys.executable, "-c", LAUNCHER, str(step_delay), "serve", "--model", str(model), "--backend", "torch",
-               "--dtype", "float32", "--max-model-len", "256", "--port", "0", *flags]
+               "--dtype", "float32", "--max-model-len", "256", "--port", "0",
+               "--decode-steps", "1",  # the delay slows every token, so streams outlive the signals
+               *flags]
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []
