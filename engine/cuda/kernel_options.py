@@ -64,8 +64,9 @@ DEFAULT_W_O_PANELS = True
 # 1B 0.811 -> 0.805 ms/token on an H200 (4 rounds; pdl or fold alone within noise, both -0.2 %). Where the host
 # waits for each step (serving) it changes nothing.
 DEFAULT_PDL = True
-# The bench's on-device decode loop feeds each sampled id back inside the step (ARGMAX_REDUCE, advance.cuh)
-# instead of in a one-block kernel after it (whose 2.4 µs were on the loop's critical path).
+# On-device decode loops (the engine's runs of decode steps, CudaBackend.decode_steps, and the bench's kernel-only
+# loop) feed each sampled id back inside the step (ARGMAX_REDUCE, advance.cuh) instead of in a one-block kernel
+# after it (whose 2.4 µs were on the loop's critical path); off, the engine's runs fall back to one step at a time.
 DEFAULT_FOLD_ADVANCE = True
 # ... and, with fold_advance, writes the next step's embedding rows into hidden too, so that step's stream has
 # no EMBED and its layer 0 starts without a dependency hop (engine/bench/megakernel_runner.py).
@@ -90,7 +91,7 @@ class KernelOptions:
     mma_matvec: bool = DEFAULT_MMA_MATVEC
     w_o_panels: bool = DEFAULT_W_O_PANELS
     pdl: bool = DEFAULT_PDL
-    fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (engine/bench/megakernel_runner.py)
+    fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (CudaBackend.decode_steps, bench)
     fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
 
