@@ -12,15 +12,7 @@ from engine import cuda_build
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _has_nvcc() -> bool:
-    try:
-        cuda_build.find_nvcc()
-    except cuda_build.CudaBuildError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+@pytest.mark.skipif(not cuda_build.nvcc_available(), reason="nvcc not installed")
 def test_kernel_size_reports_the_batch1_variant_and_its_functions() -> None:
     """dev/kernel_size.sh (one interpreter instantiation's code size, no GPU) keeps compiling the kernel part of
     interpreter.cu on its own and reports the batch-1 variant's size, its not-inlined functions and ptxas' line."""

@@ -8,15 +8,7 @@ import pytest
 from engine import cuda_build
 from engine.ptxas_report import format_report, parse_ptxas
 
-def _has_nvcc() -> bool:
-    try:
-        cuda_build.find_nvcc()
-    except cuda_build.CudaBuildError:
-        return False
-    return True
-
-
-needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+needs_nvcc = pytest.mark.skipif(not cuda_build.nvcc_available(), reason="nvcc not installed")
 
 
 def test_discovers_the_product_and_the_tk_test_module() -> None:
