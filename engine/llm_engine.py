@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from engine.backends import create_backend, resolve_backend
+from engine.decode_runs import DecodeRuns, Sampled
 from engine.detokenizer import OutputText
 from engine.engine_config import EngineConfig, size_kv_cache
 from engine.errors import EngineFatalError, RequestError
@@ -30,15 +31,13 @@ from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampler import sample_batch
 from engine.sampling_params import SamplingParams
-from engine.scheduler.requests.request_scheduler import (ScheduledChunk, Scheduler, SchedulerConfig,
-                                                        SchedulerOutput)
+from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
 from models.llama.tokenizer import apply_chat_template, load_tokenizer
 from models.llama.weights import load_weights
 
-Sampled = dict[str, tuple[int, dict[int, float] | None]]
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,8 @@ class LLMEngine:
         # Where outputs of a run of decode steps go as soon as each chunk of its tokens is processed (the server
         # streams them); None: step() returns them all at the end of the run.
         self.output_sink: Callable[[list[RequestOutput]], None] | None = None
+        self._runs = DecodeRuns(self.backend, self.scheduler, self._requests, self._apply, cfg.decode_steps,
+                                cfg.page_size, self.backend_name)
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
         self._preemptions = 0
@@ -165,10 +166,13 @@ class LLMEngine:
         if plan.is_empty:
             return outputs
         self._steps += 1
-        steps = self._decode_steps(plan)
+        steps = self._runs.steps_for(plan)
         tables = self.scheduler.reserve_decode_steps(plan, steps) if steps > 1 else None
         if tables is not None:
-            return outputs + self._run_decode_steps(plan, tables, steps)
+            try:
+                return outputs + self._runs.run(plan, tables, steps, self.output_sink)
+            finally:
+                self._steps += steps - 1
         sampled, failed = self._run(plan)
         now = time.monotonic()
         for seq_id, message in failed.items():  # freed before on_step_done, which then skips them
@@ -187,65 +191,6 @@ class LLMEngine:
                 outputs.append(self._postprocess(state, token, logprob, now))
             except Exception as exc:  # noqa: BLE001 - this request's own failure
                 outputs.append(self._fail(state, f"postprocessing failed: {type(exc).__name__}: {exc}", now))
-        return outputs
-
-    def _decode_steps(self, plan: SchedulerOutput) -> int:
-        """How many decode steps `plan` runs back to back on the device (1: an ordinary step). Only where the host
-        has nothing to do between two tokens: every chunk a decode whose sampling the backend does (greedy, no
-        logprobs, no penalties) and nobody waiting for a seat; never past any sequence's max_tokens or length
-        limit. Stop strings, EOS and stop tokens are checked afterwards, token by token: ids past a stop are
-        dropped (their KV writes land in pages the finished sequence frees)."""
-        steps = self.engine_config.decode_steps
-        if steps <= 1 or self.scheduler.num_waiting or plan.preempted:
-            return 1
-        for chunk in plan.chunks:
-            params = self._requests[chunk.seq_id].params
-            if not (chunk.is_decode and chunk.samples and params.is_greedy and params.logprobs is None
-                    and not params.has_penalties):
-                return 1
-            seq = chunk.seq
-            steps = min(steps, params.max_tokens - seq.num_output_tokens,
-                        self.scheduler.max_seq_len - seq.num_tokens + 1)
-        return max(1, steps)
-
-    def _run_decode_steps(self, plan: SchedulerOutput, tables: list[tuple[int, ...]],
-                          steps: int) -> list[RequestOutput]:
-        """`steps` greedy decode steps of `plan`'s sequences in one backend call (on the GPU: the host never waits
-        between two of them); each step's tokens go through the same bookkeeping as an ordinary step's, in
-        order, as soon as the backend hands them back."""
-        chunks = plan.chunks
-        outputs: list[RequestOutput] = []
-        current = list(zip(chunks, tables))
-        done = 0
-
-        def take(rows: torch.Tensor) -> None:
-            nonlocal current, done
-            now = time.monotonic()
-            first = len(outputs)
-            for row in rows.tolist():
-                done += 1
-                if not current:
-                    return  # every sequence stopped: the later steps' ids are dropped
-                by_seq = dict(zip((c.seq_id for c in chunks), row))
-                step_plan = SchedulerOutput(chunks=tuple(c for c, _t in current), preempted=())
-                outputs.extend(self._apply(step_plan, {c.seq_id: (int(by_seq[c.seq_id]), None)
-                                                       for c, _t in current}, now))
-                # The next step's chunks: the sequences still running, their new token one position further.
-                current = [(ScheduledChunk(c.seq, (int(by_seq[c.seq_id]),), c.start_pos + 1, t, True), t)
-                           for c, t in current if c.seq_id in self._requests]
-            if self.output_sink is not None and len(outputs) > first:
-                self.output_sink(outputs[first:])
-                del outputs[first:]
-
-        try:
-            batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
-                                    [list(t) for t in tables], device=self.backend.batch_device,
-                                    page_size=self.engine_config.page_size)
-            self.backend.decode_steps(batch, steps, self.engine_config.page_size, on_ids=take)
-        except Exception as exc:  # noqa: BLE001 - the whole run's forward: no single request to blame
-            raise EngineFatalError(f"engine step {self._steps} failed in the {self.backend_name} backend's "
-                                   f"run of {steps} decode steps (after {done}): {type(exc).__name__}: {exc}") from exc
-        self._steps += steps - 1
         return outputs
 
     def _run(self, plan: SchedulerOutput) -> tuple[Sampled, dict[str, str]]:
