@@ -1,5 +1,7 @@
 """LLMEngine: continuous batching over a paged KV cache. One `step()` = schedule → run → sample →
-postprocess. Requests join and leave the running batch between steps.
+postprocess. Requests join and leave the running batch between steps. Where the host has nothing to do
+between two tokens (greedy decodes, nobody waiting), one step runs several decode steps on the device
+(engine/decode_runs.py).
 
 Request isolation is a design rule here: one bad request never breaks the engine.
 - Everything that can fail for one request (request id, prompt checks and tokenisation, sampling
