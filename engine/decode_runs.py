@@ -4,7 +4,8 @@ the host never waits between them) and then gives each step's tokens the same bo
 step's, in order, as they come back.
 
 When: every chunk of the step is a decode whose sampling the backend does (greedy, no logprobs, no
-penalties) and nobody waits for a seat (an arriving request waits for at most one run). How long: at most
+penalties) and no waiting request could take a seat (none waits, or every seat is taken; an arriving request
+waits for at most one run). How long: at most
 `EngineConfig.decode_steps`, never past any sequence's max_tokens or length limit. Stop strings, EOS and stop
 tokens are checked afterwards, token by token: the ids a sequence produced past its stop are dropped (their
 KV writes land in pages the finished sequence frees).
@@ -40,7 +41,7 @@ class DecodeRuns:
     def steps_for(self, plan: SchedulerOutput) -> int:
         """How many decode steps `plan` runs back to back (1: an ordinary step)."""
         steps = self.max_steps
-        if steps <= 1 or self.scheduler.num_waiting or plan.preempted:
+        if steps <= 1 or plan.preempted or (self.scheduler.num_waiting and not self._seats_full()):
             return 1
         for chunk in plan.chunks:
             params = self.requests[chunk.seq_id].params
@@ -51,6 +52,12 @@ class DecodeRuns:
             steps = min(steps, params.max_tokens - seq.num_output_tokens,
                         self.scheduler.max_seq_len - seq.num_tokens + 1)
         return max(1, steps)
+
+    def _seats_full(self) -> bool:
+        """Whether every seat is taken: a waiting request then cannot be admitted before a running one
+        finishes, and a run ends when the first of them reaches its max_tokens (a stop string or EOS frees
+        its seat at the run's end instead)."""
+        return self.scheduler.num_running >= self.scheduler.config.max_num_seqs
 
     def run(self, plan: SchedulerOutput, tables: list[tuple[int, ...]], steps: int,
             sink: OutputSink | None) -> list[RequestOutput]:

@@ -120,3 +120,27 @@ def test_output_sink_gets_each_chunk_of_a_run(tiny_checkpoint: str) -> None:
         returned.extend(list(o.outputs[0].token_ids) for o in engine.step())
     assert [len(ids) for ids in returned] == [1]  # the prefill step's token
     assert [len(ids) for ids in sunk] == list(range(2, 13))  # the runs' tokens, one output each, in order
+
+
+def test_runs_go_on_while_requests_wait_for_a_full_house(tiny_checkpoint: str) -> None:
+    """With every seat taken a waiting request cannot be admitted before a running one finishes: the running
+    ones still get runs, and the outputs equal one step at a time."""
+    prompts = ["a b c", "d e", "f", "g h i j"]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (9, 14, 5, 11)]
+    want = [o.outputs[0].token_ids for o in
+            LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, max_num_seqs=2, decode_steps=1,
+                num_pages=64).generate(prompts, params)]
+    llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, max_num_seqs=2, decode_steps=8,
+              num_pages=64)
+    waiting_at_runs: list[int] = []
+    original = llm.engine.backend.decode_steps
+
+    def spy(batch: StepBatch, steps: int, page_size: int, on_ids=None) -> torch.Tensor:  # noqa: ANN001
+        if steps > 1:
+            waiting_at_runs.append(llm.engine.scheduler.num_waiting)
+        return original(batch, steps, page_size, on_ids)
+
+    llm.engine.backend.decode_steps = spy  # type: ignore[method-assign]
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+    assert waiting_at_runs and max(waiting_at_runs) > 0  # runs while requests waited for a seat
+    assert llm.engine.get_stats().kv_pages_used == 0
