@@ -6,11 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating ./.venv"
   "$PY" -m venv .venv
 fi
 VPY=.venv/bin/python
 "$VPY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
+  echo "setup: installing torch (CPU build) into ./.venv"
   cpu_wheel=$(ls /opt/wheels/torch-*+cpu-*.whl 2>/dev/null | head -n 1 || true)
   if [ -n "$cpu_wheel" ]; then
     "$VPY" -m pip install -q "$cpu_wheel"
@@ -20,6 +22,8 @@ if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
-  "$VPY" -m pip install -q -e ".[dev]"
+  echo "setup: installing the megakernel package and its dependencies into ./.venv (a minute or two, once)"
+  # One line per package as it comes; a failed install still fails the script (pipefail).
+  "$VPY" -m pip install --progress-bar off -e ".[dev]" | { grep -E "^(Collecting|Successfully)" || true; }
   touch .venv/.installed
 fi
