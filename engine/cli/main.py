@@ -41,6 +41,22 @@ def _add_plugins(sub: argparse._SubParsersAction, debug: bool) -> list[str]:
     return notes
 
 
+def _says_something(default: object) -> bool:
+    """Whether a flag's default is worth showing: not None, False, empty or argparse's SUPPRESS."""
+    if default is None or default is False or default == argparse.SUPPRESS:
+        return False
+    return not (isinstance(default, (list, tuple, str)) and len(default) == 0)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults formatter, leaving out the defaults that say nothing (None, False, SUPPRESS)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if not _says_something(action.default):
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
 def build_parser(debug: bool = False) -> argparse.ArgumentParser:
     """The full parser. With `debug`, a plugin that fails to load prints its traceback (it is left out either way)."""
     parser = argparse.ArgumentParser(prog="megakernel", description=DESCRIPTION,
@@ -55,6 +71,11 @@ def build_parser(debug: bool = False) -> argparse.ArgumentParser:
     if notes:
         parser.epilog = "commands left out (run with --debug for the traceback):\n" + "\n".join(notes)
     for command_parser in {id(p): p for p in sub.choices.values()}.values():
+        # Every flag's help shows its default (the one EngineConfig / BenchConfig / the command sets).
+        command_parser.formatter_class = DefaultsHelpFormatter
+        for action in command_parser._actions:
+            if action.help is None and action.option_strings and _says_something(action.default):
+                action.help = "default: %(default)s"
         try:
             # SUPPRESS: without the flag after the command, the global one's value stands.
             command_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)

@@ -188,3 +188,15 @@ def test_plugins_come_from_pyproject_without_installed_metadata(monkeypatch) -> 
     monkeypatch.setattr(distribution.metadata, "entry_points", lambda group: [])
     targets = {p.name: p.target for p in distribution.command_plugins()}
     assert targets == {"serve": "server.cli:register", "bench": "engine.bench.cli:register"}
+
+
+@pytest.mark.parametrize("command", ["generate", "serve", "bench", "profile", "demo"])
+def test_help_shows_each_flags_default(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default:" in text
+    if command in ("generate", "serve"):
+        from engine.engine_config import EngineConfig
+        assert "--decode-steps DECODE_STEPS" in text and f"(default: {EngineConfig.decode_steps})" in text
+        assert "--backend {auto,torch,vm,cuda} default: auto" in text
