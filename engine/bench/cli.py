@@ -47,6 +47,9 @@ def resolve_device_and_preset(device: str, preset: str | None, has_cuda: bool) -
         preset = DEFAULT_GPU_PRESET if device.startswith("cuda") else CPU_PRESET
         if not device.startswith("cuda"):
             note = (note or "CPU run") + f" with the {CPU_PRESET} preset (pass --preset to override)"
+    if not device.startswith("cuda"):
+        note = (note or "CPU run") + ("; the floor row is the CPU's memcpy rate: the copy-bandwidth floor the "
+                                      "megakernel is measured against needs a GPU")
     return device, preset, note
 
 

@@ -39,21 +39,22 @@ def write_checkpoint(weights: LlamaWeights, out_dir: Path) -> Path:
 
 
 def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
-                    new_tokens: int) -> tuple[Sequence[int], float]:
-    """An engine runner (engine/bench/engines.py) over the public `LLM` API."""
+                    new_tokens: int, backend: str = "cuda") -> tuple[Sequence[int], float]:
+    """An engine runner (engine/bench/engines.py) over the public `LLM` API on `backend`."""
     from engine import LLM, SamplingParams
 
     if new_tokens < 2:
         raise ValueError("the generate row times decode tokens after the first: --new-tokens must be >= 2")
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
         model_dir = write_checkpoint(weights, Path(d))
-        llm = LLM(str(model_dir), backend="cuda", progress=False, max_num_seqs=1,
+        llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
+                  max_num_seqs=1,
                   max_model_len=min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1))
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     prompt = {"prompt_token_ids": list(prompt_ids)}
     try:
         llm.generate(prompt, params)  # warm-up: compiles the streams of both shapes
-        torch.cuda.synchronize()
+        _synchronize()
         out = llm.generate(prompt, params)[0]
         end = time.monotonic()
         first = out.metrics.first_token_time
@@ -63,4 +64,10 @@ def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list
     finally:
         del llm
         gc.collect()
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

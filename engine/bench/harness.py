@@ -131,18 +131,19 @@ def _quiet(_msg: str) -> None:
 
 def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = None,
               messages: tuple[str, ...] = (), progress: Callable[[str], None] = _quiet) -> BenchResult:
-    """Run the whole benchmark. `engines` defaults to the megakernel (on an sm_90 GPU, with
-    `config.kernel_options`) and the runners in engines.DEFAULT_REGISTRY; `progress` receives one line per
+    """Run the whole benchmark. `engines` defaults to the megakernel rows (on an sm_90 GPU, with
+    `config.kernel_options`; elsewhere the engine's torch path) and the runners in engines.DEFAULT_REGISTRY; `progress` receives one line per
     phase (the CLI prints them to stderr, so a run that is killed by a time limit still shows how far it got)."""
     config.validate()
-    if engines is None:
-        engines = {**megakernel_runners(parse_kernel_options(config.kernel_options)), **DEFAULT_REGISTRY.runners()}
-    clash = sorted(set(engines) & set(BASELINES))
-    if clash:
-        raise ValueError(f"engine runner names {clash} clash with the baselines' names")
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
+    if engines is None:
+        engines = {**megakernel_runners(parse_kernel_options(config.kernel_options), device),
+                   **DEFAULT_REGISTRY.runners()}
+    clash = sorted(set(engines) & set(BASELINES))
+    if clash:
+        raise ValueError(f"engine runner names {clash} clash with the baselines' names")
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # events, streams and graphs use the current device
     dtype = parse_dtype(config.dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import torch
 
@@ -99,10 +100,11 @@ class MegakernelRunner:
         return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 
-def megakernel_runners(options: Mapping[str, object]) -> dict[str, EngineRunner]:
+def megakernel_runners(options: Mapping[str, object], device: torch.device) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
     engine/bench/generate_runner.py, engine defaults), and `megakernel-kernel-only`, this module's loop with
-    `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere there are none."""
-    if not has_sm90_gpu():
-        return {}
+    `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere `engine-torch`:
+    `LLM.generate` on the torch backend."""
+    if device.type != "cuda" or not has_sm90_gpu():  # the engine's own torch path, timed the same way
+        return {"engine-torch": partial(generate_runner, backend="torch")}
     return {"megakernel": generate_runner, "megakernel-kernel-only": MegakernelRunner(dict(options))}

@@ -125,8 +125,11 @@ def test_cli_cpu_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "eager" in printed and "no_such_module_xyz" in printed
     data = json.loads(out.read_text())
     assert data["config"]["preset"] == "tiny"
-    assert [r["status"] for r in data["rows"]] == ["ok", "skipped", "skipped"]
+    assert [(r["name"], r["status"]) for r in data["rows"]] == [
+        ("eager", "ok"), ("cuda_graph", "skipped"), ("compile_graph", "skipped"), ("engine-torch", "ok")]
     assert data["rows"][1]["reason"] == "skipped by request"
+    assert data["rows"][3]["tokens_match"] is True  # the engine's torch path through LLM.generate
+    assert "needs a GPU" in printed
 
 
 def test_cli_takes_kernel_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
