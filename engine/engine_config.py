@@ -28,7 +28,8 @@ DEFAULT_POLICY = "lpt"
 
 @dataclass(frozen=True)
 class EngineConfig:
-    model: str
+    model: str  # a checkpoint directory, a .gguf file or a Hugging Face Hub id (models/llama/sources.py)
+    revision: str | None = None  # a Hub id's branch, tag or commit
     backend: str = "auto"  # one of BACKEND_NAMES
     dtype: str = "bfloat16"  # one of DTYPE_NAMES
     device: str | None = None

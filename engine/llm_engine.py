@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from engine.backends import create_backend, resolve_backend
+from engine.cuda_build import cache_root
 from engine.decode_runs import DecodeRuns, Sampled
 from engine.detokenizer import OutputText
 from engine.engine_config import EngineConfig, size_kv_cache
@@ -36,6 +37,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
+from models.llama.sources import resolve_model
 from models.llama.step_batch import StepBatch
 from models.llama.tokenizer import apply_chat_template, load_tokenizer
 from models.llama.weights import load_weights
@@ -60,6 +62,9 @@ class LLMEngine:
     def __init__(self, model: str, **kwargs: Any):
         self.engine_config = EngineConfig(model=model, **kwargs)
         cfg = self.engine_config
+        # A Hub id or a GGUF file becomes a local checkpoint directory first (fetched or converted once).
+        model = str(resolve_model(model, cache_root() / "models", cfg.revision))
+        self.model_dir = model
         self.config = LlamaConfig.from_dir(model)
         self.tokenizer = load_tokenizer(model)
         self.choice = resolve_backend(cfg.backend, cfg.device)

@@ -22,7 +22,9 @@ EXIT_BAD_FLAGS = 2
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn); docs/SERVING.md")
-    p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout)")
+    p.add_argument("--model", required=True,
+                   help="a checkpoint directory (Hugging Face layout), a .gguf file or a Hugging Face Hub id")
+    p.add_argument("--revision", default=EngineConfig.revision, help="a Hub id's branch, tag or commit")
     # Engine settings: EngineConfig's field defaults (engine/engine_config.py).
     p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
     p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
@@ -104,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     def load() -> object:
         from engine import LLMEngine
-        engine = LLMEngine(args.model, **engine_kwargs(args))
+        engine = LLMEngine(args.model_dir, **engine_kwargs(args))
         log.info("ready: %s (backend %s, max_model_len %d) as %r on %s", args.model, engine.backend_name,
                  engine.max_model_len, opts.served_model_name, url)
         return engine

@@ -44,7 +44,11 @@ class ServeOptions:
 
 
 def default_model_name(model: str) -> str:
-    """The last path component of --model (what clients send as "model")."""
+    """What clients send as "model": a Hub id as given, else the last path component of --model."""
+    from models.llama.sources import HUB_ID
+
+    if HUB_ID.match(model) and not Path(model).exists():
+        return model
     name = Path(model).name or Path(model).resolve().name
     return name or model
 
@@ -81,7 +85,8 @@ def serve_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                page_size=args.page_size, num_pages=args.num_pages, seed=args.seed, decode_steps=args.decode_steps)
+                page_size=args.page_size, num_pages=args.num_pages, seed=args.seed, decode_steps=args.decode_steps,
+                revision=args.revision)
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
@@ -90,8 +95,13 @@ def check_engine_flags(args: argparse.Namespace) -> None:
     from engine.engine_config import EngineConfig
     from models.llama.config import LlamaConfig
 
+    from engine.cuda_build import cache_root
+    from models.llama.sources import resolve_model
+
     try:
-        model = LlamaConfig.from_dir(args.model)
+        # A Hub id is fetched (or a GGUF converted) here, before the port is bound; the engine loads the result.
+        args.model_dir = str(resolve_model(args.model, cache_root() / "models", args.revision))
+        model = LlamaConfig.from_dir(args.model_dir)
     except (ValueError, OSError) as exc:
         raise FlagError(f"--model: {exc}") from None
     try:

@@ -15,7 +15,9 @@ DEFAULT_TEMPERATURE = 0.0
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text from a checkpoint directory")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True,
+                   help="a checkpoint directory (Hugging Face layout), a .gguf file or a Hugging Face Hub id")
+    p.add_argument("--revision", default=EngineConfig.revision, help="a Hub id's branch, tag or commit")
     p.add_argument("--prompt", action="append", required=True, help="repeatable")
     p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
     p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     # before the tokenizer, the backend and the weights are loaded.
     check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
     llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-              seed=args.seed, decode_steps=args.decode_steps)
+              seed=args.seed, decode_steps=args.decode_steps, revision=args.revision)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, ignore_eos=args.ignore_eos)
     start = time.perf_counter()
