@@ -153,3 +153,30 @@ def test_multibyte_stream_deltas(client: openai.OpenAI, base_url: str) -> None:
         full = client.completions.create(**kw).choices[0].text
         text, _finishes, _usage = _stream_text(client.completions.create(**kw, stream=True))
         assert text == full
+
+
+@pytest.mark.slow
+def test_real_model_chat_through_the_official_client() -> None:
+    """SmolLM2-135M-Instruct served and asked with the openai client: real chat template, EOS, streaming."""
+    from conftest import ServerThread, make_engine, wait_ready
+
+    from engine.cli.default_model import SMOLLM2_135M_INSTRUCT, ModelUnavailable, ensure_model
+    from engine.cuda_build import cache_root
+    from server.app import build_app
+
+    try:
+        model_dir = ensure_model(SMOLLM2_135M_INSTRUCT, cache_root() / "models")
+    except ModelUnavailable as exc:
+        pytest.skip(f"the real model cannot be fetched here: {exc}")
+    engine = make_engine(model_dir, dtype="bfloat16")
+    with ServerThread(build_app(engine, served_model_name="smollm2")) as srv:
+        wait_ready(srv.async_engine)
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=60)
+        messages = [{"role": "user", "content": "What is the capital of France?"}]
+        r = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0)
+        assert r.choices[0].message.content.strip() == "The capital of France is Paris."
+        assert r.choices[0].finish_reason == "stop"
+        stream = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=32, temperature=0,
+                                                stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == r.choices[0].message.content
