@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME
+from conftest import MAX_MODEL_LEN, MODEL_NAME, ServerThread, make_engine, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +158,6 @@ def test_multibyte_stream_deltas(client: openai.OpenAI, base_url: str) -> None:
 @pytest.mark.slow
 def test_real_model_chat_through_the_official_client() -> None:
     """SmolLM2-135M-Instruct served and asked with the openai client: real chat template, EOS, streaming."""
-    from conftest import ServerThread, make_engine, wait_ready
-
     from engine.cli.default_model import SMOLLM2_135M_INSTRUCT, ModelUnavailable, ensure_model
     from engine.cuda_build import cache_root
     from server.app import build_app
