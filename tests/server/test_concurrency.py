@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from conftest import MODEL_NAME, ServerThread, engine_stats, make_engine, wait_ready
+from server_testlib import MODEL_NAME, ServerThread, engine_stats, make_engine, wait_ready
 from server.app import build_app
 
 CLIENTS, PER_CLIENT = 32, 3

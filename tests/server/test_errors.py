@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME, ServerThread, make_engine, wait_ready
+from server_testlib import MAX_MODEL_LEN, MODEL_NAME, ServerThread, make_engine, wait_ready
 from server.app import build_app
 
 GOOD = {"model": MODEL_NAME, "prompt": "hi", "max_tokens": 2, "temperature": 0}

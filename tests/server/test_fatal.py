@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from conftest import MODEL_NAME, ServerThread, engine_stats, make_engine, wait_ready
+from server_testlib import MODEL_NAME, ServerThread, engine_stats, make_engine, wait_ready
 from engine.errors import EngineFatalError, RequestError
 from engine.outputs import CompletionOutput, RequestOutput
 from server.app import build_app

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from conftest import MODEL_NAME, Canary, ServerThread, check_reply
+from server_testlib import MODEL_NAME, Canary, ServerThread, check_reply
 from engine.sampling_params import GREEDY_TEMPERATURE, SEED_END, SEED_MIN
 
 VOCAB = 1024  # the tiny checkpoint's; only used to aim top_k and stop ids at the vocabulary's edges

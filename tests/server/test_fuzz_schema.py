@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from conftest import Canary, ServerThread, check_reply
+from server_testlib import Canary, ServerThread, check_reply
 
 TARGETS = [("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("POST", "/tokenize"),
            ("POST", "/detokenize")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from conftest import MODEL_NAME, ServerThread, make_engine, wait_ready
+from server_testlib import MODEL_NAME, ServerThread, make_engine, wait_ready
 from server.app import build_app
 from server.async_engine import AsyncEngine
 

@@ -7,7 +7,7 @@ import json
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import MODEL_NAME, ServerThread
+from server_testlib import MODEL_NAME, ServerThread
 from server.bench_serve import BenchConfig, format_report, make_requests, run_benchmark
 from server.cli import register
 

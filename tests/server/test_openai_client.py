@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME, ServerThread, make_engine, wait_ready
+from server_testlib import MAX_MODEL_LEN, MODEL_NAME, ServerThread, make_engine, wait_ready
 
 
 @pytest.fixture(scope="module")
