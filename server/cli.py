@@ -9,7 +9,8 @@ import socket
 import sys
 from typing import NoReturn
 
-from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
+from engine.cli.engine_flags import add_engine_flags
+from engine.engine_config import EngineConfig
 from server.bench_serve import BenchConfig
 from server.serve_options import (API_KEY_ENV, DEFAULT_HOST, DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES,
                                   DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, FlagError, check_engine_flags,
@@ -22,20 +23,12 @@ EXIT_BAD_FLAGS = 2
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn); docs/SERVING.md")
-    p.add_argument("--model", required=True,
-                   help="a checkpoint directory (Hugging Face layout), a .gguf file or a Hugging Face Hub id")
-    p.add_argument("--revision", default=EngineConfig.revision, help="a Hub id's branch, tag or commit")
     # Engine settings: EngineConfig's field defaults (engine/engine_config.py).
-    p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
-    p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
-    p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
+    add_engine_flags(p)
     p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
     p.add_argument("--max-num-batched-tokens", type=int, default=EngineConfig.max_num_batched_tokens)
     p.add_argument("--page-size", type=int, default=EngineConfig.page_size)
     p.add_argument("--num-pages", type=int, default=EngineConfig.num_pages)
-    p.add_argument("--seed", type=int, default=EngineConfig.seed)
-    p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
-                   help="most greedy decode steps run back to back on the device when nobody waits (1: none)")
     # The front end's: server/serve_options.py.
     p.add_argument("--host", default=DEFAULT_HOST)
     p.add_argument("--port", type=int, default=DEFAULT_PORT)

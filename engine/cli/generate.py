@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
+from engine.cli.engine_flags import add_engine_flags
 from engine.sampling_params import SamplingParams
 
 # The command's own defaults: a couple of lines of text, greedy (LLM and SamplingParams default to 16 tokens
@@ -15,16 +15,8 @@ DEFAULT_TEMPERATURE = 0.0
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text from a checkpoint directory")
-    p.add_argument("--model", required=True,
-                   help="a checkpoint directory (Hugging Face layout), a .gguf file or a Hugging Face Hub id")
-    p.add_argument("--revision", default=EngineConfig.revision, help="a Hub id's branch, tag or commit")
+    add_engine_flags(p)
     p.add_argument("--prompt", action="append", required=True, help="repeatable")
-    p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
-    p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
-    p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
-    p.add_argument("--seed", type=int, default=EngineConfig.seed)
-    p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
-                   help="most greedy decode steps run back to back on the device (1: a host round trip per token)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
     p.add_argument("--top-p", type=float, default=SamplingParams.top_p)

@@ -1,0 +1,20 @@
+"""The engine flags `generate` and `serve` share: which model, and the EngineConfig settings both expose (their
+defaults are EngineConfig's field defaults, engine/engine_config.py)."""
+from __future__ import annotations
+
+import argparse
+
+from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
+
+
+def add_engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True,
+                   help="a checkpoint directory (Hugging Face layout), a .gguf file or a Hugging Face Hub id")
+    p.add_argument("--revision", default=EngineConfig.revision, help="a Hub id's branch, tag or commit")
+    p.add_argument("--backend", default=EngineConfig.backend, choices=BACKEND_NAMES)
+    p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
+    p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
+    p.add_argument("--seed", type=int, default=EngineConfig.seed)
+    p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
+                   help="most greedy decode steps run back to back on the device while no waiting request "
+                        "could take a seat (1: a host round trip per token)")
