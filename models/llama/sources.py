@@ -40,24 +40,33 @@ def resolve_model(model: str, cache: Path, revision: str | None = None) -> Path:
                            f"Hugging Face Hub id (org/name)")
 
 
-def _converted_gguf(path: Path, cache: Path) -> Path:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    out = cache / f"{path.stem}-{digest.hexdigest()[:12]}"
-    if (out / "config.json").is_file():
-        return out
-    staging = cache / f".{out.name}.partial"
+    return digest.hexdigest()
+
+
+def convert_gguf_into(path: Path, out: Path) -> Path:
+    """`convert_gguf` into `out` through a staging directory, so a checkpoint appears whole or not at all."""
+    staging = out.parent / f".{out.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    print(f"converting {path} to a bf16 checkpoint in {out} (once)", flush=True)
-    try:
-        convert_gguf(path, staging)
-    except GGUFConversionError as exc:
-        raise ModelSourceError(str(exc)) from None
+    print(f"converting {path.name} to a bf16 checkpoint in {out} (once)", flush=True)
+    convert_gguf(path, staging)
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out
+
+
+def _converted_gguf(path: Path, cache: Path) -> Path:
+    out = cache / f"{path.stem}-{sha256_of(path)[:12]}"
+    if (out / "config.json").is_file():
+        return out
+    try:
+        return convert_gguf_into(path, out)
+    except GGUFConversionError as exc:
+        raise ModelSourceError(str(exc)) from None
 
 
 def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
