@@ -25,15 +25,17 @@ import torch
 
 from engine.backends import create_backend, resolve_backend
 from engine.cuda_build import cache_root
-from engine.decode_runs import DecodeRuns, Sampled
+from engine.decode_runs import DecodeRuns, Failed, Sampled, kernel_samples
 from engine.detokenizer import OutputText
 from engine.engine_config import EngineConfig, size_kv_cache
 from engine.errors import EngineFatalError, RequestError
 from engine.outputs import RequestMetrics, RequestOutput
 from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
-from engine.sampler import sample_batch
-from engine.sampling_params import SamplingParams
+from engine.sampling.noise import seed_key
+from engine.sampling.results import sample_batch
+from engine.sampling.run_sampler import NoiseTables
+from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
 from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
@@ -91,8 +93,9 @@ class LLMEngine:
         # Where outputs of a run of decode steps go as soon as each chunk of its tokens is processed (the server
         # streams them); None: step() returns them all at the end of the run.
         self.output_sink: Callable[[list[RequestOutput]], None] | None = None
+        self._noise = NoiseTables(self.config.vocab_size)
         self._runs = DecodeRuns(self.backend, self.scheduler, self._requests, self._apply, cfg.decode_steps,
-                                cfg.page_size, self.backend_name)
+                                cfg.page_size, self.backend_name, self._noise)
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
         self._preemptions = 0
@@ -110,6 +113,8 @@ class LLMEngine:
             raise RequestError(f"request_id {request_id!r} is already in use")
         if not isinstance(params, SamplingParams):
             raise RequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
+        if params.seed is not None and not SEED_MIN <= params.seed < SEED_END:  # a mutated params object
+            raise RequestError(f"seed must be an int in [-2**63, 2**64), got {params.seed}")
         text, ids = prompt_token_ids(prompt, self.tokenizer, self.config.vocab_size)
         if not ids:
             raise RequestError("prompt is empty")
@@ -117,24 +122,18 @@ class LLMEngine:
             raise RequestError(
                 f"prompt has {len(ids)} tokens, but the model's context is {self.max_model_len} "
                 f"tokens (max_model_len) and at least one token must be generated")
-        generator = torch.Generator()
-        if params.seed is not None:
-            try:
-                generator.manual_seed(params.seed)
-            except (RuntimeError, ValueError, OverflowError) as exc:
-                raise RequestError(f"seed {params.seed} is not usable: {exc}") from exc
         now = time.monotonic() if arrival_time is None else arrival_time
         seq = Sequence(seq_id=request_id, prompt_token_ids=ids, arrival_time=now)
         state = RequestState(
             seq=seq, params=params, prompt=text, output_text=OutputText(self.tokenizer, ids, params),
-            generator=generator, metrics=RequestMetrics(arrival_time=now),
+            noise_key=seed_key(params.seed) if params.seed is not None else 0, metrics=RequestMetrics(arrival_time=now),
             logprobs=[] if params.logprobs is not None else None)
         try:
             self.scheduler.add(seq)  # atomic: it checks everything before it registers the sequence
         except ValueError as exc:
             raise RequestError(f"prompt cannot be scheduled: {exc}") from exc
         if params.seed is None:  # drawn only for admitted requests, so rejected ones do not shift the stream
-            generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._rng).item()))
+            state.noise_key = int(torch.randint(0, 2**62, (1,), generator=self._rng).item())
         self._requests[request_id] = state
 
     def abort(self, request_id: str) -> bool:
@@ -181,14 +180,13 @@ class LLMEngine:
             finally:
                 self._steps += steps - 1
         sampled, failed = self._run(plan)
-        now = time.monotonic()
-        for seq_id, message in failed.items():  # freed before on_step_done, which then skips them
-            outputs.append(self._fail(self._requests[seq_id], message, now))
-        return outputs + self._apply(plan, sampled, now)
+        return outputs + self._apply(plan, sampled, failed, time.monotonic())
 
-    def _apply(self, plan: SchedulerOutput, sampled: Sampled, now: float) -> list[RequestOutput]:
-        """Record the step's sampled tokens with the scheduler, then stop checks and outputs per request."""
-        outputs: list[RequestOutput] = []
+    def _apply(self, plan: SchedulerOutput, sampled: Sampled, failed: Failed, now: float) -> list[RequestOutput]:
+        """Finish the step's failed requests, record its sampled tokens with the scheduler, then stop checks and
+        outputs per request."""
+        outputs = [self._fail(self._requests[seq_id], message, now)  # freed before on_step_done, which skips them
+                   for seq_id, message in failed.items() if seq_id in self._requests]
         self.scheduler.on_step_done(plan, {sid: tok for sid, (tok, _lp) in sampled.items()})
         for seq_id, (token, logprob) in sampled.items():
             state = self._requests.get(seq_id)
@@ -212,16 +210,16 @@ class LLMEngine:
             if not rows:
                 self.backend.forward(batch)
                 return {}, {}
-            if all(s.params.is_greedy and s.params.logprobs is None and not s.params.has_penalties
-                   for s in states):  # the backend's argmax (in-kernel on cuda): only ids cross to the host
+            if kernel_samples(states):  # the backend's argmax (in-kernel on cuda): only ids cross to the host
                 ids = self.backend.greedy(batch).tolist()
                 return {chunks[i].seq.seq_id: (int(ids[i]), None) for i in rows}, {}
             logits = self.backend.forward(batch)[rows]
         except Exception as exc:  # noqa: BLE001 - the whole step's forward: no single request to blame
             raise EngineFatalError(f"engine step {self._steps} failed in the {self.backend_name} backend's "
                                    f"forward: {type(exc).__name__}: {exc}") from exc
-        result = sample_batch(logits, [s.params for s in states], [s.generator for s in states],
-                              [s.history for s in states])
+        # On the logits' device (the GPU for cuda): only ids and requested logprobs cross to the host.
+        result = sample_batch(logits, [s.params for s in states], [s.noise_key for s in states],
+                              [s.history for s in states], [s.seq.num_output_tokens for s in states], self._noise)
         sampled: Sampled = {}
         failed: dict[str, str] = {}
         for s, tok, lp, error in zip(states, result.token_ids, result.logprobs, result.errors):

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from engine.detokenizer import OutputText
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from engine.penalties import TokenHistory
+from engine.sampling.penalties import TokenHistory
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
@@ -18,7 +16,7 @@ class RequestState:
     params: SamplingParams
     prompt: str | None
     output_text: OutputText
-    generator: torch.Generator
+    noise_key: int  # the request's sampling noise key (engine/sampling/noise.py): from its seed, or drawn
     metrics: RequestMetrics
     logprobs: list[dict[int, float]] | None = None
     shown: str = ""  # the visible text of the last output returned (it only ever grows)

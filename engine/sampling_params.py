@@ -1,6 +1,6 @@
 """Per-request sampling settings, vLLM-shaped, validated on construction.
 
-Every value accepted here samples without NaN/inf (engine/sampler.py relies on these bounds); every
+Every value accepted here samples without NaN/inf (engine/sampling/filters.py relies on these bounds); every
 rejection is a `RequestError` whose message starts with the field's name.
 """
 from __future__ import annotations

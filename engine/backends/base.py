@@ -6,7 +6,12 @@ from collections.abc import Callable
 
 import torch
 
+from engine.sampling.results import to_host
+from engine.sampling.run_sampler import Records, RunSampler
 from models.llama.step_batch import StepBatch
+
+# Takes a chunk of host step records; False ends the run of decode steps early.
+OnRecords = Callable[[Records], bool]
 
 
 class Backend(ABC):
@@ -28,23 +33,28 @@ class Backend(ABC):
         """Int64 argmax token id per sequence; backends that argmax on device override this."""
         return torch.argmax(self.forward(batch), dim=-1)
 
-    def decode_steps(self, batch: StepBatch, steps: int, page_size: int,
-                     on_ids: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
-        """Int64 greedy ids [steps, S] of `steps` decode steps in a row: the first runs `batch` (one token per
-        sequence), each next one takes the ids the step before it sampled. The block tables must already hold
-        every position the steps write. `on_ids`, if given, receives the ids of consecutive steps ([k, S], in
-        order, all steps once) as soon as they are known, so the caller can use early tokens while later steps
-        run. Here one step after another through `greedy`; the cuda backend keeps the whole run on the GPU (the
-        ids feed back inside the kernel) and reads them back in small chunks."""
-        rows = []
+    def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
+                     sampler: RunSampler | None = None) -> int:
+        """Up to `steps` decode steps in a row: the first runs `batch` (one token per sequence), each next one
+        takes the ids the step before it sampled (greedy, or drawn by `sampler` on the logits' device). The
+        block tables must already hold every position the steps write. `on_records` receives the host records
+        of consecutive steps ("ids" int64 [k, S], plus the sampler's records), in order, as soon as they are
+        known, so the caller can use early tokens while later steps run; it returns False to end the run early
+        (steps already queued on a device still run and are handed over). Returns the number of steps run.
+        Here one step after another; the cuda backend queues the steps on the GPU without a host round trip
+        between them and reads their records back in small chunks."""
         for step in range(steps):
-            ids = self.greedy(batch)
-            rows.append(ids)
-            if on_ids is not None:
-                on_ids(ids[None])
-            if step + 1 < steps:
-                batch = batch.next_decode(ids, page_size)
-        return torch.stack(rows)
+            if sampler is None:
+                ids = self.greedy(batch)
+                records: Records = {"ids": ids[None].cpu()}
+            else:
+                ids = sampler.step(self.forward(batch), step).long()
+                records = to_host(sampler.chunk(step, step + 1))
+                records["ids"] = records["ids"].long()
+            if not on_records(records) or step + 1 == steps:
+                return step + 1
+            batch = batch.next_decode(ids, page_size)
+        return steps
 
     @property
     def device(self) -> torch.device:

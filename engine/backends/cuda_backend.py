@@ -3,12 +3,12 @@ megakernel over the same instruction tensors the VM runs. Greedy ids come back w
 in one small download; logits stay on the GPU for non-greedy sampling."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
 from dataclasses import replace
 
 import torch
 
-from engine.backends.base import Backend
+from engine.backends.base import Backend, OnRecords
 from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, KernelFields, launch
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
@@ -19,6 +19,7 @@ from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
+from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
@@ -38,6 +39,9 @@ W_O_MAP_BYTES = 128  # a CUtensorMap
 # A run of on-device decode steps hands its ids back every this many steps: the host detokenises and checks
 # stops for them while later steps run, and at the run's end only this many are left to process.
 READBACK_STEPS = 4
+# ... and keeps at most this many chunks queued ahead of the host: a stop (EOS, a stop string, a request waiting
+# for a seat) ends the run at most this many chunks later, and the GPU still never waits for the host.
+LOOKAHEAD_CHUNKS = 2
 
 
 class CudaBackend(Backend):
@@ -193,41 +197,73 @@ class CudaBackend(Backend):
         return self._finish(self.run(batch))
 
     @torch.inference_mode()
-    def decode_steps(self, batch: StepBatch, steps: int, page_size: int,
-                     on_ids: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
-        """`steps` greedy decode steps queued back to back on the GPU: each step's ARGMAX_REDUCE writes its ids to
-        a history row and advances the step args in place (csrc/interpreter/advance.cuh), so the host launches
-        them all without waiting. The ids come back in chunks of READBACK_STEPS steps (with the error word, so no
-        id of a failed step is handed out) while later steps run. The last step does not advance: its next
-        position may have no page."""
-        if steps == 1 or self.timing or not self.kernel.fold_advance:
-            return super().decode_steps(batch, steps, page_size, on_ids)
+    def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
+                     sampler: RunSampler | None = None) -> int:
+        """Decode steps queued back to back on the GPU. Greedy: each step's ARGMAX_REDUCE writes its ids to a
+        history row and advances the step args in place (csrc/interpreter/advance.cuh). Sampled: `sampler` draws
+        from the step's logits on the GPU and a one-block kernel advances the step args from its ids. Either way
+        the host never waits between two steps: records come back in chunks of READBACK_STEPS steps (after the
+        error word, so nothing of a failed step is handed out) while later steps run, and the host stays at most
+        LOOKAHEAD_CHUNKS chunks behind, so a stop it sees ends the run within that many chunks. The planned last
+        step does not advance: its next position may have no page."""
+        if (steps == 1 or self.timing or (sampler is None and not self.kernel.fold_advance)
+                or (sampler is not None and not self.embed_in_stream)):
+            return super().decode_steps(batch, steps, page_size, on_records, sampler)
         ds = self._prepare(batch)
         S = batch.num_seqs
-        history = torch.empty((steps - 1, S), dtype=torch.int32, device=self._device)
-        host = torch.empty((steps - 1, S), dtype=torch.int32, pin_memory=True)
-        errors = torch.empty((-(-(steps - 1) // READBACK_STEPS), 1), dtype=torch.int32, pin_memory=True)
-        chunks: list[tuple[int, int, torch.cuda.Event]] = []
-        for step in range(steps - 1):
-            self._launch(ds, advance_history=history[step].data_ptr())
-            if (step + 1) % READBACK_STEPS == 0 or step == steps - 2:
-                begin = chunks[-1][1] if chunks else 0
-                host[begin:step + 1].copy_(history[begin:step + 1], non_blocking=True)
-                errors[len(chunks)].copy_(ds.status[:1], non_blocking=True)
-                event = torch.cuda.Event()
-                event.record()
-                chunks.append((begin, step + 1, event))
-        self._launch(ds)
-        for index, (begin, end, event) in enumerate(chunks):
+        records = sampler.records if sampler is not None else {
+            "ids": torch.empty((steps, S), dtype=torch.int32, device=self._device)}
+        host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
+        errors = torch.empty((-(-steps // READBACK_STEPS), 1), dtype=torch.int32, pin_memory=True)
+        pending: deque[tuple[int, int, int, torch.cuda.Event]] = deque()
+        stream = torch.cuda.current_stream(self._device).cuda_stream
+        launched, begin, go_on = 0, 0, True
+
+        def read_back() -> None:
+            """Queue the copy of steps [begin, launched) and the error word to the host."""
+            nonlocal begin
+            for name, t in records.items():
+                host[name][begin:launched].copy_(t[begin:launched], non_blocking=True)
+            index = (launched - 1) // READBACK_STEPS
+            errors[index].copy_(ds.status[:1], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            pending.append((begin, launched, index, event))
+            begin = launched
+
+        def deliver() -> bool:
+            first, end, index, event = pending.popleft()
             event.synchronize()
             if int(errors[index, 0]) != 0:
-                break  # _finish raises, naming the instruction
-            if on_ids is not None:
-                on_ids(host[begin:end].to(torch.int64))
-        last = self._finish(ds)  # synchronises: the error word and the last step's ids
-        if on_ids is not None:
-            on_ids(last[None])
-        return torch.cat([host.to(torch.int64), last[None]])
+                self._finish(ds)  # raises, naming the instruction
+            chunk = {name: t[first:end] for name, t in host.items()}
+            chunk["ids"] = chunk["ids"].to(torch.int64)
+            return on_records(chunk)
+
+        while launched < steps and go_on:
+            last = launched == steps - 1
+            ids = records["ids"][launched]
+            if sampler is None:
+                self._launch(ds, advance_history=0 if last else ids.data_ptr())
+                if last:
+                    ids.copy_(ds.out_tokens)
+            else:
+                self._launch(ds)
+                sampler.step(ds.acts["logits"][:S], launched)
+                if not last:
+                    self.module.advance(ds.step_args.data_ptr(), ids.data_ptr(), records["ids"].data_ptr(), launched,
+                                        ds.status.data_ptr(), S, stream)
+            launched += 1
+            if launched % READBACK_STEPS == 0 or launched == steps:
+                read_back()
+                while go_on and pending and (len(pending) > LOOKAHEAD_CHUNKS or pending[0][3].query()):
+                    go_on = deliver()
+        if begin < launched:  # ended early between two readbacks: the steps since the last one
+            read_back()
+        while pending:  # what was queued still ran: hand it over
+            deliver()
+        self._finish(ds)  # the error word of the last step
+        return launched
 
     def prefill(self, tokens: list[int], block_table: list[int], start: int = 0) -> int:
         """Run one sequence's tokens through the kernel in chunks it can hold; returns the last

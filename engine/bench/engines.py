@@ -18,6 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
 
+# A runner whose name ends so samples its tokens (not greedy): its tokens are not compared with the reference's.
+SAMPLED_SUFFIX = "-sampled"
+
 EngineRunner = Callable[[LlamaWeights, LlamaConfig, list[int], int], tuple[Sequence[int], float]]
 
 # Modules the CLI imports before every run so their import-time registrations take effect (besides its

@@ -38,9 +38,16 @@ def write_checkpoint(weights: LlamaWeights, out_dir: Path) -> Path:
     return out_dir
 
 
+# The `-sampled` row's settings: a typical chat request's filters plus a penalty, so the row shows what sampling
+# on the GPU (engine/sampling) costs over greedy: top-p sorts the whole vocabulary, the penalty keeps counts.
+SAMPLED_SETTINGS: dict[str, float | int] = {"temperature": 0.8, "top_p": 0.95, "top_k": 50,
+                                            "repetition_penalty": 1.1, "seed": 0}
+
+
 def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
-                    new_tokens: int, backend: str = "cuda") -> tuple[Sequence[int], float]:
-    """An engine runner (engine/bench/engines.py) over the public `LLM` API on `backend`."""
+                    new_tokens: int, backend: str = "cuda", sampled: bool = False) -> tuple[Sequence[int], float]:
+    """An engine runner (engine/bench/engines.py) over the public `LLM` API on `backend`; greedy, or with
+    SAMPLED_SETTINGS where `sampled`."""
     from engine import LLM, SamplingParams
 
     if new_tokens < 2:
@@ -50,7 +57,8 @@ def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list
         llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
                   max_num_seqs=1,
                   max_model_len=min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1))
-    params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+    settings = SAMPLED_SETTINGS if sampled else {"temperature": 0.0}
+    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True, **settings)  # type: ignore[arg-type]
     prompt = {"prompt_token_ids": list(prompt_ids)}
     try:
         llm.generate(prompt, params)  # warm-up: compiles the streams of both shapes

@@ -19,7 +19,7 @@ import torch
 
 from engine.backends import has_sm90_gpu
 from engine.backends.cuda_backend import CudaBackend
-from engine.bench.engines import EngineRunner
+from engine.bench.engines import SAMPLED_SUFFIX, EngineRunner
 from engine.bench.generate_runner import generate_runner
 from engine.cuda.device_stream import DeviceStream, launch
 from engine.cuda.kernel_options import KernelOptions
@@ -102,9 +102,11 @@ class MegakernelRunner:
 
 def megakernel_runners(options: Mapping[str, object], device: torch.device) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
-    engine/bench/generate_runner.py, engine defaults), and `megakernel-kernel-only`, this module's loop with
+    engine/bench/generate_runner.py, engine defaults), `megakernel-sampled`, the same with top-p / top-k / a penalty
+    sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
     `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere `engine-torch`:
     `LLM.generate` on the torch backend."""
     if device.type != "cuda" or not has_sm90_gpu():  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch")}
-    return {"megakernel": generate_runner, "megakernel-kernel-only": MegakernelRunner(dict(options))}
+    return {"megakernel": generate_runner, "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True),
+            "megakernel-kernel-only": MegakernelRunner(dict(options))}

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.bench.engines import SAMPLED_SUFFIX
 from engine.bench.harness import BenchResult, BenchRow
 
 _COLUMNS = ("runner", "ms/token", "tok/s", "% of floor", "vs eager", "vs compile+graph", "tokens")
@@ -17,6 +18,8 @@ def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
 
 def _match(row: BenchRow) -> str:
     if row.tokens_match is None:
+        if row.name.endswith(SAMPLED_SUFFIX):
+            return "sampled"
         return "ref" if row.status == "ok" else "-"
     return "match" if row.tokens_match else f"DIFFER @{row.first_mismatch}"
 

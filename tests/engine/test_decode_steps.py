@@ -61,24 +61,52 @@ def test_streamed_outputs_grow_token_by_token(tiny_checkpoint: str) -> None:
     assert calls == 3 and engine.get_stats().steps == 12
 
 
-def test_sampled_and_waiting_requests_run_one_step_at_a_time(tiny_checkpoint: str) -> None:
-    llm = _engine(tiny_checkpoint, "torch", 8)
+@pytest.mark.parametrize("backend", ["torch", "vm"])
+def test_sampled_runs_equal_one_step_at_a_time(tiny_checkpoint: str, backend: str) -> None:
+    """Seeded sampling, filters, penalties and logprobs in runs of decode steps (sampled on the logits' device):
+    the same tokens, text and logprobs as step by step, because the noise is counted per request."""
+    params = [SamplingParams(temperature=0.9, seed=3, max_tokens=13, ignore_eos=True),
+              SamplingParams(temperature=1.2, top_p=0.8, top_k=20, min_p=0.02, seed=-5, max_tokens=17,
+                             ignore_eos=True, logprobs=3),
+              SamplingParams(temperature=0.0, max_tokens=11, ignore_eos=True, repetition_penalty=1.3,
+                             frequency_penalty=0.4, presence_penalty=0.2),
+              SamplingParams(temperature=0.7, seed=2**64 - 1, max_tokens=9, frequency_penalty=-0.5, logprobs=0)]
+
+    def run(decode_steps: int) -> list[tuple[object, ...]]:
+        outs = _engine(tiny_checkpoint, backend, decode_steps).generate(PROMPTS, params)
+        return [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].logprobs) for o in outs]
+
+    one, many = run(1), run(8)
+    for (ids1, text1, lp1), (ids8, text8, lp8) in zip(one, many):
+        assert ids1 == ids8 and text1 == text8
+        assert (lp1 is None) == (lp8 is None)
+        for a, b in zip(lp1 or [], lp8 or []):
+            assert a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-6 for k in a)
+
+
+def test_a_waiting_request_ends_a_run_early(tiny_checkpoint: str) -> None:
+    """A request arriving while seats are free waits for at most the backend's look-ahead, not a whole run."""
+    llm = _engine(tiny_checkpoint, "torch", 16)
     engine = llm.engine
-    calls: list[int] = []
-    backend = engine.backend
-    original = backend.decode_steps
+    engine.add_request("long", "Hello there", SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True))
+    engine.step()  # prefill
+    ran: list[int] = []
+    original = engine.backend.decode_steps
 
-    def spy(batch: StepBatch, steps: int, page_size: int, on_ids=None) -> torch.Tensor:  # noqa: ANN001
-        calls.append(steps)
-        return original(batch, steps, page_size, on_ids)
+    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None) -> int:  # noqa: ANN001
+        def arrive_then_take(records):  # noqa: ANN001, ANN202
+            if "late" not in engine._requests:
+                engine.add_request("late", "a", SamplingParams(temperature=0.0, max_tokens=2))
+            return on_records(records)
+        ran.append(original(batch, steps, page_size, arrive_then_take, sampler))
+        return ran[-1]
 
-    backend.decode_steps = spy  # type: ignore[method-assign]
-    llm.generate(["x"], SamplingParams(temperature=0.8, seed=3, max_tokens=10))
-    llm.generate(["x"], SamplingParams(temperature=0.0, max_tokens=10, logprobs=2))
-    llm.generate(["x"], SamplingParams(temperature=0.0, max_tokens=10, repetition_penalty=1.2))
-    assert calls == []
-    llm.generate(["x"], SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True))
-    assert calls == [8, 1] or calls == [8]
+    engine.backend.decode_steps = spy  # type: ignore[method-assign]
+    engine.step()
+    assert ran == [1]  # the torch backend hands back every step: the run ends at the first
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.get_stats().kv_pages_used == 0
 
 
 def test_base_decode_steps_feeds_each_id_back(tiny_checkpoint: str) -> None:
@@ -99,13 +127,18 @@ def test_base_decode_steps_feeds_each_id_back(tiny_checkpoint: str) -> None:
     batch = StepBatch.build([[t] for t in first], starts, [list(range(s * 8, s * 8 + 8)) for s in range(3)],
                             page_size=16)
     handed: list[list[int]] = []
-    ids = Echo().decode_steps(batch, 4, page_size=16, on_ids=lambda rows: handed.extend(rows.tolist()))
-    assert ids.tolist() == [[t + 100 * (j + 1) for t in first] for j in range(4)] == handed
+
+    def take(records) -> bool:  # noqa: ANN001
+        handed.extend(records["ids"].tolist())
+        return True
+
+    assert Echo().decode_steps(batch, 4, page_size=16, on_records=take) == 4
+    assert [[t + 100 * (j + 1) for t in first] for j in range(4)] == handed
     assert [p for _t, p, _c in seen] == [[s + j for s in starts] for j in range(4)]
     assert [c for _t, _p, c in seen] == [[s + j + 1 for s in starts] for j in range(4)]
     with pytest.raises(ValueError, match="needs a page"):
         short = StepBatch.build([[1]], [15], [[0]], page_size=16)
-        Echo().decode_steps(short, 2, page_size=16)
+        Echo().decode_steps(short, 2, page_size=16, on_records=lambda records: True)
 
 
 def test_output_sink_gets_each_chunk_of_a_run(tiny_checkpoint: str) -> None:
@@ -135,10 +168,10 @@ def test_runs_go_on_while_requests_wait_for_a_full_house(tiny_checkpoint: str) -
     waiting_at_runs: list[int] = []
     original = llm.engine.backend.decode_steps
 
-    def spy(batch: StepBatch, steps: int, page_size: int, on_ids=None) -> torch.Tensor:  # noqa: ANN001
+    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None) -> int:  # noqa: ANN001
         if steps > 1:
             waiting_at_runs.append(llm.engine.scheduler.num_waiting)
-        return original(batch, steps, page_size, on_ids)
+        return original(batch, steps, page_size, on_records, sampler)
 
     llm.engine.backend.decode_steps = spy  # type: ignore[method-assign]
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine import detokenizer, llm_engine, sampler
+from engine import detokenizer
+from engine.sampling import run_sampler
 from engine.errors import EngineFatalError, RequestError
 
 CANARY_PROMPT = "Hello there, how are"
@@ -101,29 +102,29 @@ def _failing_row(monkeypatch: pytest.MonkeyPatch, llm: LLM, canary_ids: list[int
 
 def test_a_sampler_failure_fails_that_request_only(llm: LLM, canary_ids: list[int],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    real = sampler.sample_row
+    real = run_sampler.sample_step
 
-    def flaky(logits, params, generator, history=None):  # type: ignore[no-untyped-def]
-        if params.seed == 666 and history is not None and len(history.output) == 2:
+    def flaky(logits, t, counters, penalties, token_hash):  # type: ignore[no-untyped-def]
+        if bool(((t.keys[:, 0] == 666) & (counters == 2)).any()):  # seed 666's third token
             raise RuntimeError("injected\nfailure")
-        return real(logits, params, generator, history)
+        return real(logits, t, counters, penalties, token_hash)
 
-    monkeypatch.setattr(sampler, "sample_row", flaky)
+    monkeypatch.setattr(run_sampler, "sample_step", flaky)
     _failing_row(monkeypatch, llm, canary_ids, "injected failure")
 
 
 def test_a_non_finite_logits_row_fails_that_request_only(llm: LLM, canary_ids: list[int],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    real = llm_engine.sample_batch
+    real = run_sampler.RunSampler.step
 
-    def poisoned(logits, params, generators, histories=None):  # type: ignore[no-untyped-def]
+    def poisoned(self, logits, index):  # type: ignore[no-untyped-def]
         logits = logits.clone()
-        for row, p in enumerate(params):
-            if p.seed == 666:
+        for row, key in enumerate(self.keys):
+            if key == 666:
                 logits[row, 3] = float("nan")
-        return real(logits, params, generators, histories)
+        return real(self, logits, index)
 
-    monkeypatch.setattr(llm_engine, "sample_batch", poisoned)
+    monkeypatch.setattr(run_sampler.RunSampler, "step", poisoned)
     _failing_row(monkeypatch, llm, canary_ids, "non-finite logits")
 
 

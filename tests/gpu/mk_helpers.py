@@ -97,3 +97,24 @@ def follows_reference(weights: LlamaWeights, prompt: list[int], tokens: list[int
         batch = StepBatch.build([[tok]], [len(prompt) + i], table, device=dev, page_size=page_size)
         logits = model.forward(batch, kv)[0]
     return exact
+
+
+def reference_logprobs(weights: LlamaWeights, prompt: list[int], tokens: list[int],
+                       page_size: int = 16) -> torch.Tensor:
+    """float64 [len(tokens), V]: the torch reference's log-softmax before each of `tokens`, teacher-forced."""
+    from models.llama.kv_cache import PagedKVCache
+    from models.llama.model import LlamaModel
+    from models.llama.step_batch import StepBatch
+
+    dev = weights.device
+    pages = -(-(len(prompt) + len(tokens)) // page_size)
+    kv = PagedKVCache.allocate(weights.config, num_pages=pages, page_size=page_size, dtype=weights.dtype,
+                               device=dev)
+    table = [list(range(pages))]
+    model = LlamaModel(weights)
+    rows = []
+    batch = StepBatch.build([prompt], [0], table, device=dev, page_size=page_size)
+    for i, tok in enumerate(tokens):
+        rows.append(torch.log_softmax(model.forward(batch, kv)[0].double(), dim=-1))
+        batch = StepBatch.build([[tok]], [len(prompt) + i], table, device=dev, page_size=page_size)
+    return torch.stack(rows)

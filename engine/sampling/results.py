@@ -1,0 +1,73 @@
+"""Step records (device tensors) turned into each row's token, logprobs or failure on the host; and
+`sample_batch`, one step for a batch of requests (a row that cannot sample fails alone)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.sampling.penalties import TokenHistory
+from engine.sampling.run_sampler import NoiseTables, Records, RunSampler
+from engine.sampling_params import SamplingParams
+
+NON_FINITE = "the model produced non-finite logits (NaN or inf) for this request"
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """Per row: the token id (None if the row failed), its logprobs, and the failure (None if it sampled)."""
+
+    token_ids: list[int | None]
+    logprobs: list[dict[int, float] | None]
+    errors: list[str | None]
+
+
+def step_results(records: Records, step: int, params: Sequence[SamplingParams],
+                 failures: Mapping[tuple[int, int], str] | None = None, first: int = 0) -> SampleResult:
+    """Row by row, step `step` of host-side `records`, whose step 0 is the run's step `first` (the key of
+    `failures`, the sampler's messages for rows that failed)."""
+    ids = records["ids"][step].tolist()
+    valid = records["valid"][step].tolist() if "valid" in records else [True] * len(ids)
+    has_lp = "lp_chosen" in records
+    chosen = records["lp_chosen"][step].tolist() if has_lp else []
+    values = records["lp_top_values"][step].tolist() if has_lp else []
+    top_ids = records["lp_top_ids"][step].tolist() if has_lp else []
+    out = SampleResult(token_ids=[], logprobs=[], errors=[])
+    for row, p in enumerate(params):
+        if not valid[row]:
+            out.token_ids.append(None)
+            out.logprobs.append(None)
+            out.errors.append((failures or {}).get((first + step, row), NON_FINITE))
+            continue
+        tok = int(ids[row])
+        lp: dict[int, float] | None = None
+        if p.logprobs is not None and has_lp:
+            lp = {int(i): float(v) for i, v in zip(top_ids[row][:p.logprobs], values[row][:p.logprobs])}
+            lp[tok] = float(chosen[row])
+        out.token_ids.append(tok)
+        out.logprobs.append(lp)
+        out.errors.append(None)
+    return out
+
+
+def to_host(records: Records) -> Records:
+    return {name: t.cpu() for name, t in records.items()}
+
+
+def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: Sequence[int],
+                 histories: Sequence[TokenHistory] | None = None, counters: Sequence[int] | None = None,
+                 noise: NoiseTables | None = None) -> SampleResult:
+    """Sample one token per row of `logits` [S, V] (on any device) with each row's params, noise key, token
+    history (penalties) and counter (its number of generated tokens; default 0). Raises only for a malformed
+    call; a row's own failure lands in `errors[row]`."""
+    S = len(params)
+    histories = list(histories) if histories is not None else [TokenHistory((), ())] * S
+    counters = list(counters) if counters is not None else [0] * S
+    if logits.dim() != 2 or not logits.shape[0] == S == len(keys) == len(histories) == len(counters):
+        raise ValueError(f"logits {tuple(logits.shape)} vs {S} params / {len(keys)} keys / {len(histories)} "
+                         f"histories / {len(counters)} counters")
+    sampler = RunSampler(params, keys, histories, counters, 1, noise or NoiseTables(logits.shape[1]),
+                         logits.device)
+    sampler.step(logits, 0)
+    return step_results(to_host(sampler.chunk(0, 1)), 0, params, sampler.failures)

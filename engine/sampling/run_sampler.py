@@ -1,0 +1,96 @@
+"""Sampling for a run of steps over one batch of sequences, entirely on the logits' device: per-row settings,
+penalty counts and noise counters live there, and every step's results are kept in device buffers that the
+backend hands back in chunks. The host is not between two steps."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from engine.sampling.filters import sample_step, step_logprobs
+from engine.sampling.noise import token_hashes
+from engine.sampling.penalties import PenaltyState, TokenHistory
+from engine.sampling.tensors import SamplingTensors
+from engine.sampling_params import SamplingParams
+
+# A chunk of step records: "ids" (int [k, S]) always; "valid" (bool [k, S]) and the logprob fields where the run
+# samples with a RunSampler.
+Records = dict[str, torch.Tensor]
+
+
+class NoiseTables:
+    """The vocabulary's token hashes per device (the same for every step: built once per device)."""
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+        self._by_device: dict[torch.device, torch.Tensor] = {}
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._by_device:
+            self._by_device[device] = token_hashes(self.vocab, device)
+        return self._by_device[device]
+
+
+class RunSampler:
+    """Samples step after step of one batch: `step(logits, i)` returns the int32 ids [S] (on the device) and
+    records them (and validity, logprobs) at index i. `counters` is each row's number of generated tokens before
+    the first step; penalties see every token sampled in the run."""
+
+    def __init__(self, params: Sequence[SamplingParams], keys: Sequence[int], histories: Sequence[TokenHistory],
+                 counters: Sequence[int], steps: int, noise: NoiseTables, device: torch.device) -> None:
+        vocab = noise.vocab
+        self.params, self.keys = list(params), list(keys)
+        # (step, row) -> why that row could not sample at that step (its records say invalid)
+        self.failures: dict[tuple[int, int], str] = {}
+        self.tensors = SamplingTensors.build(list(params), list(keys), vocab, device)
+        self.penalties = PenaltyState.build(histories, vocab, device) if self.tensors.any_penalties else None
+        self.counters = torch.tensor(list(counters), dtype=torch.int64, device=device)
+        self.token_hash = noise.on(device)
+        S, k = len(params), min(self.tensors.logprobs_k, vocab)
+        self.records: Records = {"ids": torch.empty((steps, S), dtype=torch.int32, device=device),
+                                 "valid": torch.empty((steps, S), dtype=torch.bool, device=device)}
+        if k >= 0:
+            self.records["lp_chosen"] = torch.empty((steps, S), dtype=torch.float64, device=device)
+            self.records["lp_top_values"] = torch.empty((steps, S, k), dtype=torch.float64, device=device)
+            self.records["lp_top_ids"] = torch.empty((steps, S, k), dtype=torch.int64, device=device)
+
+    def step(self, logits: torch.Tensor, index: int) -> torch.Tensor:
+        logits = logits[:, :self.token_hash.numel()]
+        try:
+            ids, valid = sample_step(logits, self.tensors, self.counters, self.penalties, self.token_hash)
+        except Exception:  # noqa: BLE001 - find the row(s) to blame: each row alone
+            ids, valid = self._row_by_row(logits, index)
+        if self.penalties is not None:
+            self.penalties.record(ids)
+        self.counters += 1
+        rec = self.records
+        rec["ids"][index] = ids
+        rec["valid"][index] = valid
+        if "lp_chosen" in rec:
+            chosen, values, top_ids = step_logprobs(logits, ids, valid, rec["lp_top_ids"].shape[2])
+            rec["lp_chosen"][index] = chosen
+            rec["lp_top_values"][index] = values
+            rec["lp_top_ids"][index] = top_ids
+        return rec["ids"][index]
+
+    def _row_by_row(self, logits: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step sampled one row at a time: a row that fails is invalid, with its message in `failures`."""
+        ids, valid = [], []
+        for row, (p, key) in enumerate(zip(self.params, self.keys)):
+            one = slice(row, row + 1)
+            tensors = SamplingTensors.build([p], [key], self.token_hash.numel(), logits.device)
+            penalties = (PenaltyState(self.penalties.seen[one], self.penalties.counts[one])
+                         if self.penalties is not None else None)
+            try:
+                i, v = sample_step(logits[one], tensors, self.counters[one], penalties, self.token_hash)
+            except Exception as exc:  # noqa: BLE001 - this row's own failure
+                self.failures[(index, row)] = f"sampling failed: {type(exc).__name__}: {exc}"
+                i, v = torch.zeros(1, dtype=torch.int64, device=logits.device), torch.zeros(
+                    1, dtype=torch.bool, device=logits.device)
+            ids.append(i)
+            valid.append(v)
+        return torch.cat(ids), torch.cat(valid)
+
+    def chunk(self, begin: int, end: int) -> Records:
+        """Steps [begin, end) of every record (device tensors; the caller copies them to the host)."""
+        return {name: t[begin:end] for name, t in self.records.items()}
