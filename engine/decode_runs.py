@@ -109,7 +109,7 @@ class DecodeRuns:
             if not kernel_samples(states):
                 sampler = RunSampler([s.params for s in states], [s.noise_key for s in states],
                                      [s.history for s in states], [c.seq.num_output_tokens for c in chunks], steps,
-                                     self.noise, self.backend.device)
+                                     self.noise, self.backend.device, self.backend.sampling_kernel)
             self.backend.decode_steps(batch, steps, self.page_size, take, sampler)
         except EngineFatalError:
             raise

@@ -219,7 +219,8 @@ class LLMEngine:
                                    f"forward: {type(exc).__name__}: {exc}") from exc
         # On the logits' device (the GPU for cuda): only ids and requested logprobs cross to the host.
         result = sample_batch(logits, [s.params for s in states], [s.noise_key for s in states],
-                              [s.history for s in states], [s.seq.num_output_tokens for s in states], self._noise)
+                              [s.history for s in states], [s.seq.num_output_tokens for s in states], self._noise,
+                              self.backend.sampling_kernel)
         sampled: Sampled = {}
         failed: dict[str, str] = {}
         for s, tok, lp, error in zip(states, result.token_ids, result.logprobs, result.errors):

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "advance.cuh"
+#include "sample_rows.cuh"
 #include "consumer.cuh"
 #include "roles.cuh"
 
@@ -156,6 +157,36 @@ void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int s
                            reinterpret_cast<int*>(history), step, reinterpret_cast<int*>(error));
 }
 
+void sample_rows(const py::dict& d, int rows, uintptr_t stream) {
+  using namespace mk::sampling;
+  if (rows < 1) throw std::invalid_argument("sample_rows: rows must be >= 1");
+  SampleArgs a{};
+  a.logits = ptr_field<const float>(d, "logits");
+  a.vocab = scalar_field<int>(d, "vocab");
+  a.logits_stride = scalar_field<int>(d, "logits_stride");
+  a.greedy = ptr_field<const uint8_t>(d, "greedy");
+  a.temperature = ptr_field<const float>(d, "temperature");
+  a.log_min_p = ptr_field<const float>(d, "log_min_p");
+  a.top_k = ptr_field<const int64_t>(d, "top_k");
+  a.top_p = ptr_field<const float>(d, "top_p");
+  a.repetition = ptr_field<const double>(d, "repetition");
+  a.frequency = ptr_field<const double>(d, "frequency");
+  a.presence = ptr_field<const double>(d, "presence");
+  a.keys = ptr_field<const int64_t>(d, "keys");
+  a.counters = ptr_field<int64_t>(d, "counters");
+  a.counts = ptr_field<int>(d, "counts", /*optional=*/true);
+  a.seen = ptr_field<uint8_t>(d, "seen", /*optional=*/true);
+  a.work = ptr_field<float>(d, "work");
+  a.out_ids = ptr_field<int>(d, "out_ids");
+  a.out_valid = ptr_field<uint8_t>(d, "out_valid");
+  if (a.vocab < 1 || a.logits_stride < a.vocab) throw std::invalid_argument("sample_rows: bad vocab or stride");
+  if ((a.counts == nullptr) != (a.seen == nullptr))
+    throw std::invalid_argument("sample_rows: counts and seen come together");
+  const size_t smem = (SAMPLE_WARPS * HIST_STRIDE + RADIX_BINS + 2) * sizeof(float);
+  mk::sampling::sample_rows<<<rows, SAMPLE_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(a);
+  MK_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(mk_interpreter, m) {
@@ -165,6 +196,9 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.def("advance", &advance, py::arg("step_args"), py::arg("out_tokens"), py::arg("history"), py::arg("step"),
         py::arg("error"), py::arg("num_seqs"), py::arg("stream"), py::arg("pdl") = false,
         "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
+  m.def("sample_rows", &sample_rows, py::arg("fields"), py::arg("rows"), py::arg("stream"),
+        "One sampling step over `rows` logits rows (csrc/interpreter/sample_rows.cuh); fields maps each SampleArgs "
+        "member to a device pointer (int) or a scalar.");
   m.def("encode_w_o_map", &encode_w_o_map, py::arg("dst"), py::arg("w_o"), py::arg("layers"), py::arg("hidden"),
         py::arg("n_heads"), py::arg("head_dim"),
         "Write W_o's tensor map for the fused op's panel pages to dst (device, 128 bytes); False if head_dim is "

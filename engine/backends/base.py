@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 
@@ -24,6 +25,9 @@ class Backend(ABC):
     name: str = "abstract"
     # Most tokens one step may carry (None: unlimited); the engine caps its token budget to it.
     max_tokens_per_step: int | None = None
+    # The CUDA extension whose `sample_rows` samples a step in one launch (engine/sampling/run_sampler.py), where
+    # the backend's logits are on a GPU that has it; None: sampling runs as torch ops.
+    sampling_kernel: ModuleType | None = None
 
     @abstractmethod
     def forward(self, batch: StepBatch) -> torch.Tensor:

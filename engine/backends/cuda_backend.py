@@ -67,6 +67,7 @@ class CudaBackend(Backend):
             if getattr(self.kernel, name) is None:
                 self.kernel = replace(self.kernel, **{name: getattr(self.tuning, name)})
         self.module = load_extension("mk_interpreter")
+        self.sampling_kernel = self.module
         self.limits = InterpreterLimits.of(self.module)
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)

@@ -50,7 +50,8 @@ def token_hashes(vocab: int, device: torch.device) -> torch.Tensor:
 
 
 def gumbel(row_hash: torch.Tensor, token_hash: torch.Tensor) -> torch.Tensor:
-    """float32 [S, V] standard Gumbel noise: -log(-log(u)) with u in (0, 1) from 24 bits of the hash."""
+    """float32 [S, V] standard Gumbel noise: -log(-log(u)) with u in (0, 1) from 23 bits of the hash (so that
+    m + 0.5 is exact in float32 and u never rounds to 1)."""
     h = mix32(row_hash[:, None] ^ token_hash[None, :])
-    u = ((h >> 8).to(torch.float32) + 0.5) * (1.0 / 2**24)
+    u = ((h >> 9).to(torch.float32) + 0.5) * (1.0 / 2**23)
     return -torch.log(-torch.log(u))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
@@ -57,9 +58,10 @@ def to_host(records: Records) -> Records:
 
 def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: Sequence[int],
                  histories: Sequence[TokenHistory] | None = None, counters: Sequence[int] | None = None,
-                 noise: NoiseTables | None = None) -> SampleResult:
+                 noise: NoiseTables | None = None, kernel: ModuleType | None = None) -> SampleResult:
     """Sample one token per row of `logits` [S, V] (on any device) with each row's params, noise key, token
-    history (penalties) and counter (its number of generated tokens; default 0). Raises only for a malformed
+    history (penalties) and counter (its number of generated tokens; default 0); with `kernel` on a GPU in one
+    launch of its `sample_rows`. Raises only for a malformed
     call; a row's own failure lands in `errors[row]`."""
     S = len(params)
     histories = list(histories) if histories is not None else [TokenHistory((), ())] * S
@@ -68,6 +70,6 @@ def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: S
         raise ValueError(f"logits {tuple(logits.shape)} vs {S} params / {len(keys)} keys / {len(histories)} "
                          f"histories / {len(counters)} counters")
     sampler = RunSampler(params, keys, histories, counters, 1, noise or NoiseTables(logits.shape[1]),
-                         logits.device)
+                         logits.device, kernel)
     sampler.step(logits, 0)
     return step_results(to_host(sampler.chunk(0, 1)), 0, params, sampler.failures)

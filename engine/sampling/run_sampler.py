@@ -4,6 +4,7 @@ backend hands back in chunks. The host is not between two steps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 
 import torch
 
@@ -37,7 +38,10 @@ class RunSampler:
     the first step; penalties see every token sampled in the run."""
 
     def __init__(self, params: Sequence[SamplingParams], keys: Sequence[int], histories: Sequence[TokenHistory],
-                 counters: Sequence[int], steps: int, noise: NoiseTables, device: torch.device) -> None:
+                 counters: Sequence[int], steps: int, noise: NoiseTables, device: torch.device,
+                 kernel: ModuleType | None = None) -> None:
+        """`kernel`: the CUDA extension with `sample_rows` (csrc/interpreter/sample_rows.cuh), which samples a
+        step in one launch on a GPU; without it (or off the GPU) the step is whole-batch torch ops."""
         vocab = noise.vocab
         self.params, self.keys = list(params), list(keys)
         # (step, row) -> why that row could not sample at that step (its records say invalid)
@@ -53,9 +57,24 @@ class RunSampler:
             self.records["lp_chosen"] = torch.empty((steps, S), dtype=torch.float64, device=device)
             self.records["lp_top_values"] = torch.empty((steps, S, k), dtype=torch.float64, device=device)
             self.records["lp_top_ids"] = torch.empty((steps, S, k), dtype=torch.int64, device=device)
+        self.kernel = kernel if kernel is not None and device.type == "cuda" else None
+        self._fields: dict[str, int] = {}
+        if self.kernel is not None:
+            t = self.tensors
+            self._work = torch.empty((S, vocab), dtype=torch.float32, device=device)
+            self._fields = {"vocab": vocab, "greedy": t.greedy.data_ptr(), "temperature": t.temperature.data_ptr(),
+                            "log_min_p": t.log_min_p.data_ptr(), "top_k": t.top_k.data_ptr(),
+                            "top_p": t.top_p.data_ptr(), "repetition": t.repetition.data_ptr(),
+                            "frequency": t.frequency.data_ptr(), "presence": t.presence.data_ptr(),
+                            "keys": t.keys.data_ptr(), "counters": self.counters.data_ptr(),
+                            "work": self._work.data_ptr()}
+            if self.penalties is not None:
+                self._fields.update(counts=self.penalties.counts.data_ptr(), seen=self.penalties.seen.data_ptr())
 
     def step(self, logits: torch.Tensor, index: int) -> torch.Tensor:
         logits = logits[:, :self.token_hash.numel()]
+        if self.kernel is not None and logits.dtype == torch.float32 and logits.stride(1) == 1:
+            return self._kernel_step(logits, index)
         try:
             ids, valid = sample_step(logits, self.tensors, self.counters, self.penalties, self.token_hash)
         except Exception:  # noqa: BLE001 - find the row(s) to blame: each row alone
@@ -72,6 +91,21 @@ class RunSampler:
             rec["lp_top_values"][index] = values
             rec["lp_top_ids"][index] = top_ids
         return rec["ids"][index]
+
+    def _kernel_step(self, logits: torch.Tensor, index: int) -> torch.Tensor:
+        """The step in one launch of `sample_rows` (it records the ids, validity, penalties and counters itself)."""
+        rec = self.records
+        ids = rec["ids"][index]
+        self.kernel.sample_rows(  # type: ignore[union-attr]
+            {**self._fields, "logits": logits.data_ptr(), "logits_stride": logits.stride(0),
+             "out_ids": ids.data_ptr(), "out_valid": rec["valid"][index].data_ptr()},
+            ids.numel(), torch.cuda.current_stream(logits.device).cuda_stream)
+        if "lp_chosen" in rec:
+            chosen, values, top_ids = step_logprobs(logits, ids.long(), rec["valid"][index], rec["lp_top_ids"].shape[2])
+            rec["lp_chosen"][index] = chosen
+            rec["lp_top_values"][index] = values
+            rec["lp_top_ids"][index] = top_ids
+        return ids
 
     def _row_by_row(self, logits: torch.Tensor, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The step sampled one row at a time: a row that fails is invalid, with its message in `failures`."""

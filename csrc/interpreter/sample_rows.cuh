@@ -1,0 +1,251 @@
+// sample_rows.cuh: one sampling step over a batch of logits rows, right after a megakernel step, in one launch
+// (one block per row): penalties from device-resident counts, greedy, temperature, min-p, top-k, top-p and the
+// Gumbel-max draw with counter-based noise. The same arithmetic as engine/sampling/filters.py (the CPU and
+// torch path; a test holds them together): the noise bits are identical, the float results within rounding.
+// top-k and top-p thresholds come from radix selection over order-preserving keys of the scaled logits (count
+// or probability-mass histograms in shared memory), so the row is never sorted.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "../tk/reduce.cuh"
+
+namespace mk::sampling {
+
+inline constexpr int SAMPLE_THREADS = 1024;
+inline constexpr int SAMPLE_WARPS = SAMPLE_THREADS / 32;
+inline constexpr int RADIX_BITS = 8;
+inline constexpr int RADIX_BINS = 1 << RADIX_BITS;
+inline constexpr int HIST_STRIDE = RADIX_BINS + 1;  // per-warp histograms one bank apart
+static_assert(RADIX_BINS == 8 * 32, "the bin scan gives each lane of one warp 8 bins");
+static_assert(32 % RADIX_BITS == 0, "the radix passes cover the 32-bit key exactly");
+
+// Per-row settings and state (device arrays; row s at index s). engine/sampling/tensors.py builds them.
+struct SampleArgs {
+  const float* logits;   // [rows, logits_stride]
+  int vocab;
+  int logits_stride;
+  const uint8_t* greedy;       // bool
+  const float* temperature;    // the divisor (1 for greedy rows)
+  const float* log_min_p;      // -inf: off
+  const int64_t* top_k;        // 0: off
+  const float* top_p;          // 1: off
+  const double* repetition;    // 1: off
+  const double* frequency;
+  const double* presence;
+  const int64_t* keys;         // [rows, 2]: the noise key's low and high 32-bit words
+  int64_t* counters;           // the row's generated tokens so far; +1 per step
+  int* counts;                 // [rows, vocab] generated-token counts, or null (no row has penalties)
+  uint8_t* seen;               // [rows, vocab] prompt or output holds the token, or null
+  float* work;                 // [rows, vocab] scratch: the penalised logits
+  int* out_ids;                // [rows]
+  uint8_t* out_valid;          // [rows]: 0 where the row's logits were not all finite (its id is then 0)
+};
+
+__device__ __forceinline__ uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
+}
+
+// noise.row_hashes: the key's words and the counter hashed into one word per row and step.
+__device__ __forceinline__ uint32_t row_hash(const SampleArgs& a, int s) {
+  uint32_t h = mix32(static_cast<uint32_t>(a.counters[s] & 0xFFFFFFFFll));
+  h = mix32(static_cast<uint32_t>(a.keys[2 * s + 1]) ^ h);
+  return mix32(static_cast<uint32_t>(a.keys[2 * s]) ^ h);
+}
+
+// noise.gumbel: 23 bits of the token's hash as a uniform in (0, 1), exactly representable.
+__device__ __forceinline__ float gumbel(uint32_t row, int v) {
+  const uint32_t h = mix32(row ^ mix32(static_cast<uint32_t>(v)));
+  const float u = (static_cast<float>(h >> 9) + 0.5f) * (1.0f / 8388608.0f);
+  return -logf(-logf(u));
+}
+
+// Float order as unsigned order (-inf lowest).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct RowView {
+  const float* x;  // penalised logits
+  float xmax, temperature, log_min_p;
+  uint32_t min_key;  // keys below it are dropped (top-k's threshold; 0: none)
+
+  __device__ __forceinline__ float scaled(int v) const { return (x[v] - xmax) / temperature; }
+  // The scaled value if min-p keeps the token, else -inf (filters.filtered's masked_fill).
+  __device__ __forceinline__ float filtered(int v) const {
+    const float s = scaled(v);
+    return s < log_min_p ? -INFINITY : s;
+  }
+};
+
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < SAMPLE_WARPS; ++w) total += red[w];
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ tk::value_index block_argmax(tk::value_index v, tk::value_index* red) {
+  v = tk::warp_argmax(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  tk::value_index best = red[0];
+  for (int w = 1; w < SAMPLE_WARPS; ++w)
+    if (tk::beats(red[w], best)) best = red[w];
+  __syncthreads();
+  return best;
+}
+
+// The largest key t with weight(keys >= t) >= target over the kept tokens (weight 1 per token: the target-th
+// largest key; weight exp(scaled): the top-p threshold). 8 bits per pass: per-warp histograms, merged, then
+// warp 0 scans the bins from the top. `hist` holds SAMPLE_WARPS * HIST_STRIDE floats, `bins` RADIX_BINS + 2.
+template <bool MASS>
+__device__ uint32_t select_key(const RowView& r, int vocab, float target, float* hist, float* bins) {
+  uint32_t prefix = 0;
+  float above = 0.f;  // weight of the tokens whose key is above the prefix chosen so far
+  float* mine = hist + (threadIdx.x / 32) * HIST_STRIDE;
+  for (int shift = 32 - RADIX_BITS; shift >= 0; shift -= RADIX_BITS) {
+    for (int i = threadIdx.x; i < SAMPLE_WARPS * HIST_STRIDE; i += SAMPLE_THREADS) hist[i] = 0.f;
+    __syncthreads();
+    const uint32_t high = shift + RADIX_BITS >= 32 ? 0u : ~0u << (shift + RADIX_BITS);
+    for (int v = threadIdx.x; v < vocab; v += SAMPLE_THREADS) {
+      const float s = r.filtered(v);
+      const uint32_t key = order_key(s);
+      if (key < r.min_key || (key & high) != (prefix & high)) continue;
+      atomicAdd(mine + ((key >> shift) & (RADIX_BINS - 1)), MASS ? expf(s) : 1.f);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < RADIX_BINS; b += SAMPLE_THREADS) {
+      float total = 0.f;
+      for (int w = 0; w < SAMPLE_WARPS; ++w) total += hist[w * HIST_STRIDE + b];
+      bins[b] = total;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l owns bins 255 - 8l down to 248 - 8l; an exclusive scan over lanes from the top.
+      const int lane = threadIdx.x, top = RADIX_BINS - 1 - 8 * lane;
+      float own = 0.f;
+      for (int i = 0; i < 8; ++i) own += bins[top - i];
+      float before = own;
+      for (int off = 1; off < 32; off *= 2) {
+        const float o = __shfl_up_sync(0xFFFFFFFFu, before, off);
+        if (lane >= off) before += o;
+      }
+      before -= own;
+      const bool crosses = above + before + own >= target;
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, crosses);
+      // Rounding may leave the total short of the target: then the lowest bin holding weight (the lanes run
+      // from the top bins down, so that is in the last lane with any).
+      const unsigned nonempty = __ballot_sync(0xFFFFFFFFu, own > 0.f);
+      const int owner = ballot ? __ffs(ballot) - 1 : 31 - __clz(nonempty | 1u);
+      if (lane == owner) {
+        float cum = above + before;
+        int digit = top - 7;
+        if (ballot) {
+          for (int i = 0; i < 8; ++i) {
+            digit = top - i;
+            if (cum + bins[digit] >= target) break;
+            cum += bins[digit];
+          }
+        } else {
+          for (int i = 7; i >= 0; --i) {
+            if (bins[top - i] > 0.f) {
+              digit = top - i;
+              break;
+            }
+          }
+          for (int b = top; b > digit; --b) cum += bins[b];
+        }
+        bins[RADIX_BINS] = __int_as_float(digit);
+        bins[RADIX_BINS + 1] = cum;
+      }
+    }
+    __syncthreads();
+    prefix |= static_cast<uint32_t>(__float_as_int(bins[RADIX_BINS])) << shift;
+    above = bins[RADIX_BINS + 1];
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// One block per row. Dynamic shared memory: SAMPLE_WARPS * HIST_STRIDE + RADIX_BINS + 2 floats.
+__global__ void __launch_bounds__(SAMPLE_THREADS, 1) sample_rows(const SampleArgs a) {
+  extern __shared__ float smem_f[];
+  float* hist = smem_f;
+  float* bins = hist + SAMPLE_WARPS * HIST_STRIDE;
+  __shared__ tk::value_index red_arg[SAMPLE_WARPS];
+  __shared__ float red_sum[SAMPLE_WARPS];
+  const int s = blockIdx.x, V = a.vocab;
+  const float* logits = a.logits + static_cast<long long>(s) * a.logits_stride;
+  float* x = a.work + static_cast<long long>(s) * V;
+  int* counts = a.counts ? a.counts + static_cast<long long>(s) * V : nullptr;
+  uint8_t* seen = a.seen ? a.seen + static_cast<long long>(s) * V : nullptr;
+
+  // Penalties (float64, clamped to float32's range), finiteness, and the greedy argmax.
+  const double rep = a.repetition[s], freq = a.frequency[s], pres = a.presence[s];
+  float finite = 1.f;
+  tk::value_index best{-INFINITY, 0x7FFFFFFF};
+  for (int v = threadIdx.x; v < V; v += SAMPLE_THREADS) {
+    const float l = logits[v];
+    if (!isfinite(l)) finite = 0.f;
+    float y = l;
+    if (counts) {
+      double d = l;
+      if (seen[v]) d = d > 0 ? d / rep : d * rep;
+      const int c = counts[v];
+      d = d - freq * c - pres * (c > 0 ? 1.0 : 0.0);
+      y = static_cast<float>(fmin(fmax(d, -static_cast<double>(FLT_MAX)), static_cast<double>(FLT_MAX)));
+    }
+    x[v] = y;
+    const tk::value_index c{y, v};
+    if (tk::beats(c, best)) best = c;
+  }
+  const bool valid = block_sum(finite, red_sum) == static_cast<float>(SAMPLE_WARPS * 32);
+  best = block_argmax(best, red_arg);
+  int id = best.index;
+  if (valid && !a.greedy[s]) {
+    RowView r{x, best.value, a.temperature[s], a.log_min_p[s], 0u};
+    const int64_t k = a.top_k[s];
+    if (k > 0) r.min_key = select_key<false>(r, V, static_cast<float>(k), hist, bins);
+    if (a.top_p[s] < 1.f) {
+      float z = 0.f;  // the mass top-k kept, for top-p's target
+      for (int v = threadIdx.x; v < V; v += SAMPLE_THREADS) {
+        const float f = r.filtered(v);
+        if (order_key(f) >= r.min_key) z += expf(f);
+      }
+      z = block_sum(z, red_sum);
+      const uint32_t t = select_key<true>(r, V, a.top_p[s] * z, hist, bins);
+      r.min_key = max(r.min_key, t);
+    }
+    const uint32_t row = row_hash(a, s);
+    tk::value_index draw{-INFINITY, 0x7FFFFFFF};
+    for (int v = threadIdx.x; v < V; v += SAMPLE_THREADS) {
+      const float f = r.filtered(v);
+      if (f == -INFINITY || order_key(f) < r.min_key) continue;
+      const tk::value_index c{f + gumbel(row, v), v};
+      if (tk::beats(c, draw)) draw = c;
+    }
+    id = block_argmax(draw, red_arg).index;
+  }
+  if (threadIdx.x == 0) {
+    if (!valid) id = 0;
+    a.out_ids[s] = id;
+    a.out_valid[s] = valid ? 1 : 0;
+    a.counters[s] += 1;
+    if (counts && valid) {
+      counts[id] += 1;
+      seen[id] = 1;
+    }
+  }
+}
+
+}  // namespace mk::sampling
