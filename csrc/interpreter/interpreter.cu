@@ -182,8 +182,9 @@ void sample_rows(const py::dict& d, int rows, uintptr_t stream) {
   if (a.vocab < 1 || a.logits_stride < a.vocab) throw std::invalid_argument("sample_rows: bad vocab or stride");
   if ((a.counts == nullptr) != (a.seen == nullptr))
     throw std::invalid_argument("sample_rows: counts and seen come together");
-  const size_t smem = (SAMPLE_WARPS * HIST_STRIDE + RADIX_BINS + 2) * sizeof(float);
-  mk::sampling::sample_rows<<<rows, SAMPLE_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(a);
+  constexpr size_t smem = sizeof(SampleShared);
+  static_assert(smem <= 48 * 1024, "sample_rows: shared memory past the default limit needs an opt-in");
+  mk::sampling::sample_rows<<<rows * CLUSTER_BLOCKS, SAMPLE_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(a);
   MK_CUDA_CHECK(cudaGetLastError());
 }
 

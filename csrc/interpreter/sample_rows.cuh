@@ -1,10 +1,14 @@
-// sample_rows.cuh: one sampling step over a batch of logits rows, right after a megakernel step, in one launch
-// (one block per row): penalties from device-resident counts, greedy, temperature, min-p, top-k, top-p and the
-// Gumbel-max draw with counter-based noise. The same arithmetic as engine/sampling/filters.py (the CPU and
-// torch path; a test holds them together): the noise bits are identical, the float results within rounding.
-// top-k and top-p thresholds come from radix selection over order-preserving keys of the scaled logits (count
-// or probability-mass histograms in shared memory), so the row is never sorted.
+// sample_rows.cuh: one sampling step over a batch of logits rows, right after a megakernel step, in one launch:
+// penalties from device-resident counts, greedy, temperature, min-p, top-k, top-p and the Gumbel-max draw with
+// counter-based noise. The same arithmetic as engine/sampling/filters.py (the CPU and torch path; a GPU test holds
+// them together): the noise bits are identical, the float results within rounding. top-k and top-p thresholds
+// come from radix selection over order-preserving keys of the scaled logits (count or probability-mass
+// histograms), so no row is ever sorted. A row is spread over a cluster of CLUSTER_BLOCKS blocks (one slice of
+// the vocabulary each): every pass over the row is that many times shorter, and the blocks combine their partial
+// results through distributed shared memory.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include <cfloat>
 #include <cstdint>
@@ -13,8 +17,11 @@
 
 namespace mk::sampling {
 
+namespace cg = cooperative_groups;
+
 inline constexpr int SAMPLE_THREADS = 1024;
 inline constexpr int SAMPLE_WARPS = SAMPLE_THREADS / 32;
+inline constexpr int CLUSTER_BLOCKS = 8;  // the portable cluster size
 inline constexpr int RADIX_BITS = 8;
 inline constexpr int RADIX_BINS = 1 << RADIX_BITS;
 inline constexpr int HIST_STRIDE = RADIX_BINS + 1;  // per-warp histograms one bank apart
@@ -75,6 +82,7 @@ struct RowView {
   const float* x;  // penalised logits
   float xmax, temperature, log_min_p;
   uint32_t min_key;  // keys below it are dropped (top-k's threshold; 0: none)
+  int begin, end;    // this block's slice of the vocabulary
 
   __device__ __forceinline__ float scaled(int v) const { return (x[v] - xmax) / temperature; }
   // The scaled value if min-p keeps the token, else -inf (filters.filtered's masked_fill).
@@ -82,6 +90,24 @@ struct RowView {
     const float s = scaled(v);
     return s < log_min_p ? -INFINITY : s;
   }
+};
+
+// What a block shares with its cluster: one reduction's partial result at a time.
+struct Partials {
+  tk::value_index best;
+  float sum;
+  float bins[RADIX_BINS];
+};
+
+// Shared memory of one block (dynamic: SharedPlan's bytes).
+struct SampleShared {
+  float hist[SAMPLE_WARPS * HIST_STRIDE];
+  float merged[RADIX_BINS];
+  float red_sum[SAMPLE_WARPS];
+  tk::value_index red_arg[SAMPLE_WARPS];
+  Partials part;
+  int digit;
+  float above;
 };
 
 __device__ __forceinline__ float block_sum(float v, float* red) {
@@ -105,19 +131,80 @@ __device__ __forceinline__ tk::value_index block_argmax(tk::value_index v, tk::v
   return best;
 }
 
-// The largest key t with weight(keys >= t) >= target over the kept tokens (weight 1 per token: the target-th
-// largest key; weight exp(scaled): the top-p threshold). 8 bits per pass: per-warp histograms, merged, then
-// warp 0 scans the bins from the top. `hist` holds SAMPLE_WARPS * HIST_STRIDE floats, `bins` RADIX_BINS + 2.
+// The sum over the cluster's blocks (every thread of every block receives it, in the same order of ranks).
+__device__ float cluster_sum(float v, SampleShared& sh, cg::cluster_group& cluster) {
+  const float mine = block_sum(v, sh.red_sum);
+  if (threadIdx.x == 0) sh.part.sum = mine;
+  cluster.sync();
+  float total = 0.f;
+  for (int r = 0; r < CLUSTER_BLOCKS; ++r) total += cluster.map_shared_rank(&sh.part, r)->sum;
+  cluster.sync();  // every block has read before any writes its partial again
+  return total;
+}
+
+__device__ tk::value_index cluster_argmax(tk::value_index v, SampleShared& sh, cg::cluster_group& cluster) {
+  const tk::value_index mine = block_argmax(v, sh.red_arg);
+  if (threadIdx.x == 0) sh.part.best = mine;
+  cluster.sync();
+  tk::value_index best = cluster.map_shared_rank(&sh.part, 0)->best;
+  for (int r = 1; r < CLUSTER_BLOCKS; ++r) {
+    const tk::value_index o = cluster.map_shared_rank(&sh.part, r)->best;
+    if (tk::beats(o, best)) best = o;
+  }
+  cluster.sync();
+  return best;
+}
+
+// Warp 0 picks the digit: the highest bin where the weight from the top reaches `target` (rounding may leave
+// the total short of it: then the lowest bin holding weight). Writes sh.digit and sh.above.
+__device__ void scan_bins(SampleShared& sh, float above, float target) {
+  const int lane = threadIdx.x, top = RADIX_BINS - 1 - 8 * lane;  // lane l owns bins 255-8l .. 248-8l
+  float own = 0.f;
+  for (int i = 0; i < 8; ++i) own += sh.merged[top - i];
+  float before = own;
+  for (int off = 1; off < 32; off *= 2) {
+    const float o = __shfl_up_sync(0xFFFFFFFFu, before, off);
+    if (lane >= off) before += o;
+  }
+  before -= own;
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, above + before + own >= target);
+  const unsigned nonempty = __ballot_sync(0xFFFFFFFFu, own > 0.f);
+  const int owner = ballot ? __ffs(ballot) - 1 : 31 - __clz(nonempty | 1u);
+  if (lane != owner) return;
+  float cum = above + before;
+  int digit = top - 7;
+  if (ballot) {
+    for (int i = 0; i < 8; ++i) {
+      digit = top - i;
+      if (cum + sh.merged[digit] >= target) break;
+      cum += sh.merged[digit];
+    }
+  } else {
+    for (int i = 7; i >= 0; --i) {
+      if (sh.merged[top - i] > 0.f) {
+        digit = top - i;
+        break;
+      }
+    }
+    for (int b = top; b > digit; --b) cum += sh.merged[b];
+  }
+  sh.digit = digit;
+  sh.above = cum;
+}
+
+// The largest key t with weight(keys >= t) >= target over the kept tokens of the whole row (weight 1 per token:
+// the target-th largest key; weight exp(scaled): the top-p threshold). 8 bits per pass: per-warp histograms,
+// merged per block, then over the cluster; every block scans the same merged bins.
 template <bool MASS>
-__device__ uint32_t select_key(const RowView& r, int vocab, float target, float* hist, float* bins) {
+__device__ uint32_t select_key(const RowView& r, float target, SampleShared& sh, cg::cluster_group& cluster) {
   uint32_t prefix = 0;
   float above = 0.f;  // weight of the tokens whose key is above the prefix chosen so far
-  float* mine = hist + (threadIdx.x / 32) * HIST_STRIDE;
+  float* mine = sh.hist + (threadIdx.x / 32) * HIST_STRIDE;
   for (int shift = 32 - RADIX_BITS; shift >= 0; shift -= RADIX_BITS) {
-    for (int i = threadIdx.x; i < SAMPLE_WARPS * HIST_STRIDE; i += SAMPLE_THREADS) hist[i] = 0.f;
+    for (int i = threadIdx.x; i < SAMPLE_WARPS * HIST_STRIDE; i += SAMPLE_THREADS) sh.hist[i] = 0.f;
     __syncthreads();
     const uint32_t high = shift + RADIX_BITS >= 32 ? 0u : ~0u << (shift + RADIX_BITS);
-    for (int v = threadIdx.x; v < vocab; v += SAMPLE_THREADS) {
+    for (int v = r.begin + threadIdx.x; v < r.end; v += SAMPLE_THREADS) {
       const float s = r.filtered(v);
       const uint32_t key = order_key(s);
       if (key < r.min_key || (key & high) != (prefix & high)) continue;
@@ -126,65 +213,35 @@ __device__ uint32_t select_key(const RowView& r, int vocab, float target, float*
     __syncthreads();
     for (int b = threadIdx.x; b < RADIX_BINS; b += SAMPLE_THREADS) {
       float total = 0.f;
-      for (int w = 0; w < SAMPLE_WARPS; ++w) total += hist[w * HIST_STRIDE + b];
-      bins[b] = total;
+      for (int w = 0; w < SAMPLE_WARPS; ++w) total += sh.hist[w * HIST_STRIDE + b];
+      sh.part.bins[b] = total;
+    }
+    cluster.sync();
+    for (int b = threadIdx.x; b < RADIX_BINS; b += SAMPLE_THREADS) {
+      float total = 0.f;
+      for (int rank = 0; rank < CLUSTER_BLOCKS; ++rank) total += cluster.map_shared_rank(&sh.part, rank)->bins[b];
+      sh.merged[b] = total;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-      // Lane l owns bins 255 - 8l down to 248 - 8l; an exclusive scan over lanes from the top.
-      const int lane = threadIdx.x, top = RADIX_BINS - 1 - 8 * lane;
-      float own = 0.f;
-      for (int i = 0; i < 8; ++i) own += bins[top - i];
-      float before = own;
-      for (int off = 1; off < 32; off *= 2) {
-        const float o = __shfl_up_sync(0xFFFFFFFFu, before, off);
-        if (lane >= off) before += o;
-      }
-      before -= own;
-      const bool crosses = above + before + own >= target;
-      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, crosses);
-      // Rounding may leave the total short of the target: then the lowest bin holding weight (the lanes run
-      // from the top bins down, so that is in the last lane with any).
-      const unsigned nonempty = __ballot_sync(0xFFFFFFFFu, own > 0.f);
-      const int owner = ballot ? __ffs(ballot) - 1 : 31 - __clz(nonempty | 1u);
-      if (lane == owner) {
-        float cum = above + before;
-        int digit = top - 7;
-        if (ballot) {
-          for (int i = 0; i < 8; ++i) {
-            digit = top - i;
-            if (cum + bins[digit] >= target) break;
-            cum += bins[digit];
-          }
-        } else {
-          for (int i = 7; i >= 0; --i) {
-            if (bins[top - i] > 0.f) {
-              digit = top - i;
-              break;
-            }
-          }
-          for (int b = top; b > digit; --b) cum += bins[b];
-        }
-        bins[RADIX_BINS] = __int_as_float(digit);
-        bins[RADIX_BINS + 1] = cum;
-      }
-    }
+    if (threadIdx.x < 32) scan_bins(sh, above, target);
     __syncthreads();
-    prefix |= static_cast<uint32_t>(__float_as_int(bins[RADIX_BINS])) << shift;
-    above = bins[RADIX_BINS + 1];
-    __syncthreads();
+    prefix |= static_cast<uint32_t>(sh.digit) << shift;
+    above = sh.above;
+    cluster.sync();  // every block has read the bins before any writes them again
   }
   return prefix;
 }
 
-// One block per row. Dynamic shared memory: SAMPLE_WARPS * HIST_STRIDE + RADIX_BINS + 2 floats.
-__global__ void __launch_bounds__(SAMPLE_THREADS, 1) sample_rows(const SampleArgs a) {
-  extern __shared__ float smem_f[];
-  float* hist = smem_f;
-  float* bins = hist + SAMPLE_WARPS * HIST_STRIDE;
-  __shared__ tk::value_index red_arg[SAMPLE_WARPS];
-  __shared__ float red_sum[SAMPLE_WARPS];
-  const int s = blockIdx.x, V = a.vocab;
+// A cluster of CLUSTER_BLOCKS blocks per row (grid: rows * CLUSTER_BLOCKS blocks); dynamic shared memory:
+// sizeof(SampleShared).
+__global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_THREADS, 1)
+    sample_rows(const SampleArgs a) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  SampleShared& sh = *reinterpret_cast<SampleShared*>(smem_raw);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int s = blockIdx.x / CLUSTER_BLOCKS, rank = static_cast<int>(cluster.block_rank()), V = a.vocab;
+  const int slice = (V + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
+  const int begin = min(V, rank * slice), end = min(V, begin + slice);
   const float* logits = a.logits + static_cast<long long>(s) * a.logits_stride;
   float* x = a.work + static_cast<long long>(s) * V;
   int* counts = a.counts ? a.counts + static_cast<long long>(s) * V : nullptr;
@@ -192,11 +249,11 @@ __global__ void __launch_bounds__(SAMPLE_THREADS, 1) sample_rows(const SampleArg
 
   // Penalties (float64, clamped to float32's range), finiteness, and the greedy argmax.
   const double rep = a.repetition[s], freq = a.frequency[s], pres = a.presence[s];
-  float finite = 1.f;
+  float bad = 0.f;
   tk::value_index best{-INFINITY, 0x7FFFFFFF};
-  for (int v = threadIdx.x; v < V; v += SAMPLE_THREADS) {
+  for (int v = begin + threadIdx.x; v < end; v += SAMPLE_THREADS) {
     const float l = logits[v];
-    if (!isfinite(l)) finite = 0.f;
+    if (!isfinite(l)) bad = 1.f;
     float y = l;
     if (counts) {
       double d = l;
@@ -209,34 +266,33 @@ __global__ void __launch_bounds__(SAMPLE_THREADS, 1) sample_rows(const SampleArg
     const tk::value_index c{y, v};
     if (tk::beats(c, best)) best = c;
   }
-  const bool valid = block_sum(finite, red_sum) == static_cast<float>(SAMPLE_WARPS * 32);
-  best = block_argmax(best, red_arg);
+  const bool valid = cluster_sum(bad, sh, cluster) == 0.f;
+  best = cluster_argmax(best, sh, cluster);
   int id = best.index;
-  if (valid && !a.greedy[s]) {
-    RowView r{x, best.value, a.temperature[s], a.log_min_p[s], 0u};
+  if (valid && !a.greedy[s]) {  // uniform over the cluster: every block follows the same path
+    RowView r{x, best.value, a.temperature[s], a.log_min_p[s], 0u, begin, end};
     const int64_t k = a.top_k[s];
-    if (k > 0) r.min_key = select_key<false>(r, V, static_cast<float>(k), hist, bins);
+    if (k > 0) r.min_key = select_key<false>(r, static_cast<float>(k), sh, cluster);
     if (a.top_p[s] < 1.f) {
       float z = 0.f;  // the mass top-k kept, for top-p's target
-      for (int v = threadIdx.x; v < V; v += SAMPLE_THREADS) {
+      for (int v = begin + threadIdx.x; v < end; v += SAMPLE_THREADS) {
         const float f = r.filtered(v);
         if (order_key(f) >= r.min_key) z += expf(f);
       }
-      z = block_sum(z, red_sum);
-      const uint32_t t = select_key<true>(r, V, a.top_p[s] * z, hist, bins);
-      r.min_key = max(r.min_key, t);
+      z = cluster_sum(z, sh, cluster);
+      r.min_key = max(r.min_key, select_key<true>(r, a.top_p[s] * z, sh, cluster));
     }
     const uint32_t row = row_hash(a, s);
     tk::value_index draw{-INFINITY, 0x7FFFFFFF};
-    for (int v = threadIdx.x; v < V; v += SAMPLE_THREADS) {
+    for (int v = begin + threadIdx.x; v < end; v += SAMPLE_THREADS) {
       const float f = r.filtered(v);
       if (f == -INFINITY || order_key(f) < r.min_key) continue;
       const tk::value_index c{f + gumbel(row, v), v};
       if (tk::beats(c, draw)) draw = c;
     }
-    id = block_argmax(draw, red_arg).index;
+    id = cluster_argmax(draw, sh, cluster).index;
   }
-  if (threadIdx.x == 0) {
+  if (rank == 0 && threadIdx.x == 0) {
     if (!valid) id = 0;
     a.out_ids[s] = id;
     a.out_valid[s] = valid ? 1 : 0;
