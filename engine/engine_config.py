@@ -40,10 +40,10 @@ class EngineConfig:
     num_pages: int | None = None  # default: sized from memory
     seed: int = 0
     policy: str = DEFAULT_POLICY
-    # Most greedy decode steps one engine step may run back to back on the device without the host in between
-    # (LLMEngine._decode_steps says when it may). The host's work between runs is paid once per run: 1B shape on
-    # an H200, LLM.generate 1.21 ms/token at 1, 0.774 at 16, 0.746 at 64 against the kernel's 0.722
-    # (docs/PERFORMANCE.md). A request that arrives during a run waits for its end (at most this many steps).
+    # Most decode steps one engine step may run back to back on the device without the host in between
+    # (engine/decode_runs.py says when it may). The host's work between runs is paid once per run: 1B shape on
+    # an H200, LLM.generate 1.03 ms/token at 1, 0.767 at 16, 0.748 at 64 against the kernel's 0.725
+    # (docs/PERFORMANCE.md). A request arriving while a seat is free ends the run within 8 steps.
     decode_steps: int = 32
     progress: bool = True
 

@@ -16,5 +16,5 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
     p.add_argument("--seed", type=int, default=EngineConfig.seed)
     p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
-                   help="most greedy decode steps run back to back on the device while no waiting request "
-                        "could take a seat (1: a host round trip per token)")
+                   help="most decode steps run back to back on the device while no waiting request could "
+                        "take a seat (1: a host round trip per token)")
