@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=BenchConfig.seed)
     p.add_argument("--engine-module", action="append", default=[], metavar="MODULE",
                    help="import MODULE first so it can register_engine_runner(); repeatable")
+    p.add_argument("--logprob-check", action=argparse.BooleanOptionalAction, default=BenchConfig.logprob_check,
+                   help="after the timed runs, each row's max |logprob - fp32 reference| on its own tokens")
     add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
 
@@ -70,7 +72,7 @@ def run_cli(args: argparse.Namespace) -> int:
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
-        kernel_options=tuple(args.kernel_option))
+        kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check)
     result = run_bench(config, messages=tuple(messages),
                        progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_table(result))

@@ -33,6 +33,8 @@ class BenchConfig:
     # The megakernel row's cuda backend options as NAME=VALUE (engine/cuda/backend_options.py; kept as given, so
     # the JSON result says how it ran); the engine's defaults where unset.
     kernel_options: tuple[str, ...] = ()
+    # After the timed runs, each row's max |logprob - fp32 reference| on its own tokens (engine/bench/logprob_error.py)
+    logprob_check: bool = True
 
     def validate(self) -> None:
         from engine.bench.model_source import parse_dtype

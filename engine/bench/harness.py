@@ -19,6 +19,7 @@ from engine.bench.baselines import BASELINES, COMPILE_GRAPH, CUDA_GRAPH, EAGER, 
 from engine.bench.config import BenchConfig
 from engine.bench.engines import DEFAULT_REGISTRY, SAMPLED_SUFFIX, EngineRunner
 from engine.bench.floor import Floor, decode_floor
+from engine.bench.logprob_error import logprob_errors
 from engine.bench.megakernel_runner import megakernel_runners
 from engine.bench.model_source import load_bench_weights, parse_dtype
 from engine.bench.static_llama import StaticLlama
@@ -39,6 +40,8 @@ class BenchRow:
     reason: str = ""
     notes: dict[str, float | str] = field(default_factory=dict)
     tokens: tuple[int, ...] = ()
+    # max |logprob - fp32 reference| over the row's tokens, teacher-forced (engine/bench/logprob_error.py)
+    max_logprob_error: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,8 @@ def compare_tokens(tokens: tuple[int, ...], reference: tuple[int, ...]) -> tuple
     return True, None
 
 
-def make_rows(runs: list[RunResult], floor: Floor) -> tuple[tuple[BenchRow, ...], str | None]:
+def make_rows(runs: list[RunResult], floor: Floor,
+              logprob_errors: dict[str, float] | None = None) -> tuple[tuple[BenchRow, ...], str | None]:
     by_name = {r.name: r for r in runs if r.status == "ok"}
     reference = next((b for b in BASELINES if b in by_name), None)
     eager_s = by_name[EAGER].seconds_per_token if EAGER in by_name else None
@@ -121,7 +125,8 @@ def make_rows(runs: list[RunResult], floor: Floor) -> tuple[tuple[BenchRow, ...]
             pct_of_floor=100.0 * floor.seconds_per_token / s,
             speedup_vs_eager=None if eager_s is None else eager_s / s,
             speedup_vs_compile_graph=None if compile_s is None else compile_s / s,
-            tokens_match=match, first_mismatch=first, reason=r.reason, notes=r.notes, tokens=r.tokens))
+            tokens_match=match, first_mismatch=first, reason=r.reason, notes=r.notes, tokens=r.tokens,
+            max_logprob_error=(logprob_errors or {}).get(r.name)))
     return tuple(rows), reference
 
 
@@ -196,7 +201,14 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
             runs[-1] = RunResult(name, "failed", runs[-1].tokens, reason=f"device error after run: {e}")
             break
 
-    rows, reference = make_rows(runs, floor)
+    errors: dict[str, float] = {}
+    if config.logprob_check:
+        try:
+            errors = logprob_errors(weights, prompt_ids, runs, progress)
+        except Exception as e:  # noqa: BLE001 - the check failing is reported, the timings stand
+            last = traceback.format_exception_only(type(e), e)[-1].strip()
+            messages = (*messages, f"logprob check failed: {last[:400]}")
+    rows, reference = make_rows(runs, floor, errors)
     return BenchResult(config=config, model=model_desc, device_name=device_name(device),
                        torch_version=torch.__version__, date=date, bandwidth=bandwidth, floor=floor,
                        reference=reference, rows=rows, messages=tuple(messages))

@@ -9,7 +9,8 @@ from typing import Any
 from engine.bench.engines import SAMPLED_SUFFIX
 from engine.bench.harness import BenchResult, BenchRow
 
-_COLUMNS = ("runner", "ms/token", "tok/s", "% of floor", "vs eager", "vs compile+graph", "tokens")
+_COLUMNS = ("runner", "ms/token", "tok/s", "% of floor", "vs eager", "vs compile+graph", "tokens",
+            "max |dlogprob|")
 
 
 def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
@@ -26,9 +27,10 @@ def _match(row: BenchRow) -> str:
 
 def _cells(row: BenchRow) -> list[str]:
     if row.status != "ok":
-        return [row.name, row.status, "-", "-", "-", "-", "-"]
+        return [row.name, row.status, "-", "-", "-", "-", "-", "-"]
     return [row.name, _fmt(row.ms_per_token, ".3f"), _fmt(row.tok_per_s, ".0f"), _fmt(row.pct_of_floor, ".1f", "%"),
-            _fmt(row.speedup_vs_eager, ".2f", "x"), _fmt(row.speedup_vs_compile_graph, ".2f", "x"), _match(row)]
+            _fmt(row.speedup_vs_eager, ".2f", "x"), _fmt(row.speedup_vs_compile_graph, ".2f", "x"), _match(row),
+            _fmt(row.max_logprob_error, ".4f")]
 
 
 def format_table(result: BenchResult) -> str:
@@ -43,7 +45,8 @@ def format_table(result: BenchResult) -> str:
         *([f"kernel options: {' '.join(c.kernel_options)}"] if c.kernel_options else []),
         "",
     ]
-    floor_row = ["floor", f"{f.seconds_per_token * 1e3:.3f}", f"{1 / f.seconds_per_token:.0f}", "100.0%", "", "", ""]
+    floor_row = ["floor", f"{f.seconds_per_token * 1e3:.3f}", f"{1 / f.seconds_per_token:.0f}", "100.0%", "", "", "",
+                 ""]
     table = [list(_COLUMNS), floor_row] + [_cells(r) for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))

@@ -1,0 +1,37 @@
+"""The bench's logprob column: teacher-forced logprobs of a row's own tokens against the fp32 reference."""
+from __future__ import annotations
+
+import torch
+
+from engine.bench.baselines import RunResult
+from engine.bench.logprob_error import logprob_errors, teacher_forced
+from engine.backends.torch_backend import TorchBackend
+from models.llama.init_random import random_state_dict
+from models.llama.presets import preset_config
+from models.llama.weights import LlamaWeights, weights_from_state_dict
+
+
+def _weights(dtype: torch.dtype) -> LlamaWeights:
+    cfg = preset_config("tiny")
+    return weights_from_state_dict(cfg, random_state_dict(cfg, seed=3), dtype=dtype)
+
+
+def test_teacher_forcing_scores_each_token_after_its_prefix() -> None:
+    w = _weights(torch.float32)
+    backend = TorchBackend(w, num_pages=8, page_size=16, device=torch.device("cpu"))
+    prompt, tokens = [1, 2, 3, 4, 5], [7, 9, 11]
+    lp = teacher_forced(backend, prompt, tokens)
+    fresh = TorchBackend(w, num_pages=8, page_size=16, device=torch.device("cpu"))
+    full = teacher_forced(fresh, prompt + tokens[:2], tokens[2:])  # the last token scored after a longer prompt
+    assert lp.shape == (3,) and bool((lp <= 0).all())
+    assert abs(float(lp[2]) - float(full[0])) < 1e-5
+
+
+def test_rows_get_their_error_and_megakernel_rows_need_a_gpu() -> None:
+    w32, w16 = _weights(torch.float32), _weights(torch.bfloat16)
+    runs = [RunResult("eager", "ok", (3, 4, 5, 6), 0.01), RunResult("cuda_graph", "ok", (3, 4, 5, 6), 0.01),
+            RunResult("megakernel", "ok", (3, 4, 5, 6), 0.01), RunResult("compile_graph", "skipped")]
+    exact = logprob_errors(w32, [1, 2, 3], runs, lambda _m: None)
+    assert set(exact) == {"eager", "cuda_graph"} and exact["eager"] < 1e-6  # fp32 rows are the reference
+    rounded = logprob_errors(w16, [1, 2, 3], runs, lambda _m: None)
+    assert 0 < rounded["eager"] == rounded["cuda_graph"] < 0.1  # bf16 rounding, on the same tokens
