@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: `megakernel serve` (cuda backend, random Llama-3.2-1B-shape checkpoint) driven
-# by `megakernel bench-serve` at concurrency 1, 8 and 32; JSON + server log under $OUT/serve.
+# by `megakernel bench-serve` at concurrency 1, 8 and 32 (greedy), 1 and 32 (temperature 1); JSON + server log under $OUT/serve.
 # The image there lacks the server's packages: `scripts/fetch_server_wheels.sh` here, then carry .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,12 @@ for cfg in "1 16" "8 64" "32 128"; do
   echo "=== bench-serve concurrency $1, $2 prompts, 128 in / 128 out"
   python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts "$2" --input-len 128 \
     --output-len 128 --max-concurrency "$1" --seed 0 --output "$OUT/serve/bench_c$1.json" || status=1
+done
+for cfg in "1 16" "32 128"; do  # every request sampled at temperature 1 (on the GPU)
+  set -- $cfg
+  echo "=== bench-serve concurrency $1, $2 prompts, 128 in / 128 out, temperature 1"
+  python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts "$2" --input-len 128 \
+    --output-len 128 --max-concurrency "$1" --seed 0 --temperature 1.0 --output "$OUT/serve/bench_c$1_t1.json" || status=1
 done
 curl -s http://127.0.0.1:8011/metrics | grep -E "^megakernel:(prompt_tokens|generation_tokens|kv_cache)" | head -5
 tail -5 "$OUT/serve/server.log"

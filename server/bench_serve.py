@@ -33,6 +33,7 @@ class BenchConfig:
     max_concurrency: int | None = None
     seed: int = 0
     ignore_eos: bool = True
+    temperature: float = 0.0  # 0: greedy; above, every request samples at this temperature (top_p 1)
     token_id_range: int = 256  # prompts use ids in [0, this): byte tokens exist in every Llama vocab
     api_key: str | None = None
     timeout_s: float = 600.0
@@ -82,7 +83,7 @@ def make_requests(cfg: BenchConfig) -> list[BenchRequest]:
 
 
 async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, req: BenchRequest) -> RequestResult:
-    body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "temperature": 0.0,
+    body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "temperature": cfg.temperature,
             "ignore_eos": cfg.ignore_eos, "stream": True, "stream_options": {"include_usage": True}}
     res = RequestResult()
     start = time.perf_counter()

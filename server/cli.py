@@ -64,6 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrency", type=int, default=BenchConfig.max_concurrency)
     p.add_argument("--seed", type=int, default=BenchConfig.seed)
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", default=BenchConfig.ignore_eos)
+    p.add_argument("--temperature", type=float, default=BenchConfig.temperature,
+                   help="0 is greedy; above, every request samples (on the GPU with the cuda backend)")
     p.add_argument("--api-key", default=BenchConfig.api_key)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--output", default=None, help="also write the JSON results to this file")
@@ -149,7 +151,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     cfg = BenchConfig(base_url=args.base_url, model=args.model, num_prompts=args.num_prompts,
                       input_len=args.input_len, output_len=args.output_len, range_ratio=args.range_ratio,
                       request_rate=args.request_rate, max_concurrency=args.max_concurrency, seed=args.seed,
-                      ignore_eos=args.ignore_eos, api_key=args.api_key)
+                      ignore_eos=args.ignore_eos, api_key=args.api_key, temperature=args.temperature)
     summary = asyncio.run(run_benchmark(cfg))
     text = json.dumps(summary, indent=2)
     if args.output:
