@@ -1,4 +1,4 @@
-"""Named Llama configurations: the real Llama 3.x shapes plus a "tiny" one for fast tests.
+"""Named Llama configurations: the real Llama 3.x shapes, SmolLM2-135M's, plus a "tiny" one for fast tests.
 
 The special-token ids follow the Llama 3 layout (a block of special tokens at the top of the
 vocabulary, see `tokenizer_builder.special_token_ids`), so random checkpoints written by
@@ -12,6 +12,8 @@ from typing import Mapping
 from models.llama.config import ConfigError, LlamaConfig, RopeScaling
 
 _LLAMA3_EOS = (128001, 128008, 128009)  # <|end_of_text|>, <|eom_id|>, <|eot_id|>
+# The same layout in a 49152-token vocabulary (tokenizer_builder.special_token_ids)
+BOS_49152, EOS_49152 = 48896, (48897, 48904, 48905)
 
 
 def _llama3_rope(factor: float) -> RopeScaling:
@@ -47,6 +49,13 @@ PRESETS: Mapping[str, LlamaConfig] = MappingProxyType({
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
         rope_scaling=_llama3_rope(8.0), rms_norm_eps=1e-5, tie_word_embeddings=False,
         bos_token_id=128000, eos_token_ids=_LLAMA3_EOS, max_position_embeddings=131072,
+    ),
+    # SmolLM2-135M-Instruct's shape (the demo's real model): 9 query heads over 3 KV heads, hidden 576.
+    "smollm2-135m": LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=BOS_49152, eos_token_ids=EOS_49152,
+        max_position_embeddings=8192,
     ),
 })  # read-only view: presets are shared constants
 
