@@ -4,6 +4,8 @@
 model's simulation of the chosen schedule (ProfileRecord.simulated = True). Only the model config is needed, so
 even the 8B preset profiles in seconds on a CPU.
 --backend cuda: the kernel's timing records of real decode steps (engine/cuda/profile.py).
+`--steps N` means the same on both: run N decode steps (each one token longer) and record every one of them; the
+record lays them back to back (profiler/steps.py), so the host's time between launches is not in it.
 Both take the cuda backend's options from `--kernel-option NAME=VALUE` (engine/cuda/backend_options.py); the VM
 profile applies those that change the stream (SplitParams fields), so it shows the stream a cuda run with them
 would build.
@@ -29,7 +31,8 @@ from engine.simulated_profile import record_from_compiled
 from models.llama.config import LlamaConfig
 from models.llama.presets import DEFAULT_GPU_PRESET, preset_config
 from models.llama.step_batch import StepBatch
-from profiler.record import MetaValue, ProfileRecord, concat_records
+from profiler.record import MetaValue, ProfileRecord
+from profiler.steps import back_to_back
 
 
 def decode_batch(batch: int, context: int, page_size: int) -> StepBatch:
@@ -66,16 +69,15 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
     split = {k: v for k, v in options.items() if k in {f.name for f in fields(SplitParams)} - {"num_sms"}}
     cache = StreamCache(ModelDims.from_config(config), page_size, BuildParams.of(policy, **split),
                         TargetDevice(num_sms=num_sms))
-    records, offset = [], 0
+    records = []
     for step in range(args.steps):
         cs = cache.get(decode_batch(args.batch, args.prompt_len + step + 1, page_size))
         meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": args.batch,
                                       "prompt_len": args.prompt_len, "steps": args.steps, "policy": policy,
                                       "num_sms": num_sms, "page_size": page_size,
                                       "kernel_options": _options_text(split)}
-        records.append(record_from_compiled(cs, meta, offset))
-        offset = int(records[-1].end_ns.max()) + 1
-    return concat_records(records)
+        records.append(record_from_compiled(cs, meta))
+    return back_to_back(records)
 
 
 def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -> ProfileRecord:
@@ -96,20 +98,18 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
         backend.prefill(prompts[s], tables[s])
     tokens = [p[-1] for p in prompts]
     records = []
+    backend.timing = True  # every step is recorded: the same --steps meaning as the VM's
     for step in range(steps):
-        backend.timing = step == steps - 1 or steps <= 3
         b = StepBatch.build([[t] for t in tokens], [prompt_len + step] * batch, tables, device=dev, page_size=page)
-        if step == 0 and backend.timing:
-            # Run the first timed step twice and keep the second: it then follows a launch of the same kernel, as
-            # every step of the bench's loop does. After the prefill's kernels the SMs' instruction caches are
-            # cold, which makes layer 0 look 12-13 µs slower than in the loop (2-3 µs). A decode step rerun with
-            # the same inputs rewrites the same KV slots with the same values.
+        if step == 0:
+            # Run the first step twice and keep the second: it then follows a launch of the same kernel, as every
+            # step of the bench's loop does. After the prefill's kernels the SMs' instruction caches are cold,
+            # which makes layer 0 look 12-13 µs slower than in the loop (2-3 µs). A decode step rerun with the
+            # same inputs rewrites the same KV slots with the same values.
             backend.greedy(b)
         tokens = backend.greedy(b).tolist()
-        if backend.timing:
-            meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
-                                          "steps": steps, "step": step, "policy": policy, "num_sms": backend.num_sms,
-                                          "kernel_options": _options_text(options),
-                                          "gpu": torch.cuda.get_device_name()}
-            records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))
-    return concat_records(records)
+        meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
+                                      "steps": steps, "policy": policy, "num_sms": backend.num_sms,
+                                      "kernel_options": _options_text(options), "gpu": torch.cuda.get_device_name()}
+        records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))
+    return back_to_back(records)

@@ -94,3 +94,24 @@ def render_marks(stats: list[MarkStats]) -> list[str]:
         cyc = "-" if s.page_cycles is None else f"{s.page_cycles:.0f}"
         lines.append(f"{s.name:<{w}} {s.count:>6} {cells} {cyc:>9}")
     return lines
+
+
+# The sub-segments the Gantt draws inside an instruction's work (dependencies met -> signal), in the order
+# they follow each other: between READY, these marks, and END. `1st page` falls inside `weights` and is
+# drawn as a tick; `loader lead` is not a stretch of the instruction's own time.
+DRAWN_SEGMENTS = ("input", "weights", "last page", "join", "epilogue")
+DRAWN_MARKS = (MARK_INPUT, MARK_LAST_PAGE, MARK_LAST_DONE, MARK_COMPUTED)
+TICK_MARK = MARK_FIRST_PAGE
+
+
+def drawn_marks(record: ProfileRecord) -> np.ndarray | None:
+    """int64 [N, 5]: the raw times of DRAWN_MARKS then TICK_MARK per instruction (0 = not reached or not
+    recorded); None when the record has no marks at all."""
+    marks = record.marks_ns
+    if marks is None or not (marks != 0).any():
+        return None
+    out = np.zeros((record.num_instructions, len(DRAWN_MARKS) + 1), np.int64)
+    for k, col in enumerate((*DRAWN_MARKS, TICK_MARK)):
+        if col < marks.shape[1]:
+            out[:, k] = marks[:, col]
+    return out

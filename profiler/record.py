@@ -7,6 +7,8 @@ normalises them to the first start only when rendering, so launch skew between S
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -21,6 +23,11 @@ _ARRAYS = ("words", "sm", "start_ns", "end_ns", "wait_ns", "bytes_moved")
 # Where a record's instruction words keep what the profiler reads of them: the instruction format's first words
 # (docs/INSTRUCTIONS.md; tests/profiler/test_profile_record.py checks them against engine/instructions/format.py).
 W_OPCODE, W_ID, W_LAYER = 0, 1, 2
+# The dependency words (profiler/deps.py): the number of waits, MAX_WAITS (counter, target) pairs, the signal.
+W_NUM_WAITS, W_WAITS, W_SIGNAL, W_SIGNAL_AMOUNT, MAX_WAITS = 16, 17, 27, 28, 5
+RAW_NAME = "raw.npz"
+# What a damaged or foreign file raises inside numpy / zipfile; each becomes one ProfileFormatError naming the file.
+_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
 class ProfileFormatError(ValueError):
@@ -161,16 +168,28 @@ def save_npz(record: ProfileRecord, path: str | Path) -> Path:
     return path
 
 
-def load_npz(path: str | Path) -> ProfileRecord:
-    """Read a raw.npz written by save_npz; errors name the file and the missing/bad field."""
+def raw_path(path: str | Path) -> Path:
+    """A profile given as its output directory or as the raw.npz itself -> the raw.npz file."""
     path = Path(path)
-    if not path.is_file():
-        raise ProfileFormatError(f"{path}: no such profile file")
+    if path.is_dir():
+        if not (path / RAW_NAME).is_file():
+            raise ProfileFormatError(f"{path}: directory has no {RAW_NAME} (a profile's output directory holds one)")
+        return path / RAW_NAME
+    if not path.exists():
+        raise ProfileFormatError(f"{path}: no such profile file or directory")
+    return path
+
+
+def load_npz(path: str | Path) -> ProfileRecord:
+    """Read a raw.npz written by save_npz (or the directory holding it); errors name the file and the problem."""
+    path = raw_path(path)
+    if not zipfile.is_zipfile(path):
+        raise ProfileFormatError(f"{path}: not a profile recording (not an .npz file, or a truncated one)")
     try:
         with np.load(path, allow_pickle=False) as data:
             contents = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise ProfileFormatError(f"{path}: not a readable .npz file ({e})") from e
+    except _READ_ERRORS as e:
+        raise ProfileFormatError(f"{path}: damaged or foreign .npz file ({type(e).__name__}: {e})") from e
     for key in ("header", *_ARRAYS):
         if key not in contents:
             raise ProfileFormatError(f"{path}: missing field {key!r}")
@@ -178,6 +197,8 @@ def load_npz(path: str | Path) -> ProfileRecord:
         header = json.loads(str(contents["header"]))
     except json.JSONDecodeError as e:
         raise ProfileFormatError(f"{path}: field 'header' is not valid JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise ProfileFormatError(f"{path}: field 'header' is not a JSON object")
     if header.get("format") != NPZ_FORMAT or header.get("version") != NPZ_VERSION:
         raise ProfileFormatError(
             f"{path}: header format/version {header.get('format')}/{header.get('version')} "
@@ -196,3 +217,5 @@ def load_npz(path: str | Path) -> ProfileRecord:
         raise ProfileFormatError(f"{path}: header is missing {e}") from e
     except ProfileFormatError as e:
         raise ProfileFormatError(f"{path}: {e}") from e
+    except (AttributeError, TypeError, ValueError) as e:  # header fields of the wrong JSON type
+        raise ProfileFormatError(f"{path}: malformed header ({e})") from e

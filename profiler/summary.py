@@ -1,7 +1,9 @@
 """ProfileRecord -> Summary: where the makespan went, as numbers and as the printed text.
 
 Definitions (all fractions of the makespan = last end - first start over all SMs):
-- busy % of an SM: length of the union of its instruction intervals (pipelined overlap counted once);
+- busy % of an SM: length of the union of its instructions' *work* intervals (dependencies met -> signal;
+  pipelined overlap counted once). Waiting on dependencies is not work, so it is left out: an SM that holds
+  an instruction while its inputs are not ready is idle for this number;
 - wait share: sum of wait_ns / (SMs that ran something x makespan), i.e. share of SM-time spent
   waiting on dependency counters;
 - tail idle: last SM's final end - the earliest final end of any SM (first SM done -> last SM done);
@@ -41,7 +43,7 @@ class Summary:
     num_sms: int  # SMs that executed at least one instruction
     makespan_ns: int
     opcodes: list[OpcodeStats]  # by total time, largest first
-    sm_busy: dict[int, float]  # SM -> busy fraction of the makespan
+    sm_busy: dict[int, float]  # SM -> fraction of the makespan spent working (dependency waits excluded)
     wait_share: float
     tail_idle_ns: int
     first_done_sm: int
@@ -78,6 +80,7 @@ def summarize(record: ProfileRecord) -> Summary:
     makespan = int(end.max() - start.min())
     dur = end - start
     run = dur - record.wait_ns
+    ready = np.minimum(start + record.wait_ns, end)  # a wait longer than the span (bad clocks) leaves no work
     opcodes = []
     for op in np.unique(record.opcodes):
         sel = record.opcodes == op
@@ -90,7 +93,7 @@ def summarize(record: ProfileRecord) -> Summary:
     busy, last_end = {}, {}
     for sm in sms.tolist():
         mask = record.sm == sm
-        busy[sm] = _union_length(start[mask], end[mask]) / makespan if makespan else 1.0
+        busy[sm] = _union_length(ready[mask], end[mask]) / makespan if makespan else 1.0
         last_end[sm] = int(end[mask].max())
     first_done = min(last_end, key=lambda k: (last_end[k], k))
     last_done = max(last_end, key=lambda k: (last_end[k], -k))
@@ -131,8 +134,8 @@ def render_text(s: Summary) -> str:
     else:
         lines.append("bandwidth: unknown (no bytes_moved in the record)")
     busy = np.array(list(s.sm_busy.values()))
-    lines.append(f"SM busy: mean {100 * busy.mean():.1f}%  min {100 * busy.min():.1f}%  "
-                 f"max {100 * busy.max():.1f}%")
+    lines.append(f"SM busy (working; dependency waits excluded): mean {100 * busy.mean():.1f}%  "
+                 f"min {100 * busy.min():.1f}%  max {100 * busy.max():.1f}%")
     lines.append("")
     name_w = max(6, *(len(o.name) for o in s.opcodes))
     lines.append(f"{'opcode':<{name_w}} {'count':>7} {'total µs':>11} {'share':>6} {'mean µs':>9} "
@@ -150,7 +153,7 @@ def render_text(s: Summary) -> str:
     if s.marks:
         lines.extend(render_marks(s.marks))
         lines.append("")
-    lines.append("per-SM busy %:")
+    lines.append("per-SM busy % (working, waits excluded):")
     cells = [f"SM {sm:03d} {100 * b:5.1f}" for sm, b in s.sm_busy.items()]
     lines.extend("  ".join(cells[i : i + 8]) for i in range(0, len(cells), 8))
     return "\n".join(lines) + "\n"

@@ -2,6 +2,10 @@
 
 pid = the GPU (one process), tid = one display row (SM × sub-lane), name = opcode exactly (Perfetto
 colours by a hash of the name and ignores `cname`), per-instance details in `args`. Times are µs.
+Dependencies are flow events ("s" in the producer's slice, "f" with binding point "e" in the consumer's, both at
+the slice's middle so each binds to exactly its own slice): one arrow per wait, from the instruction whose signal
+released it (profiler/deps.py). All producers of a wait would be ~10^5 arrows for one step; the HTML page shows
+them for a clicked instruction.
 """
 from __future__ import annotations
 
@@ -9,12 +13,17 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
+from profiler.deps import dependencies
 from profiler.record import ProfileRecord
 from profiler.spans import Spans
 
 PID = 1
 _EPS_US = 1e-4  # ts + dur is float arithmetic: touching slices may differ in the last bit
-_PHASES_WITH_TRACK = {"X", "B", "E", "i", "I", "C"}
+_PHASES_WITH_TRACK = {"X", "B", "E", "i", "I", "C", "s", "t", "f"}
+_FLOW_PHASES = {"s", "t", "f"}
+FLOW_NAME = "dependency"
 _METADATA_NAMES = {"process_name", "process_sort_index", "thread_name", "thread_sort_index",
                    "process_labels"}
 
@@ -71,9 +80,25 @@ def to_trace(spans: Spans) -> dict[str, Any]:
             args["bytes"] = moved[j]
         events.append({"name": rec.opcode_names[w[0]], "cat": cat, "ph": "X", "pid": PID, "tid": rows[j] + 1,
                        "ts": _us(starts[j]), "dur": _us(ends[j] - starts[j]), "args": args})
+    events.extend(flow_events(spans))
     other = {str(k): v for k, v in rec.meta.items()}
     other.update(simulated=rec.simulated, t0_ns=spans.t0_ns)
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
+
+
+def flow_events(spans: Spans) -> list[dict[str, Any]]:
+    """A flow per (critical producer -> consumer) pair of the record's waits."""
+    producer, consumer = dependencies(spans.record).critical_edges()
+    pos = np.empty(spans.index.shape[0], np.int64)
+    pos[spans.index] = np.arange(spans.index.shape[0])
+    mid = ((spans.start_ns + spans.end_ns) / 2).tolist()
+    rows = spans.row.tolist()
+    out: list[dict[str, Any]] = []
+    for flow_id, (p, c) in enumerate(zip(pos[producer].tolist(), pos[consumer].tolist()), start=1):
+        base = {"name": FLOW_NAME, "cat": FLOW_NAME, "id": flow_id, "pid": PID}
+        out.append({**base, "ph": "s", "tid": rows[p] + 1, "ts": round(mid[p] / 1000.0, 4)})
+        out.append({**base, "ph": "f", "bp": "e", "tid": rows[c] + 1, "ts": round(mid[c] / 1000.0, 4)})
+    return out
 
 
 def write_trace(spans: Spans, path: str | Path) -> Path:
@@ -93,6 +118,7 @@ def validate_trace(trace: Any) -> list[str]:
     if not isinstance(events, list):
         return ["top level must be a list of events or an object with a 'traceEvents' list"]
     tracks: dict[tuple[Any, Any], list[tuple[float, float]]] = {}
+    flows: dict[Any, set[str]] = {}
     for k, ev in enumerate(events):
         where = f"traceEvents[{k}]"
         if not isinstance(ev, dict):
@@ -124,8 +150,16 @@ def validate_trace(trace: Any) -> list[str]:
                 errors.append(f"{where}: {ev['name']} needs args.name (str)")
             elif ev["name"].endswith("_sort_index") and not isinstance(ev["args"].get("sort_index"), int):
                 errors.append(f"{where}: {ev['name']} needs args.sort_index (int)")
+        if ph in _FLOW_PHASES:
+            if not isinstance(ev.get("id"), (int, str)) or not isinstance(ev.get("cat"), str):
+                errors.append(f"{where}: a flow event needs 'id' (int or str) and 'cat'")
+            else:
+                flows.setdefault((ev["cat"], ev["id"]), set()).add(ph)
         if "args" in ev and not isinstance(ev["args"], dict):
             errors.append(f"{where}: 'args' must be an object")
+    for (cat, flow_id), phases in flows.items():
+        if not {"s", "f"} <= phases:
+            errors.append(f"flow {cat}/{flow_id}: needs both a start ('s') and a finish ('f') event")
     for (pid, tid), boxes in tracks.items():
         boxes.sort()
         open_ends: list[float] = []  # stack of enclosing slices; nesting is fine, partial overlap is not

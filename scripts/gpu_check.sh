@@ -29,6 +29,7 @@ for part in $parts; do
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
     bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;
     profile) run profile $PY -m engine.cli profile --backend cuda --preset llama-3.2-1b --prompt-len 32 --steps 1 --out "$OUT/profile"
+             run profile-raw test -s "$OUT/profile/raw.npz"  # kept: re-render anywhere with `profile --from DIR`
              rm -f "$OUT/profile/trace.json" "$OUT/profile/summary.json" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac

@@ -1,6 +1,7 @@
-"""`megakernel profile`: collect a profile (live, via engine.profiling) or re-render a saved raw.npz.
+"""`megakernel profile`: collect a profile (live, via engine.profiling), re-render a saved raw.npz, or compare two.
 
-The command lives with the engine so that profiler/ stays a library that reads and draws records.
+The command lives with the engine so that profiler/ stays a library that reads and draws records. Errors in
+what the user gave (a bad --from file, a missing GPU) are one line naming the file or flag, exit 2.
 """
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from pathlib import Path
 
 from engine.engine_config import EngineConfig
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS
-from profiler.record import ProfileFormatError, ProfileRecord, load_npz
+from profiler.record import RAW_NAME, ProfileFormatError, ProfileRecord, load_npz, raw_path
 
 DESCRIPTION = """Profile decode steps per SM and write into --out: raw.npz (timings + instruction words),
 trace.json (open in ui.perfetto.dev), gantt.html (self-contained, offline), gantt.png and summary.txt/json.
-VM timelines come from the cost model and are labelled SIMULATED everywhere."""
+VM timelines come from the cost model and are labelled SIMULATED everywhere. With --compare A B: compare.txt
+and compare.html (both Gantts on one time scale) instead."""
+STEPS_HELP = ("decode steps to run and record, every one of them on every backend (each step one token longer; "
+              "the charts show them back to back, without the host's time between launches)")
+EXIT_USER_ERROR = 2
 
 
 def _positive_int(text: str) -> int:
@@ -31,14 +36,17 @@ def _positive_int(text: str) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--from", dest="from_npz", type=Path, metavar="RAW_NPZ",
-                     help="re-render a saved DIR/raw.npz (no GPU or model needed)")
+                     help="re-render a saved profile: DIR/raw.npz or its directory DIR (no GPU or model needed)")
+    src.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                     help="compare two saved profiles (each DIR or DIR/raw.npz): makespan and per-opcode deltas, "
+                          "and both Gantts on one page")
     src.add_argument("--model", type=Path, metavar="DIR", help="HF checkpoint directory to profile")
     src.add_argument("--preset", metavar="NAME", help="named model preset (random weights) to profile")
     p.add_argument("--backend", choices=("auto", "cuda", "vm"), default="auto",
                    help="cuda: kernel timing records; vm: simulated timeline (default: cuda if available)")
     p.add_argument("--batch", type=_positive_int, default=1, help="decode batch size (sequences)")
     p.add_argument("--prompt-len", type=_positive_int, default=128, help="tokens of context per sequence")
-    p.add_argument("--steps", type=_positive_int, default=1, help="decode steps to record")
+    p.add_argument("--steps", type=_positive_int, default=1, help=STEPS_HELP)
     p.add_argument("--policy", default=None,
                    help=f"scheduling policy passed to the instruction builder (default: the engine's, "
                         f"{EngineConfig.policy})")
@@ -69,30 +77,43 @@ def _load_collector() -> Callable[[argparse.Namespace], ProfileRecord]:
     return collect_profile
 
 
-def run(args: argparse.Namespace) -> int:
+def _render(args: argparse.Namespace) -> int:
     from profiler.render import ARTIFACTS, render_all  # matplotlib: only load it when profiling
 
-    try:
-        if args.from_npz is not None:
-            record = load_npz(args.from_npz)
-            # Re-rendering into the source directory must not rewrite the raw data it came from.
-            same = args.out.resolve() / "raw.npz" == args.from_npz.resolve()
-            summary = render_all(record, args.out, save_raw=not same)
-        else:
-            if args.model is None and args.preset is None:
-                print("megakernel profile: give --model DIR, --preset NAME or --from DIR/raw.npz",
-                      file=sys.stderr)
-                return 2
-            record = _load_collector()(args)
-            summary = render_all(record, args.out)
-    except (ProfileFormatError, RuntimeError, ValueError, OSError) as e:
-        if getattr(args, "debug", False):
-            raise  # `megakernel --debug profile ...`: the CLI prints the traceback
-        print(f"megakernel profile: {e}", file=sys.stderr)
-        return 1
+    if getattr(args, "compare", None) is not None:
+        from profiler.compare import COMPARE_ARTIFACTS, write_compare
+
+        a, b = args.compare
+        print(write_compare(load_npz(a), load_npz(b), str(a), str(b), args.out), end="")
+        print(f"wrote {', '.join(COMPARE_ARTIFACTS)} to {args.out}/")
+        return 0
+    if args.from_npz is not None:
+        source = raw_path(args.from_npz)
+        record = load_npz(source)
+        # Re-rendering into the source directory must not rewrite the raw data it came from.
+        same = args.out.resolve() / RAW_NAME == source.resolve()
+        summary = render_all(record, args.out, save_raw=not same)
+    else:
+        if args.model is None and args.preset is None:
+            print("megakernel profile: error: give --model DIR, --preset NAME, --from DIR/raw.npz or --compare A B",
+                  file=sys.stderr)
+            return EXIT_USER_ERROR
+        record = _load_collector()(args)
+        summary = render_all(record, args.out)
     print(summary.text(), end="")
     print(f"wrote {', '.join(ARTIFACTS)} to {args.out}/")
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _render(args)
+    except (ProfileFormatError, RuntimeError, ValueError, OSError) as e:
+        if getattr(args, "debug", False):
+            raise  # `megakernel --debug profile ...`: the CLI prints the traceback
+        lines = str(e).strip().splitlines()
+        print(f"megakernel profile: error: {lines[0] if lines else type(e).__name__}", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:

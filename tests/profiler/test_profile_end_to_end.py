@@ -21,6 +21,12 @@ def test_vm_profile_then_rerender(tmp_path, capsys):
         assert (live / name).stat().st_size > 0, name
     rec = load_npz(live / "raw.npz")
     assert rec.simulated and rec.num_instructions > 0 and rec.meta["batch"] == 2
-    assert validate_trace(json.loads((live / "trace.json").read_text())) == []
+    trace = json.loads((live / "trace.json").read_text())
+    assert validate_trace(trace) == []
+    # The compiled stream's real waits: every instruction but the embedding has a dependency arrow.
+    flows = [e for e in trace["traceEvents"] if e["ph"] == "f"]
+    assert len(flows) >= rec.num_instructions - 2  # one embedding per step waits for nothing
+    assert '"deps":{' in (live / "gantt.html").read_text()
+    assert "dependency waits excluded" in (live / "summary.txt").read_text()
     assert main(["--from", str(live / "raw.npz"), "--out", str(again)]) == 0
     assert (again / "summary.json").read_text() == (live / "summary.json").read_text()

@@ -62,3 +62,5 @@ def test_word_positions_follow_the_instruction_format() -> None:
     from profiler import record
 
     assert (record.W_OPCODE, record.W_ID, record.W_LAYER) == (fmt.W_OPCODE, fmt.W_ID, fmt.W_LAYER)
+    assert (record.W_NUM_WAITS, record.W_WAITS, record.W_SIGNAL, record.W_SIGNAL_AMOUNT, record.MAX_WAITS) == (
+        fmt.W_NUM_WAITS, fmt.W_WAITS, fmt.W_SIGNAL, fmt.W_SIGNAL_AMOUNT, fmt.MAX_WAITS)

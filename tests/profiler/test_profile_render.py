@@ -12,7 +12,7 @@ from matplotlib.image import imread
 from synthetic_profiles import make_record
 
 from engine.cli.profile import main
-from profiler.record import load_npz
+from profiler.record import ProfileRecord, load_npz
 from profiler.render import ARTIFACTS, render_all
 from profiler.trace import validate_trace
 
@@ -64,10 +64,10 @@ def test_cli_rerenders_from_npz(tmp_path, rng, capsys):
 
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, capsys, monkeypatch):
-    assert main(["--from", str(tmp_path / "missing.npz"), "--out", str(tmp_path)]) == 1
+    assert main(["--from", str(tmp_path / "missing.npz"), "--out", str(tmp_path)]) == 2
     assert "missing.npz" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "engine.profiling", None)  # as if the module did not exist
-    assert main(["--preset", "tiny", "--backend", "vm", "--out", str(tmp_path)]) == 1
+    assert main(["--preset", "tiny", "--backend", "vm", "--out", str(tmp_path)]) == 2
     assert "engine.profiling is missing" in capsys.readouterr().err
     assert main(["--out", str(tmp_path)]) == 2
     with pytest.raises(SystemExit):
@@ -88,3 +88,50 @@ def test_cli_live_path_uses_collector(tmp_path, rng, monkeypatch, capsys):
     assert main(argv) == 0
     assert seen["batch"] == 3 and seen["steps"] == 2 and seen["preset"] == "tiny"
     assert (tmp_path / "raw.npz").is_file() and "SIMULATED" in capsys.readouterr().out
+
+
+def _page_data(page: str) -> dict:
+    return json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+
+
+def test_html_carries_waits_phases_and_dependencies(tmp_path, rng):
+    import base64
+
+    from synthetic_profiles import make_chain_record
+
+    from profiler.html import render_html
+    from profiler.marks import DRAWN_SEGMENTS
+    from profiler.spans import to_spans
+
+    rec = make_chain_record(rng, layers=3)
+    sp = to_spans(rec)
+    (panel,) = _page_data(render_html(sp))["panels"]
+    wait = np.frombuffer(base64.b64decode(panel["wait"]), "<f8")
+    assert np.array_equal(wait, rec.wait_ns[sp.index])  # the page splits each box at start + wait
+    assert panel["segments"] == list(DRAWN_SEGMENTS)
+    marks = np.frombuffer(base64.b64decode(panel["marks"]), "<f4").reshape(-1, len(DRAWN_SEGMENTS))
+    ready = (rec.start_ns + rec.wait_ns - sp.t0_ns)[sp.index]
+    assert (marks[:, 0] > ready).all() and (marks[:, 3] < (rec.end_ns - sp.t0_ns)[sp.index]).all()
+    members = np.frombuffer(base64.b64decode(panel["deps"]["group_members"]), "<i4")
+    assert sorted(members.tolist()) == list(range(rec.num_instructions))  # every instruction signals
+    plain = _page_data(render_html(to_spans(make_record(rng, n=30))))["panels"][0]
+    assert plain["marks"] is None and plain["deps"] is None
+
+
+def test_png_draws_waiting_lighter(tmp_path):
+    from matplotlib.colors import to_rgb
+
+    from profiler.colors import opcode_colors
+    from profiler.png import WAIT_TINT, render_png
+    from profiler.spans import to_spans
+
+    # One SM, one instruction: waiting for its first half, working for the second.
+    rec = ProfileRecord(words=np.array([[1, 0]], np.int32), sm=np.array([0]), start_ns=np.array([0]),
+                        end_ns=np.array([1000]), wait_ns=np.array([500]), opcode_names={1: "A"}, simulated=False)
+    img = imread(render_png(to_spans(rec), tmp_path / "g.png"))[..., :3]
+    full = np.array(to_rgb(opcode_colors(rec.opcode_names)[1]))
+    light = WAIT_TINT * full + (1 - WAIT_TINT)
+    near = lambda c: (np.abs(img - c).max(axis=2) < 0.02)  # noqa: E731
+    cols_full, cols_light = np.flatnonzero(near(full).any(axis=0)), np.flatnonzero(near(light).any(axis=0))
+    assert cols_full.size > 100 and cols_light.size > 100
+    assert np.median(cols_light) < np.median(cols_full)  # the wait comes first, lighter

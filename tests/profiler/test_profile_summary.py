@@ -28,8 +28,9 @@ def test_summary_hand_computed(rng):
     assert a.p99_ns == pytest.approx(9.96)  # linear interpolation between 8 and 10
     assert (b.count, b.total_ns, b.p50_ns, b.p99_ns) == (1, 15, 15.0, 15.0)
     assert [o.name for o in s.opcodes] == ["A", "B"]  # by total time
-    assert s.sm_busy[0] == pytest.approx(20 / 38)  # union of the overlapping pair
-    assert s.sm_busy[1] == pytest.approx(14 / 38)
+    # Busy is work only: A [0,10) waits 1 and B [5,20) waits 2, so SM 0 works [1,10) ∪ [7,20) = 19 ns.
+    assert s.sm_busy[0] == pytest.approx(19 / 38)
+    assert s.sm_busy[1] == pytest.approx((3 + 4) / 38)  # A [2,8) waits 3, A [30,38) waits 4
     assert s.wait_share == pytest.approx(10 / (2 * 38))
     assert (s.tail_idle_ns, s.first_done_sm, s.last_done_sm) == (18, 0, 1)
     assert s.total_bytes == 1000 and s.bandwidth_gb_s == pytest.approx(1000 / 38)
@@ -50,3 +51,17 @@ def test_summary_rejects_empty():
                           opcode_names={}, simulated=True)
     with pytest.raises(ValueError, match="no instructions"):
         summarize(empty)
+
+
+def test_busy_excludes_waiting():
+    # One SM holding one instruction the whole time, waiting for its dependencies during 80% of it.
+    rec = ProfileRecord(words=np.array([[1, 0]], np.int32), sm=np.array([0]), start_ns=np.array([100]),
+                        end_ns=np.array([200]), wait_ns=np.array([80]), opcode_names={1: "A"}, simulated=False)
+    s = summarize(rec)
+    assert s.sm_busy[0] == pytest.approx(0.2) and s.wait_share == pytest.approx(0.8)
+    text = s.text()
+    assert "SM busy (working; dependency waits excluded): mean 20.0%" in text
+    assert "waiting on dependencies: 80.0% of SM time" in text
+    # A wait longer than the span (clock skew) leaves no work rather than negative work.
+    skewed = replace(rec, wait_ns=np.array([150]))
+    assert summarize(skewed).sm_busy[0] == 0.0

@@ -65,3 +65,34 @@ def test_empty_operands_trace_roundtrip(rng):
     assert validate_trace(trace) == []
     ev = next(e for e in trace["traceEvents"] if e["ph"] == "X")
     assert "w1" in ev["args"] or np.all(rec.words[ev["args"]["instr"], 1:] == 0)
+
+
+def test_dependencies_become_flow_events(rng):
+    from synthetic_profiles import make_chain_record
+
+    from profiler.deps import dependencies
+
+    rec = make_chain_record(rng, layers=3, steps=2)
+    sp = to_spans(rec)
+    trace = to_trace(sp)
+    assert validate_trace(trace) == []
+    events = trace["traceEvents"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    producer, consumer = dependencies(rec).critical_edges()
+    assert len(starts) == len(finishes) == producer.size > 0
+    assert all(e["bp"] == "e" and e["cat"] == "dependency" for e in finishes.values())
+    slices = [e for e in events if e["ph"] == "X"]
+    # Each flow end binds to the slice of its instruction: same track, inside its time.
+    on = lambda ev: [x["args"]["instr"] for x in slices  # noqa: E731
+                     if x["tid"] == ev["tid"] and x["ts"] <= ev["ts"] <= x["ts"] + x["dur"]]
+    pairs = {(on(starts[k])[0], on(finishes[k])[0]) for k in starts}
+    assert pairs == set(zip(producer.tolist(), consumer.tolist()))
+
+
+def test_validator_wants_both_ends_of_a_flow(rng):
+    trace = to_trace(to_spans(make_record(rng, n=20)))
+    flow = {"name": "dependency", "cat": "dependency", "id": 7, "pid": 1, "tid": 1, "ts": 0.0}
+    assert validate_trace({"traceEvents": trace["traceEvents"] + [{**flow, "ph": "s"}]})
+    assert validate_trace({"traceEvents": trace["traceEvents"] + [{**flow, "ph": "s"},
+                                                                   {**flow, "ph": "f", "bp": "e"}]}) == []

@@ -1,0 +1,95 @@
+"""--steps N means the same on every backend: N decode steps run, all of them recorded, laid back to back."""
+from __future__ import annotations
+
+import argparse
+import types
+
+import numpy as np
+import pytest
+from synthetic_profiles import make_chain_record
+
+from profiler.deps import step_index
+from profiler.marks import MARK_LAST_PAGE_CYCLES
+from profiler.steps import STEP_GAP_NS, back_to_back, shifted
+
+
+def test_shifted_moves_times_and_marks_but_not_cycles_or_unreached(rng):
+    rec = make_chain_record(rng, layers=2)
+    rec.marks_ns[0, 3] = 0  # a mark that was never reached stays 0
+    moved = shifted(rec, 1000)
+    assert np.array_equal(moved.start_ns, rec.start_ns + 1000) and np.array_equal(moved.end_ns, rec.end_ns + 1000)
+    assert moved.marks_ns[0, 3] == 0 and moved.marks_ns[0, 0] == rec.marks_ns[0, 0] + 1000
+    assert np.array_equal(moved.marks_ns[:, MARK_LAST_PAGE_CYCLES], rec.marks_ns[:, MARK_LAST_PAGE_CYCLES])
+
+
+def test_back_to_back_lays_steps_end_to_start(rng):
+    a, b = make_chain_record(rng, layers=2), make_chain_record(rng, layers=2)
+    b = shifted(b, 10**9)  # as recorded on the GPU: far later, after the host's readback and next launch
+    both = back_to_back([a, b])
+    n = a.num_instructions
+    assert both.num_instructions == 2 * n
+    assert both.start_ns[n:].min() == a.end_ns.max() + STEP_GAP_NS
+    assert np.array_equal(both.end_ns[n:] - both.start_ns[n:], b.end_ns - b.start_ns)  # inside a step: as recorded
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(preset="tiny", model=None, backend="vm", batch=1, prompt_len=8, steps=3, policy=None, num_sms=8,
+                page_size=16, kernel_option=[])
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_vm_records_every_step_back_to_back():
+    profiling = pytest.importorskip("engine.profiling")
+    one = profiling.collect_profile(_args(steps=1))
+    three = profiling.collect_profile(_args(steps=3))
+    n = one.num_instructions
+    assert three.num_instructions == 3 * n and step_index(three).max() == 2
+    for k in (1, 2):  # each step starts right where the one before ended
+        assert three.start_ns[k * n : (k + 1) * n].min() == three.end_ns[: k * n].max() + STEP_GAP_NS
+
+
+def test_cuda_records_every_step(monkeypatch, rng):
+    """The cuda path on fakes (no GPU here): every one of the --steps steps is timed and recorded."""
+    profiling = pytest.importorskip("engine.profiling")
+    recorded: list[int] = []
+    metas: list[dict] = []
+
+    class FakeBackend:
+        num_sms = 4
+        module = types.SimpleNamespace(TIMING_MARK0=5)
+
+        def __init__(self, *a, **kw) -> None:
+            self.timing, self.launches, self.last = False, 0, None
+
+        def prefill(self, prompt, table) -> None:
+            pass
+
+        def greedy(self, batch):
+            import torch
+
+            self.launches += 1
+            self.last = self.launches if self.timing else None
+            return torch.zeros(1, dtype=torch.int64)
+
+    def fake_timing(last, mark0, meta):
+        assert last is not None, "a step ran without timing"
+        recorded.append(last)
+        metas.append(meta)
+        return shifted(make_chain_record(rng, layers=2), 10**6 * last)
+
+    weights = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=100))
+    monkeypatch.setattr(profiling, "load_bench_weights", lambda *a, **kw: (weights, "fake"))
+    monkeypatch.setattr(profiling, "CudaBackend", FakeBackend)
+    monkeypatch.setattr(profiling, "record_from_timing", fake_timing)
+    monkeypatch.setattr(profiling.StepBatch, "build", staticmethod(lambda *a, **kw: None))
+    monkeypatch.setattr(profiling.torch.cuda, "get_device_name", lambda: "fake GPU")
+    rec = profiling.collect_cuda_profile(_args(backend="cuda", steps=5), {})
+    assert recorded == [2, 3, 4, 5, 6]  # the first step ran twice (warm), then each of the 5 was recorded
+    assert step_index(rec).max() == 4
+    assert all(m["steps"] == 5 and "step" not in m for m in metas)  # the record is of all steps, not one
+
+
+def test_steps_help_says_what_it_means():
+    from engine.cli.profile import STEPS_HELP
+
+    assert "every one of them on every backend" in STEPS_HELP
