@@ -17,9 +17,6 @@ if TYPE_CHECKING:
 BACKEND_NAMES = ("auto", "torch", "vm", "cuda")  # auto: cuda on an sm_90 GPU, else torch (engine/backends)
 DTYPE_NAMES = ("bfloat16", "float16", "float32")  # torch dtypes of the same names
 CPU_KV_BUDGET_BYTES = 1 << 30
-# Share of the free GPU memory (after the weights and the backend's reserve) that the KV cache takes; the rest
-# stays free for what the run allocates later (step buffers, logits, the allocator's slack).
-GPU_KV_MEMORY_FRACTION = 0.85
 # Schedule policy of the vm / cuda backends: static per-SM queues filled longest-processing-time first. The
 # dynamic work queue measured 2.37 vs 1.44 ms/token (1B decode, same code): an SM that finishes early claims a
 # second instruction of the same op and doubles its critical path (docs/PERFORMANCE.md, design decisions).
@@ -45,6 +42,10 @@ class EngineConfig:
     # an H200, LLM.generate 1.03 ms/token at 1, 0.767 at 16, 0.748 at 64 against the kernel's 0.725
     # (docs/PERFORMANCE.md). A request arriving while a seat is free ends the run within 8 steps.
     decode_steps: int = 32
+    # Share of the GPU's whole memory this engine may hold (as vLLM's flag): the KV cache gets what the weights,
+    # the backend's own copy of them and other processes leave of it; the rest stays free for step buffers,
+    # logits and the allocator's slack.
+    gpu_memory_utilization: float = 0.9
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -55,6 +56,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
 
@@ -87,8 +90,14 @@ def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device,
         if device.type == "cuda":
             import torch
 
-            free, _total = torch.cuda.mem_get_info(device)
-            budget = int((free - reserve_bytes) * GPU_KV_MEMORY_FRACTION)
+            free, total = torch.cuda.mem_get_info(device)
+            held = total - free + reserve_bytes  # weights, other processes, the backend's copy to come
+            budget = int(cfg.gpu_memory_utilization * total) - held
+            if budget < per_page:
+                raise ValueError(
+                    f"gpu_memory_utilization {cfg.gpu_memory_utilization} leaves no room for the KV cache: of "
+                    f"{total / 2**30:.1f} GiB, {held / 2**30:.1f} GiB are taken by the weights, the backend's copy "
+                    f"of them and other processes (raise --gpu-memory-utilization or free the GPU)")
         else:
             budget = CPU_KV_BUDGET_BYTES
         pages_for_all = cfg.max_num_seqs * -(-want_len // cfg.page_size)

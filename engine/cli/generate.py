@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     # before the tokenizer, the backend and the weights are loaded.
     check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
     llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-              seed=args.seed, decode_steps=args.decode_steps, revision=args.revision)
+              seed=args.seed, decode_steps=args.decode_steps, revision=args.revision,
+              gpu_memory_utilization=args.gpu_memory_utilization)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, ignore_eos=args.ignore_eos)
     start = time.perf_counter()

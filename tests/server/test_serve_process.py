@@ -138,6 +138,8 @@ def test_ctrl_c_ends_streams_at_once_quietly(serve_process: Any) -> None:
 
 @pytest.mark.parametrize("flags,names", [
     (["--num-pages", "0"], "--num-pages"),
+    (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
     (["--max-pending", "0"], "--max-pending"),
     (["--shutdown-timeout", "-1"], "--shutdown-timeout"),
     (["--allowed-origins", "not an origin"], "--allowed-origins"),
