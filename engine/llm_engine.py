@@ -33,10 +33,10 @@ from engine.outputs import RequestMetrics, RequestOutput
 from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampling.noise import seed_key
-from engine.sampling.results import sample_batch
+from engine.sampling.results import NON_FINITE, prompt_token_logprobs, sample_batch
 from engine.sampling.run_sampler import NoiseTables
 from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
-from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler.requests.request_scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
 from models.llama.sources import resolve_model
@@ -123,11 +123,12 @@ class LLMEngine:
                 f"prompt has {len(ids)} tokens, but the model's context is {self.max_model_len} "
                 f"tokens (max_model_len) and at least one token must be generated")
         now = time.monotonic() if arrival_time is None else arrival_time
-        seq = Sequence(seq_id=request_id, prompt_token_ids=ids, arrival_time=now)
+        scored = params.prompt_logprobs is not None
+        seq = Sequence(seq_id=request_id, prompt_token_ids=ids, arrival_time=now, max_chunk=1 if scored else None)
         state = RequestState(
             seq=seq, params=params, prompt=text, output_text=OutputText(self.tokenizer, ids, params),
             noise_key=seed_key(params.seed) if params.seed is not None else 0, metrics=RequestMetrics(arrival_time=now),
-            logprobs=[] if params.logprobs is not None else None)
+            logprobs=[] if params.logprobs is not None else None, prompt_logprobs=[None] if scored else None)
         try:
             self.scheduler.add(seq)  # atomic: it checks everything before it registers the sequence
         except ValueError as exc:
@@ -203,32 +204,58 @@ class LLMEngine:
         chunks = plan.chunks
         rows = [i for i, c in enumerate(chunks) if c.samples]
         states = [self._requests[chunks[i].seq.seq_id] for i in rows]
+        scored = [i for i, c in enumerate(chunks) if self._scores_prompt(c)]
         try:
             batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
                                     [list(c.block_table) for c in chunks], device=self.backend.batch_device,
                                     page_size=self.engine_config.page_size)
-            if not rows:
+            if not rows and not scored:
                 self.backend.forward(batch)
                 return {}, {}
-            if kernel_samples(states):  # the backend's argmax (in-kernel on cuda): only ids cross to the host
+            if not scored and kernel_samples(states):  # the backend's argmax (in-kernel on cuda): only ids come back
                 ids = self.backend.greedy(batch).tolist()
                 return {chunks[i].seq.seq_id: (int(ids[i]), None) for i in rows}, {}
-            logits = self.backend.forward(batch)[rows]
+            all_logits = self.backend.forward(batch)
+            logits = all_logits[rows]
         except Exception as exc:  # noqa: BLE001 - the whole step's forward: no single request to blame
             raise EngineFatalError(f"engine step {self._steps} failed in the {self.backend_name} backend's "
                                    f"forward: {type(exc).__name__}: {exc}") from exc
+        failed: dict[str, str] = {}
+        if scored:
+            failed.update(self._record_prompt_logprobs([chunks[i] for i in scored], all_logits[scored]))
+        if not rows:
+            return {}, failed
         # On the logits' device (the GPU for cuda): only ids and requested logprobs cross to the host.
         result = sample_batch(logits, [s.params for s in states], [s.noise_key for s in states],
                               [s.history for s in states], [s.seq.num_output_tokens for s in states], self._noise,
                               self.backend.sampling_kernel)
         sampled: Sampled = {}
-        failed: dict[str, str] = {}
         for s, tok, lp, error in zip(states, result.token_ids, result.logprobs, result.errors):
             if error is not None or tok is None:
                 failed[s.seq.seq_id] = error or "sampling produced no token"
             else:
                 sampled[s.seq.seq_id] = (tok, lp)
         return sampled, failed
+
+    def _scores_prompt(self, chunk: ScheduledChunk) -> bool:
+        """Whether this chunk's logits give the logprob of a prompt token not yet scored (a request with
+        prompt_logprobs computes its prompt one token per step; a recomputed prefix is not scored twice)."""
+        state = self._requests[chunk.seq_id]
+        nxt = chunk.start_pos + len(chunk.token_ids)  # the index of the token these logits predict
+        return (state.prompt_logprobs is not None and not chunk.samples and nxt < chunk.seq.num_prompt_tokens
+                and len(state.prompt_logprobs) == nxt)
+
+    def _record_prompt_logprobs(self, chunks: list[ScheduledChunk], logits: torch.Tensor) -> dict[str, str]:
+        """Append each chunk's next prompt token's logprob (and top k) to its request; returns the failures."""
+        failed: dict[str, str] = {}
+        nxt = [c.seq.prompt_token_ids[c.start_pos + len(c.token_ids)] for c in chunks]
+        ks = [self._requests[c.seq_id].params.prompt_logprobs or 0 for c in chunks]
+        for c, lp in zip(chunks, prompt_token_logprobs(logits, nxt, ks)):
+            if lp is None:
+                failed[c.seq_id] = NON_FINITE
+            else:
+                self._requests[c.seq_id].prompt_logprobs.append(lp)  # type: ignore[union-attr]
+        return failed
 
     def _postprocess(self, state: RequestState, token: int, logprob: dict[int, float] | None,
                      now: float) -> RequestOutput:

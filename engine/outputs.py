@@ -39,3 +39,6 @@ class RequestOutput:
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=0.0))
     # One line saying why the request failed inside the engine (finish_reason "error"); None otherwise.
     error: str | None = None
+    # With SamplingParams.prompt_logprobs: per prompt token, its logprob and the top k ({token_id: logprob}),
+    # None for the first; filled as the prompt is computed (complete once the first token is out).
+    prompt_logprobs: list[dict[int, float] | None] | None = None

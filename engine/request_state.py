@@ -19,6 +19,7 @@ class RequestState:
     noise_key: int  # the request's sampling noise key (engine/sampling/noise.py): from its seed, or drawn
     metrics: RequestMetrics
     logprobs: list[dict[int, float]] | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None
     shown: str = ""  # the visible text of the last output returned (it only ever grows)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
@@ -47,4 +48,5 @@ class RequestState:
             finished=self.finish_reason is not None,
             metrics=self.metrics,
             error=self.error,
+            prompt_logprobs=list(self.prompt_logprobs) if self.prompt_logprobs is not None else None,
         )

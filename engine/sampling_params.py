@@ -34,7 +34,8 @@ class SamplingParams:
     temperature < GREEDY_TEMPERATURE means greedy. top_k <= 0, top_p == 1 and min_p == 0 disable those
     filters. presence/frequency penalties act on generated tokens (OpenAI), repetition_penalty on prompt
     and generated tokens (HF/vLLM; 1 = off). `logprobs=k` returns, per generated token, the chosen
-    token's raw log-probability plus the top k. `include_stop_str_in_output` keeps a matched stop string
+    token's raw log-probability plus the top k; `prompt_logprobs=k` the same for every prompt token after the first
+    (the prompt is then computed one token per step). `include_stop_str_in_output` keeps a matched stop string
     at the end of the text.
     """
 
@@ -52,6 +53,7 @@ class SamplingParams:
     ignore_eos: bool = False
     seed: int | None = None
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
 
@@ -64,7 +66,7 @@ class SamplingParams:
             object.__setattr__(self, name, _real(name, getattr(self, name)))
         for name in ("n", "top_k", "max_tokens"):
             object.__setattr__(self, name, _integer(name, getattr(self, name)))
-        for name in ("seed", "logprobs"):
+        for name in ("seed", "logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _integer(name, getattr(self, name)))
         for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
@@ -93,6 +95,8 @@ class SamplingParams:
             raise RequestError(f"max_tokens must be an int >= 1, got {self.max_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise RequestError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
+            raise RequestError(f"prompt_logprobs must be in [0, {MAX_LOGPROBS}], got {self.prompt_logprobs}")
         if self.seed is not None and not SEED_MIN <= self.seed < SEED_END:
             raise RequestError(f"seed must be an int in [-2**63, 2**64), got {self.seed}")
 

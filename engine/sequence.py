@@ -56,6 +56,9 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     arrival_time: float = field(default_factory=time.monotonic)
     num_preemptions: int = 0
+    # Most tokens one step computes for this sequence (None: the budget decides). 1 for a request whose prompt
+    # tokens are scored: each step's logits then give the next prompt token's logprob.
+    max_chunk: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seq_id, str) or not self.seq_id:
@@ -72,6 +75,8 @@ class Sequence:
                 f"Sequence {self.seq_id!r}: num_computed_tokens={self.num_computed_tokens} "
                 f"outside [0, {self.num_tokens}]"
             )
+        if self.max_chunk is not None and self.max_chunk < 1:
+            raise ValueError(f"Sequence {self.seq_id!r}: max_chunk must be >= 1 or None, got {self.max_chunk}")
         if not isinstance(self.status, SequenceStatus):
             raise ValueError(f"Sequence {self.seq_id!r}: status must be a SequenceStatus, got {self.status!r}")
 

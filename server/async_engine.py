@@ -282,6 +282,7 @@ class AsyncEngine:
                 num_prompt_tokens=len(out.prompt_token_ids), num_output_tokens=n_total,
                 finish_reason=finish, stop_reason=comp.stop_reason,
                 prompt_token_ids=list(out.prompt_token_ids) if first else None,
+                prompt_logprobs=list(out.prompt_logprobs) if first and out.prompt_logprobs is not None else None,
                 error=(error or "the engine reported an error") if finish == "error" else None))
             if finish is not None:
                 del self._live[out.request_id]

@@ -39,6 +39,21 @@ def completion_logprobs(out: CompletionLogprobs, token_ids: list[int], lps: list
     return offset
 
 
+def prompt_completion_logprobs(out: CompletionLogprobs, token_ids: list[int],
+                               lps: list[dict[int, float] | None], k: int, text: TokenText) -> int:
+    """The echoed prompt's entries (the first token has no logprob: None, as OpenAI and vLLM give it); returns
+    the text offset after the prompt."""
+    offset = 0
+    for tid, lp in zip(token_ids, lps):
+        s = text(tid)
+        out.tokens.append(s)
+        out.token_logprobs.append(None if lp is None else lp.get(tid))
+        out.top_logprobs.append(None if lp is None else {text(t): v for t, v in _top(lp, k)})
+        out.text_offset.append(offset)
+        offset += len(s)
+    return offset
+
+
 def chat_logprobs(token_ids: list[int], lps: list[dict[int, float]], k: int,
                   text: TokenText) -> list[TokenLogprob]:
     items = []

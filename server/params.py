@@ -105,8 +105,6 @@ def raw_prompts(req: CompletionRequest) -> list[str | list[int]]:
 
 
 def completion_checks(req: CompletionRequest) -> None:
-    if req.echo and req.logprobs is not None:
-        raise bad_request("echo with logprobs (prompt logprobs) is not supported", "echo")
     if req.best_of is not None and req.best_of != req.n:
         raise bad_request("best_of other than n is not supported", "best_of")
 

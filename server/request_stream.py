@@ -32,6 +32,7 @@ class ChoiceEvent:
     finish_reason: str | None  # "error": this request failed inside a step (the engine goes on)
     stop_reason: str | int | None
     prompt_token_ids: list[int] | None = None  # only on the request's first event
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # only on the first event, when asked for
     error: str | None = None  # why, when finish_reason is "error" (for the log, never the client)
 
 

@@ -36,6 +36,7 @@ class ChoiceState:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     num_prompt_tokens: int = 0
     prompt_token_ids: list[int] | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # with echo + logprobs (completions)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
 
@@ -50,6 +51,8 @@ class ChoiceState:
         self.num_prompt_tokens = ev.num_prompt_tokens
         if ev.prompt_token_ids is not None:
             self.prompt_token_ids = ev.prompt_token_ids
+        if ev.prompt_logprobs is not None:
+            self.prompt_logprobs = ev.prompt_logprobs
         self.finish_reason = ev.finish_reason
         self.stop_reason = ev.stop_reason
         return delta, ev.new_token_ids, new_lp

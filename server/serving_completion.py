@@ -1,6 +1,7 @@
 """POST /v1/completions: legacy text completions, streaming (SSE) or not."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any, AsyncIterator
@@ -9,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.async_engine import AsyncEngine
-from server.logprobs import TokenText, completion_logprobs
+from server.logprobs import TokenText, completion_logprobs, prompt_completion_logprobs
 from server.params import (DEFAULT_MAX_TOKENS, check_fanout, check_model, completion_checks, per_prompt,
                            raw_prompts, sampling_params)
 from server.prompts import PreparedPrompt, completion_prompts, max_tokens_for
@@ -24,6 +25,8 @@ async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEn
     check_fanout(req.n, len(raw), aeng.max_pending)
     assert aeng.limits is not None and aeng.tokenizers is not None  # the app only routes here when ready
     choice_params = sampling_params(req, req.logprobs, aeng.limits.vocab_size)
+    if req.echo and req.logprobs is not None:  # the echoed prompt's tokens get logprobs too (evaluation harnesses)
+        choice_params = [dataclasses.replace(p, prompt_logprobs=req.logprobs) for p in choice_params]
     prompts = await completion_prompts(raw, aeng.tokenizers, aeng.limits)
     max_tokens = max_tokens_for(prompts, req.max_tokens, DEFAULT_MAX_TOKENS, aeng.limits)
     gen = Generation(aeng, f"cmpl-{uuid.uuid4().hex}", req.n, len(prompts))
@@ -41,7 +44,10 @@ async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEn
         lp = None
         if req.logprobs is not None:
             lp = CompletionLogprobs()
-            completion_logprobs(lp, c.token_ids, c.logprobs, req.logprobs, text, len(prefix))
+            offset = len(prefix)
+            if echo and c.prompt_token_ids is not None and c.prompt_logprobs is not None:
+                offset = prompt_completion_logprobs(lp, c.prompt_token_ids, c.prompt_logprobs, req.logprobs, text)
+            completion_logprobs(lp, c.token_ids, c.logprobs, req.logprobs, text, offset)
         choices.append(CompletionChoice(index=c.index, text=prefix + c.text, logprobs=lp,
                                         finish_reason=c.finish_reason, stop_reason=c.stop_reason))
     resp = CompletionResponse(id=gen.base_id, model=aeng.served_model_name, choices=choices, usage=gen.usage())
@@ -67,8 +73,10 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
     model = aeng.served_model_name
     text = TokenText(aeng.tokenizer)
     offsets = {c.index: 0 for c in gen.choices.values()}
+    # With logprobs the echo waits for the choice's first event, which brings the prompt's logprobs.
+    echo_later = bool(echo) and req.logprobs is not None
     try:
-        if echo:
+        if echo and not echo_later:
             for c in sorted(gen.choices.values(), key=lambda c: c.index):
                 offsets[c.index] = len(echo[c.prompt_index])
                 yield sse(_chunk(gen, created, model, c, echo[c.prompt_index], None))
@@ -76,6 +84,11 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
             for ev in events:
                 c = gen.choices[ev.request_id]
                 delta, new_ids, new_lp = c.apply(ev)
+                if echo and echo_later and ev.prompt_token_ids is not None:
+                    echo_lp = CompletionLogprobs()
+                    offsets[c.index] = prompt_completion_logprobs(
+                        echo_lp, c.prompt_token_ids or [], c.prompt_logprobs or [], req.logprobs or 0, text)
+                    yield sse(_chunk(gen, created, model, c, echo[c.prompt_index], echo_lp))
                 lp = None
                 if req.logprobs is not None:
                     lp = CompletionLogprobs()

@@ -8,6 +8,7 @@ from types import ModuleType
 
 import torch
 
+from engine.sampling.filters import step_logprobs
 from engine.sampling.penalties import TokenHistory
 from engine.sampling.run_sampler import NoiseTables, Records, RunSampler
 from engine.sampling_params import SamplingParams
@@ -73,3 +74,22 @@ def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: S
                          logits.device, kernel)
     sampler.step(logits, 0)
     return step_results(to_host(sampler.chunk(0, 1)), 0, params, sampler.failures)
+
+
+def prompt_token_logprobs(logits: torch.Tensor, next_ids: Sequence[int],
+                          ks: Sequence[int]) -> list[dict[int, float] | None]:
+    """Per row of `logits` [R, V]: the raw logprob of `next_ids[r]` and the top `ks[r]`, or None where the row is
+    not finite (on the logits' device; only the asked-for values reach the host)."""
+    ids = torch.tensor(list(next_ids), dtype=torch.int64, device=logits.device)
+    valid = torch.isfinite(logits).all(dim=-1)
+    k = min(max(ks, default=0), logits.shape[1])
+    chosen, values, top_ids = (t.cpu() for t in step_logprobs(logits, ids, valid, k))
+    out: list[dict[int, float] | None] = []
+    for r, ok in enumerate(valid.tolist()):
+        if not ok:
+            out.append(None)
+            continue
+        lp = {int(i): float(v) for i, v in zip(top_ids[r, :ks[r]].tolist(), values[r, :ks[r]].tolist())}
+        lp[int(next_ids[r])] = float(chosen[r])
+        out.append(lp)
+    return out

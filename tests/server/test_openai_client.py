@@ -178,3 +178,28 @@ def test_real_model_chat_through_the_official_client() -> None:
                                                 stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == r.choices[0].message.content
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_evaluation_harnesses_read_it(client: openai.OpenAI) -> None:
+    """lm-evaluation-harness's local-completions loglikelihood request: echo, logprobs 1, max_tokens 1,
+    temperature 0; it sums token_logprobs[ctxlen:-1] and checks greedy-ness against top_logprobs."""
+    prompt = [5, 17, 300, 42, 9, 77, 100, 3]
+    body = dict(model=MODEL_NAME, prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=True)
+    out = client.completions.create(**body)
+    lp = out.choices[0].logprobs
+    assert lp is not None and len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(prompt) + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:])
+    assert all(len(top) >= 1 for top in lp.top_logprobs[1:])
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+    # The prompt's logprobs equal a longer prompt's (causal: the suffix cannot change them); streaming gives the
+    # same entries.
+    longer = client.completions.create(**{**body, "prompt": prompt + [11, 12]}).choices[0].logprobs
+    assert longer is not None
+    assert all(abs(a - b) < 1e-4 for a, b in zip(lp.token_logprobs[1:len(prompt)], longer.token_logprobs[1:]))
+    streamed: list = []
+    for chunk in client.completions.create(**body, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            streamed.extend(chunk.choices[0].logprobs.token_logprobs)
+    assert streamed[0] is None and len(streamed) == len(prompt) + 1
+    assert all(abs(a - b) < 1e-6 for a, b in zip(streamed[1:], lp.token_logprobs[1:]))

@@ -143,7 +143,7 @@ class Scheduler:
                 decodes_left -= 1
                 n = 1 if budget >= 1 else 0
             else:
-                n = min(pending, budget - decodes_left)
+                n = min(pending, budget - decodes_left, seq.max_chunk or pending)
             if n <= 0:
                 i += 1
                 continue
@@ -248,8 +248,8 @@ class Scheduler:
         while self._waiting and len(self._running) < cfg.max_num_seqs and budget > 0:
             seq = self._waiting[0]
             pending = self._pending(seq)
-            n = min(pending, budget)
-            if n < pending and not cfg.chunked_prefill:
+            n = min(pending, budget, seq.max_chunk or pending)
+            if n < pending and not cfg.chunked_prefill and seq.max_chunk is None:
                 break
             if not self.block_manager.ensure_capacity(seq.seq_id, seq.num_computed_tokens + n):
                 break
