@@ -176,14 +176,15 @@ void sample_rows(const py::dict& d, int rows, uintptr_t stream) {
   a.counters = ptr_field<int64_t>(d, "counters");
   a.counts = ptr_field<int>(d, "counts", /*optional=*/true);
   a.seen = ptr_field<uint8_t>(d, "seen", /*optional=*/true);
-  a.work = ptr_field<float>(d, "work");
   a.out_ids = ptr_field<int>(d, "out_ids");
   a.out_valid = ptr_field<uint8_t>(d, "out_valid");
   if (a.vocab < 1 || a.logits_stride < a.vocab) throw std::invalid_argument("sample_rows: bad vocab or stride");
   if ((a.counts == nullptr) != (a.seen == nullptr))
     throw std::invalid_argument("sample_rows: counts and seen come together");
-  constexpr size_t smem = sizeof(SampleShared);
-  static_assert(smem <= 48 * 1024, "sample_rows: shared memory past the default limit needs an opt-in");
+  if (a.vocab > SAMPLE_MAX_VOCAB) throw std::invalid_argument("sample_rows: vocab exceeds SAMPLE_MAX_VOCAB");
+  const size_t smem = sample_smem_bytes(a.vocab);
+  MK_CUDA_CHECK(cudaFuncSetAttribute(&mk::sampling::sample_rows, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
   mk::sampling::sample_rows<<<rows * CLUSTER_BLOCKS, SAMPLE_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(a);
   MK_CUDA_CHECK(cudaGetLastError());
 }
@@ -204,6 +205,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
         py::arg("n_heads"), py::arg("head_dim"),
         "Write W_o's tensor map for the fused op's panel pages to dst (device, 128 bytes); False if head_dim is "
         "not a multiple of 64.");
+  m.attr("SAMPLE_MAX_VOCAB") = mk::sampling::SAMPLE_MAX_VOCAB;
   m.attr("FORMAT_VERSION") = mk::vm::FORMAT_VERSION;
   m.attr("PAGE_BYTES") = mk::vm::PAGE_BYTES;
   m.attr("MIN_RING_PAGES") = mk::vm::MIN_RING_PAGES;

@@ -45,7 +45,6 @@ struct SampleArgs {
   int64_t* counters;           // the row's generated tokens so far; +1 per step
   int* counts;                 // [rows, vocab] generated-token counts, or null (no row has penalties)
   uint8_t* seen;               // [rows, vocab] prompt or output holds the token, or null
-  float* work;                 // [rows, vocab] scratch: the penalised logits
   int* out_ids;                // [rows]
   uint8_t* out_valid;          // [rows]: 0 where the row's logits were not all finite (its id is then 0)
 };
@@ -79,15 +78,15 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 struct RowView {
-  const float* x;  // penalised logits
+  const float* x;  // this block's slice of the penalised logits, in shared memory (x[i]: token begin + i)
   float xmax, temperature, log_min_p;
   uint32_t min_key;  // keys below it are dropped (top-k's threshold; 0: none)
-  int begin, end;    // this block's slice of the vocabulary
+  int begin, n;      // the slice: tokens begin .. begin + n - 1
 
-  __device__ __forceinline__ float scaled(int v) const { return (x[v] - xmax) / temperature; }
+  __device__ __forceinline__ float scaled(int i) const { return (x[i] - xmax) / temperature; }
   // The scaled value if min-p keeps the token, else -inf (filters.filtered's masked_fill).
-  __device__ __forceinline__ float filtered(int v) const {
-    const float s = scaled(v);
+  __device__ __forceinline__ float filtered(int i) const {
+    const float s = scaled(i);
     return s < log_min_p ? -INFINITY : s;
   }
 };
@@ -204,8 +203,8 @@ __device__ uint32_t select_key(const RowView& r, float target, SampleShared& sh,
     for (int i = threadIdx.x; i < SAMPLE_WARPS * HIST_STRIDE; i += SAMPLE_THREADS) sh.hist[i] = 0.f;
     __syncthreads();
     const uint32_t high = shift + RADIX_BITS >= 32 ? 0u : ~0u << (shift + RADIX_BITS);
-    for (int v = r.begin + threadIdx.x; v < r.end; v += SAMPLE_THREADS) {
-      const float s = r.filtered(v);
+    for (int i = threadIdx.x; i < r.n; i += SAMPLE_THREADS) {
+      const float s = r.filtered(i);
       const uint32_t key = order_key(s);
       if (key < r.min_key || (key & high) != (prefix & high)) continue;
       atomicAdd(mine + ((key >> shift) & (RADIX_BINS - 1)), MASS ? expf(s) : 1.f);
@@ -232,51 +231,76 @@ __device__ uint32_t select_key(const RowView& r, float target, SampleShared& sh,
   return prefix;
 }
 
+// Shared memory of one block: SampleShared, then its slice of the row (the passes after the first read it there,
+// not from global memory).
+__host__ __device__ constexpr size_t sample_smem_bytes(int vocab) {
+  return sizeof(SampleShared) + sizeof(float) * static_cast<size_t>((vocab + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS);
+}
+inline constexpr size_t SAMPLE_SMEM_LIMIT = 227 * 1024;  // sm_90's opt-in maximum per block
+// The largest vocabulary whose slices fit shared memory (larger ones sample through the torch ops).
+inline constexpr int SAMPLE_MAX_VOCAB =
+    static_cast<int>((SAMPLE_SMEM_LIMIT - sizeof(SampleShared)) / sizeof(float)) * CLUSTER_BLOCKS;
+inline constexpr int LOAD_BATCH = 4;  // independent global loads in flight per thread in the first pass
+
 // A cluster of CLUSTER_BLOCKS blocks per row (grid: rows * CLUSTER_BLOCKS blocks); dynamic shared memory:
-// sizeof(SampleShared).
+// sample_smem_bytes(vocab).
 __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_THREADS, 1)
     sample_rows(const SampleArgs a) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SampleShared& sh = *reinterpret_cast<SampleShared*>(smem_raw);
+  float* xs = reinterpret_cast<float*>(smem_raw + sizeof(SampleShared));
   cg::cluster_group cluster = cg::this_cluster();
   const int s = blockIdx.x / CLUSTER_BLOCKS, rank = static_cast<int>(cluster.block_rank()), V = a.vocab;
   const int slice = (V + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
-  const int begin = min(V, rank * slice), end = min(V, begin + slice);
-  const float* logits = a.logits + static_cast<long long>(s) * a.logits_stride;
-  float* x = a.work + static_cast<long long>(s) * V;
-  int* counts = a.counts ? a.counts + static_cast<long long>(s) * V : nullptr;
-  uint8_t* seen = a.seen ? a.seen + static_cast<long long>(s) * V : nullptr;
+  const int begin = min(V, rank * slice), n = min(V, begin + slice) - begin;
+  const float* __restrict__ logits = a.logits + static_cast<long long>(s) * a.logits_stride + begin;
+  const int* __restrict__ counts = a.counts ? a.counts + static_cast<long long>(s) * V + begin : nullptr;
+  const uint8_t* __restrict__ seen = a.seen ? a.seen + static_cast<long long>(s) * V + begin : nullptr;
 
-  // Penalties (float64, clamped to float32's range), finiteness, and the greedy argmax.
+  // Penalties (float64, clamped to float32's range), finiteness, and the greedy argmax; LOAD_BATCH loads in
+  // flight per thread, since this pass reads the row from global memory.
   const double rep = a.repetition[s], freq = a.frequency[s], pres = a.presence[s];
   float bad = 0.f;
   tk::value_index best{-INFINITY, 0x7FFFFFFF};
-  for (int v = begin + threadIdx.x; v < end; v += SAMPLE_THREADS) {
-    const float l = logits[v];
-    if (!isfinite(l)) bad = 1.f;
-    float y = l;
-    if (counts) {
-      double d = l;
-      if (seen[v]) d = d > 0 ? d / rep : d * rep;
-      const int c = counts[v];
-      d = d - freq * c - pres * (c > 0 ? 1.0 : 0.0);
-      y = static_cast<float>(fmin(fmax(d, -static_cast<double>(FLT_MAX)), static_cast<double>(FLT_MAX)));
+  for (int base = threadIdx.x; base < n; base += SAMPLE_THREADS * LOAD_BATCH) {
+    float l[LOAD_BATCH];
+    int c[LOAD_BATCH];
+    uint8_t seen_u[LOAD_BATCH];
+#pragma unroll
+    for (int u = 0; u < LOAD_BATCH; ++u) {
+      const int i = base + u * SAMPLE_THREADS;
+      l[u] = i < n ? logits[i] : 0.f;
+      c[u] = counts && i < n ? counts[i] : 0;
+      seen_u[u] = seen && i < n ? seen[i] : 0;
     }
-    x[v] = y;
-    const tk::value_index c{y, v};
-    if (tk::beats(c, best)) best = c;
+#pragma unroll
+    for (int u = 0; u < LOAD_BATCH; ++u) {
+      const int i = base + u * SAMPLE_THREADS;
+      if (i >= n) break;
+      if (!isfinite(l[u])) bad = 1.f;
+      float y = l[u];
+      if (counts) {
+        double d = l[u];
+        if (seen_u[u]) d = d > 0 ? d / rep : d * rep;
+        d = d - freq * c[u] - pres * (c[u] > 0 ? 1.0 : 0.0);
+        y = static_cast<float>(fmin(fmax(d, -static_cast<double>(FLT_MAX)), static_cast<double>(FLT_MAX)));
+      }
+      xs[i] = y;
+      const tk::value_index cand{y, begin + i};
+      if (tk::beats(cand, best)) best = cand;
+    }
   }
-  const bool valid = cluster_sum(bad, sh, cluster) == 0.f;
+  const bool valid = cluster_sum(bad, sh, cluster) == 0.f;  // its barriers also publish xs to the block
   best = cluster_argmax(best, sh, cluster);
   int id = best.index;
   if (valid && !a.greedy[s]) {  // uniform over the cluster: every block follows the same path
-    RowView r{x, best.value, a.temperature[s], a.log_min_p[s], 0u, begin, end};
+    RowView r{xs, best.value, a.temperature[s], a.log_min_p[s], 0u, begin, n};
     const int64_t k = a.top_k[s];
     if (k > 0) r.min_key = select_key<false>(r, static_cast<float>(k), sh, cluster);
     if (a.top_p[s] < 1.f) {
       float z = 0.f;  // the mass top-k kept, for top-p's target
-      for (int v = begin + threadIdx.x; v < end; v += SAMPLE_THREADS) {
-        const float f = r.filtered(v);
+      for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+        const float f = r.filtered(i);
         if (order_key(f) >= r.min_key) z += expf(f);
       }
       z = cluster_sum(z, sh, cluster);
@@ -284,11 +308,11 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
     }
     const uint32_t row = row_hash(a, s);
     tk::value_index draw{-INFINITY, 0x7FFFFFFF};
-    for (int v = begin + threadIdx.x; v < end; v += SAMPLE_THREADS) {
-      const float f = r.filtered(v);
+    for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+      const float f = r.filtered(i);
       if (f == -INFINITY || order_key(f) < r.min_key) continue;
-      const tk::value_index c{f + gumbel(row, v), v};
-      if (tk::beats(c, draw)) draw = c;
+      const tk::value_index cand{f + gumbel(row, begin + i), begin + i};
+      if (tk::beats(cand, draw)) draw = cand;
     }
     id = cluster_argmax(draw, sh, cluster).index;
   }
@@ -297,9 +321,9 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
     a.out_ids[s] = id;
     a.out_valid[s] = valid ? 1 : 0;
     a.counters[s] += 1;
-    if (counts && valid) {
-      counts[id] += 1;
-      seen[id] = 1;
+    if (a.counts && valid) {
+      a.counts[static_cast<long long>(s) * V + id] += 1;
+      a.seen[static_cast<long long>(s) * V + id] = 1;
     }
   }
 }

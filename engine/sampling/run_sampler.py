@@ -57,17 +57,16 @@ class RunSampler:
             self.records["lp_chosen"] = torch.empty((steps, S), dtype=torch.float64, device=device)
             self.records["lp_top_values"] = torch.empty((steps, S, k), dtype=torch.float64, device=device)
             self.records["lp_top_ids"] = torch.empty((steps, S, k), dtype=torch.int64, device=device)
-        self.kernel = kernel if kernel is not None and device.type == "cuda" else None
+        fits = kernel is not None and vocab <= int(getattr(kernel, "SAMPLE_MAX_VOCAB", 0))
+        self.kernel = kernel if fits and device.type == "cuda" else None
         self._fields: dict[str, int] = {}
         if self.kernel is not None:
             t = self.tensors
-            self._work = torch.empty((S, vocab), dtype=torch.float32, device=device)
             self._fields = {"vocab": vocab, "greedy": t.greedy.data_ptr(), "temperature": t.temperature.data_ptr(),
                             "log_min_p": t.log_min_p.data_ptr(), "top_k": t.top_k.data_ptr(),
                             "top_p": t.top_p.data_ptr(), "repetition": t.repetition.data_ptr(),
                             "frequency": t.frequency.data_ptr(), "presence": t.presence.data_ptr(),
-                            "keys": t.keys.data_ptr(), "counters": self.counters.data_ptr(),
-                            "work": self._work.data_ptr()}
+                            "keys": t.keys.data_ptr(), "counters": self.counters.data_ptr()}
             if self.penalties is not None:
                 self._fields.update(counts=self.penalties.counts.data_ptr(), seen=self.penalties.seen.data_ptr())
 
