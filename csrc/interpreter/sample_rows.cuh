@@ -19,7 +19,7 @@ namespace mk::sampling {
 
 namespace cg = cooperative_groups;
 
-inline constexpr int SAMPLE_THREADS = 1024;
+inline constexpr int SAMPLE_THREADS = 512;
 inline constexpr int SAMPLE_WARPS = SAMPLE_THREADS / 32;
 inline constexpr int CLUSTER_BLOCKS = 8;  // the portable cluster size
 inline constexpr int RADIX_BITS = 8;
@@ -78,18 +78,22 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 struct RowView {
-  const float* x;  // this block's slice of the penalised logits, in shared memory (x[i]: token begin + i)
-  float xmax, temperature, log_min_p;
+  const float* x;  // this block's slice, filtered (see `filter_slice`), in shared memory (x[i]: token begin + i)
   uint32_t min_key;  // keys below it are dropped (top-k's threshold; 0: none)
   int begin, n;      // the slice: tokens begin .. begin + n - 1
 
-  __device__ __forceinline__ float scaled(int i) const { return (x[i] - xmax) / temperature; }
-  // The scaled value if min-p keeps the token, else -inf (filters.filtered's masked_fill).
-  __device__ __forceinline__ float filtered(int i) const {
-    const float s = scaled(i);
-    return s < log_min_p ? -INFINITY : s;
-  }
+  __device__ __forceinline__ float filtered(int i) const { return x[i]; }
 };
+
+// In place: each penalised logit shifted by the row's max, divided by the temperature, -inf where min-p drops it
+// (filters.filtered's first steps, the same float operations).
+__device__ __forceinline__ void filter_slice(float* x, int n, float xmax, float temperature, float log_min_p) {
+  for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+    const float s = (x[i] - xmax) / temperature;
+    x[i] = s < log_min_p ? -INFINITY : s;
+  }
+  __syncthreads();
+}
 
 // What a block shares with its cluster: one reduction's partial result at a time.
 struct Partials {
@@ -203,12 +207,25 @@ __device__ uint32_t select_key(const RowView& r, float target, SampleShared& sh,
     for (int i = threadIdx.x; i < SAMPLE_WARPS * HIST_STRIDE; i += SAMPLE_THREADS) sh.hist[i] = 0.f;
     __syncthreads();
     const uint32_t high = shift + RADIX_BITS >= 32 ? 0u : ~0u << (shift + RADIX_BITS);
+    // A thread's run of tokens in one bin goes to shared memory as one atomic: the first passes put nearly
+    // every token in the same bin or two (similar exponents), where per-token atomics would serialise.
+    int run_bin = -1;
+    float run = 0.f;
     for (int i = threadIdx.x; i < r.n; i += SAMPLE_THREADS) {
       const float s = r.filtered(i);
       const uint32_t key = order_key(s);
       if (key < r.min_key || (key & high) != (prefix & high)) continue;
-      atomicAdd(mine + ((key >> shift) & (RADIX_BINS - 1)), MASS ? expf(s) : 1.f);
+      const int bin = static_cast<int>((key >> shift) & (RADIX_BINS - 1));
+      const float w = MASS ? expf(s) : 1.f;
+      if (bin != run_bin) {
+        if (run_bin >= 0) atomicAdd(mine + run_bin, run);
+        run_bin = bin;
+        run = w;
+      } else {
+        run += w;
+      }
     }
+    if (run_bin >= 0) atomicAdd(mine + run_bin, run);
     __syncthreads();
     for (int b = threadIdx.x; b < RADIX_BINS; b += SAMPLE_THREADS) {
       float total = 0.f;
@@ -264,14 +281,10 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
   tk::value_index best{-INFINITY, 0x7FFFFFFF};
   for (int base = threadIdx.x; base < n; base += SAMPLE_THREADS * LOAD_BATCH) {
     float l[LOAD_BATCH];
-    int c[LOAD_BATCH];
-    uint8_t seen_u[LOAD_BATCH];
 #pragma unroll
     for (int u = 0; u < LOAD_BATCH; ++u) {
       const int i = base + u * SAMPLE_THREADS;
       l[u] = i < n ? logits[i] : 0.f;
-      c[u] = counts && i < n ? counts[i] : 0;
-      seen_u[u] = seen && i < n ? seen[i] : 0;
     }
 #pragma unroll
     for (int u = 0; u < LOAD_BATCH; ++u) {
@@ -281,8 +294,9 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
       float y = l[u];
       if (counts) {
         double d = l[u];
-        if (seen_u[u]) d = d > 0 ? d / rep : d * rep;
-        d = d - freq * c[u] - pres * (c[u] > 0 ? 1.0 : 0.0);
+        const int c = counts[i];
+        if (seen[i]) d = d > 0 ? d / rep : d * rep;
+        d = d - freq * c - pres * (c > 0 ? 1.0 : 0.0);
         y = static_cast<float>(fmin(fmax(d, -static_cast<double>(FLT_MAX)), static_cast<double>(FLT_MAX)));
       }
       xs[i] = y;
@@ -294,7 +308,8 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
   best = cluster_argmax(best, sh, cluster);
   int id = best.index;
   if (valid && !a.greedy[s]) {  // uniform over the cluster: every block follows the same path
-    RowView r{xs, best.value, a.temperature[s], a.log_min_p[s], 0u, begin, n};
+    filter_slice(xs, n, best.value, a.temperature[s], a.log_min_p[s]);
+    RowView r{xs, 0u, begin, n};
     const int64_t k = a.top_k[s];
     if (k > 0) r.min_key = select_key<false>(r, static_cast<float>(k), sh, cluster);
     if (a.top_p[s] < 1.f) {
