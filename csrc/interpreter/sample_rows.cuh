@@ -68,8 +68,14 @@ __device__ __forceinline__ uint32_t row_hash(const SampleArgs& a, int s) {
 __device__ __forceinline__ float gumbel(uint32_t row, int v) {
   const uint32_t h = mix32(row ^ mix32(static_cast<uint32_t>(v)));
   const float u = (static_cast<float>(h >> 9) + 0.5f) * (1.0f / 8388608.0f);
-  return -logf(-logf(u));
+  // The inner logarithm exact (u near 1 decides the likeliest draws); the outer one's argument is far from 1, where
+  // the fast hardware logarithm is accurate to a few ulps.
+  return -__logf(-logf(u));
 }
+
+// The noise lies in [-2.82, 16.64] (u is at least 2^-24 from 0 and 1), and the row's top token (scaled value 0) is
+// always kept: a token whose scaled value is below -(16.64 + 2.82) can never win the draw, so it is not drawn.
+inline constexpr float NEVER_WINS = -19.5f;
 
 // Float order as unsigned order (-inf lowest).
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -257,7 +263,7 @@ inline constexpr size_t SAMPLE_SMEM_LIMIT = 227 * 1024;  // sm_90's opt-in maxim
 // The largest vocabulary whose slices fit shared memory (larger ones sample through the torch ops).
 inline constexpr int SAMPLE_MAX_VOCAB =
     static_cast<int>((SAMPLE_SMEM_LIMIT - sizeof(SampleShared)) / sizeof(float)) * CLUSTER_BLOCKS;
-inline constexpr int LOAD_BATCH = 4;  // independent global loads in flight per thread in the first pass
+inline constexpr int LOAD_BATCH = 8;  // independent global loads in flight per thread in the first pass
 
 // A cluster of CLUSTER_BLOCKS blocks per row (grid: rows * CLUSTER_BLOCKS blocks); dynamic shared memory:
 // sample_smem_bytes(vocab).
@@ -281,10 +287,14 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
   tk::value_index best{-INFINITY, 0x7FFFFFFF};
   for (int base = threadIdx.x; base < n; base += SAMPLE_THREADS * LOAD_BATCH) {
     float l[LOAD_BATCH];
+    int c[LOAD_BATCH];
+    uint8_t seen_u[LOAD_BATCH];
 #pragma unroll
     for (int u = 0; u < LOAD_BATCH; ++u) {
       const int i = base + u * SAMPLE_THREADS;
       l[u] = i < n ? logits[i] : 0.f;
+      c[u] = counts && i < n ? counts[i] : 0;
+      seen_u[u] = seen && i < n ? seen[i] : 0;
     }
 #pragma unroll
     for (int u = 0; u < LOAD_BATCH; ++u) {
@@ -294,9 +304,8 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
       float y = l[u];
       if (counts) {
         double d = l[u];
-        const int c = counts[i];
-        if (seen[i]) d = d > 0 ? d / rep : d * rep;
-        d = d - freq * c - pres * (c > 0 ? 1.0 : 0.0);
+        if (seen_u[u]) d = d > 0 ? d / rep : d * rep;
+        d = d - freq * c[u] - pres * (c[u] > 0 ? 1.0 : 0.0);
         y = static_cast<float>(fmin(fmax(d, -static_cast<double>(FLT_MAX)), static_cast<double>(FLT_MAX)));
       }
       xs[i] = y;
@@ -325,7 +334,7 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
     tk::value_index draw{-INFINITY, 0x7FFFFFFF};
     for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
       const float f = r.filtered(i);
-      if (f == -INFINITY || order_key(f) < r.min_key) continue;
+      if (f < NEVER_WINS || order_key(f) < r.min_key) continue;
       const tk::value_index cand{f + gumbel(row, begin + i), begin + i};
       if (tk::beats(cand, draw)) draw = cand;
     }
