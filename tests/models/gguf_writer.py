@@ -19,7 +19,9 @@ def _rotary_layout(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(checkpoint: Path, out: Path, architecture: str = "llama") -> Path:
+def write_gguf(checkpoint: Path, out: Path, architecture: str = "llama", raw_type: str | None = None) -> Path:
+    """`raw_type`: the name of a GGML quantisation type (e.g. "Q8_1") whose zero bytes stand in for the first
+    layer's down projection, so a reader meets a tensor of that type."""
     import gguf
 
     cfg = json.loads((checkpoint / "config.json").read_text())
@@ -59,6 +61,12 @@ def write_gguf(checkpoint: Path, out: Path, architecture: str = "llama") -> Path
                 t = _rotary_layout(t, heads)
             elif name == "attn_k":
                 t = _rotary_layout(t, kv_heads)
+            if raw_type is not None and i == 0 and name == "ffn_down":
+                qtype = gguf.GGMLQuantizationType[raw_type]
+                block, size = gguf.GGML_QUANT_SIZES[qtype]
+                raw = np.zeros((t.shape[0], t.shape[1] // block * size), dtype=np.uint8)
+                w.add_tensor(f"blk.{i}.{name}.weight", raw, raw_dtype=qtype)  # element shape from the bytes
+                continue
             w.add_tensor(f"blk.{i}.{name}.weight", np.ascontiguousarray(t))
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -1,6 +1,7 @@
 """A tiny GGUF the test writes with `gguf`'s writer: converted once into a checkpoint whose tensors are the
 original's (Q and K back from llama.cpp's rotary layout) and whose tokenizer encodes the same; the engine on the
-.gguf generates what it generates on the original. A GGUF of another architecture is one clear error."""
+.gguf generates what it generates on the original. A GGUF of another architecture, or with a tensor type that
+cannot be dequantised, is one clear error naming the file (and the type)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,3 +49,11 @@ def test_a_gguf_of_another_architecture_is_one_line(original: Path, tmp_path: Pa
     with pytest.raises(ModelSourceError) as err:
         resolve_model(str(gguf_file), tmp_path / "cache")
     assert "other.gguf" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_tensor_type_the_reader_cannot_dequantise_is_named(original: Path, tmp_path: Path) -> None:
+    gguf_file = write_gguf(original, tmp_path / "q81.gguf", raw_type="Q8_1")
+    with pytest.raises(ModelSourceError) as err:
+        resolve_model(str(gguf_file), tmp_path / "cache")
+    message = str(err.value)
+    assert "q81.gguf" in message and "Q8_1" in message and "\n" not in message
