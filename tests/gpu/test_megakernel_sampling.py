@@ -73,3 +73,18 @@ def test_streaming_a_sampled_run_delivers_every_token_in_order(tiny_checkpoint: 
         streamed.extend(list(o.outputs[0].token_ids) for o in engine.step())
     assert [len(ids) for ids in streamed] == list(range(1, N + 1))
     assert all(streamed[i] == streamed[-1][:i + 1] for i in range(N))
+
+
+def test_prompt_logprobs_on_the_megakernel_are_the_references(tiny_checkpoint: str) -> None:
+    """echo + logprobs's engine side on the cuda backend: each prompt token's logprob within 0.1 nats of fp32."""
+    cfg = LlamaConfig.from_dir(tiny_checkpoint)
+    prompt = _prompts(cfg)[1]
+    llm = LLM(tiny_checkpoint, backend="cuda", dtype="bfloat16", progress=False)
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=1))[0]
+    lps = out.prompt_logprobs
+    assert lps is not None and len(lps) == len(prompt) and lps[0] is None
+    weights = load_weights(tiny_checkpoint, cfg, dtype=torch.float32, device=torch.device("cuda"), progress=False)
+    ref = reference_logprobs(weights, prompt[:1], prompt[1:])
+    worst = max(abs(lps[i][tok] - float(ref[i - 1, tok])) for i, tok in enumerate(prompt[1:], start=1))
+    assert worst <= 0.1, f"max |prompt logprob - fp32 reference| = {worst:.4f}"
+    assert llm.engine.get_stats().kv_pages_used == 0
