@@ -1,7 +1,8 @@
 """LLMEngine: continuous batching over a paged KV cache. One `step()` = schedule → run → sample →
 postprocess. Requests join and leave the running batch between steps. Where the host has nothing to do
-between two tokens (greedy decodes, nobody waiting), one step runs several decode steps on the device
-(engine/decode_runs.py).
+between two tokens (decodes, no seat wanted), one step runs several decode steps on the device
+(engine/decode_runs.py); a request with prompt_logprobs has its prompt scored one token per step
+(engine/prompt_scoring.py).
 
 Request isolation is a design rule here: one bad request never breaks the engine.
 - Everything that can fail for one request (request id, prompt checks and tokenisation, sampling
@@ -33,10 +34,11 @@ from engine.outputs import RequestMetrics, RequestOutput
 from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampling.noise import seed_key
-from engine.sampling.results import NON_FINITE, prompt_token_logprobs, sample_batch
+from engine.prompt_scoring import record_prompt_logprobs, scores_prompt
+from engine.sampling.results import sample_batch
 from engine.sampling.run_sampler import NoiseTables
 from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
-from engine.scheduler.requests.request_scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from models.llama.config import LlamaConfig
 from models.llama.sources import resolve_model
@@ -204,7 +206,7 @@ class LLMEngine:
         chunks = plan.chunks
         rows = [i for i, c in enumerate(chunks) if c.samples]
         states = [self._requests[chunks[i].seq.seq_id] for i in rows]
-        scored = [i for i, c in enumerate(chunks) if self._scores_prompt(c)]
+        scored = [i for i, c in enumerate(chunks) if scores_prompt(self._requests[c.seq_id], c)]
         try:
             batch = StepBatch.build([list(c.token_ids) for c in chunks], [c.start_pos for c in chunks],
                                     [list(c.block_table) for c in chunks], device=self.backend.batch_device,
@@ -222,7 +224,7 @@ class LLMEngine:
                                    f"forward: {type(exc).__name__}: {exc}") from exc
         failed: dict[str, str] = {}
         if scored:
-            failed.update(self._record_prompt_logprobs([chunks[i] for i in scored], all_logits[scored]))
+            failed.update(record_prompt_logprobs(self._requests, [chunks[i] for i in scored], all_logits[scored]))
         if not rows:
             return {}, failed
         # On the logits' device (the GPU for cuda): only ids and requested logprobs cross to the host.
@@ -236,26 +238,6 @@ class LLMEngine:
             else:
                 sampled[s.seq.seq_id] = (tok, lp)
         return sampled, failed
-
-    def _scores_prompt(self, chunk: ScheduledChunk) -> bool:
-        """Whether this chunk's logits give the logprob of a prompt token not yet scored (a request with
-        prompt_logprobs computes its prompt one token per step; a recomputed prefix is not scored twice)."""
-        state = self._requests[chunk.seq_id]
-        nxt = chunk.start_pos + len(chunk.token_ids)  # the index of the token these logits predict
-        return (state.prompt_logprobs is not None and not chunk.samples and nxt < chunk.seq.num_prompt_tokens
-                and len(state.prompt_logprobs) == nxt)
-
-    def _record_prompt_logprobs(self, chunks: list[ScheduledChunk], logits: torch.Tensor) -> dict[str, str]:
-        """Append each chunk's next prompt token's logprob (and top k) to its request; returns the failures."""
-        failed: dict[str, str] = {}
-        nxt = [c.seq.prompt_token_ids[c.start_pos + len(c.token_ids)] for c in chunks]
-        ks = [self._requests[c.seq_id].params.prompt_logprobs or 0 for c in chunks]
-        for c, lp in zip(chunks, prompt_token_logprobs(logits, nxt, ks)):
-            if lp is None:
-                failed[c.seq_id] = NON_FINITE
-            else:
-                self._requests[c.seq_id].prompt_logprobs.append(lp)  # type: ignore[union-attr]
-        return failed
 
     def _postprocess(self, state: RequestState, token: int, logprob: dict[int, float] | None,
                      now: float) -> RequestOutput:
