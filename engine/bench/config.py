@@ -16,6 +16,10 @@ SKIP_ALIASES = {"eager": EAGER, "graph": CUDA_GRAPH, "cuda_graph": CUDA_GRAPH,
                 "compile": COMPILE_GRAPH, "compile_graph": COMPILE_GRAPH}
 
 
+# Sequences decoded together at --batch N (the product rows only: LLM.generate with N requests at once).
+MAX_BATCH = 256
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     model_dir: str | None = None  # a checkpoint; overrides `preset`
@@ -40,8 +44,8 @@ class BenchConfig:
         from engine.bench.model_source import parse_dtype
         from engine.cuda.backend_options import parse_kernel_options
 
-        if self.batch != 1:
-            raise ValueError(f"batch: only batch 1 is benchmarked for now, got {self.batch}")
+        if not 1 <= self.batch <= MAX_BATCH:
+            raise ValueError(f"batch must be in [1, {MAX_BATCH}], got {self.batch}")
         if self.prompt_len < 1 or self.new_tokens < 1:
             raise ValueError(f"prompt_len ({self.prompt_len}) and new_tokens ({self.new_tokens}) must be >= 1")
         if self.repeats < 1:

@@ -105,8 +105,9 @@ def compare_tokens(tokens: tuple[int, ...], reference: tuple[int, ...]) -> tuple
     return True, None
 
 
-def make_rows(runs: list[RunResult], floor: Floor,
-              logprob_errors: dict[str, float] | None = None) -> tuple[tuple[BenchRow, ...], str | None]:
+def make_rows(runs: list[RunResult], floor: Floor, logprob_errors: dict[str, float] | None = None,
+              batch: int = 1) -> tuple[tuple[BenchRow, ...], str | None]:
+    """One row per run; at `batch` > 1 a run's seconds are per decode step of the batch (tok/s = batch / s)."""
     by_name = {r.name: r for r in runs if r.status == "ok"}
     reference = next((b for b in BASELINES if b in by_name), None)
     eager_s = by_name[EAGER].seconds_per_token if EAGER in by_name else None
@@ -121,7 +122,7 @@ def make_rows(runs: list[RunResult], floor: Floor,
         if reference is not None and r.name != reference and not r.name.endswith(SAMPLED_SUFFIX):
             match, first = compare_tokens(r.tokens, by_name[reference].tokens)
         rows.append(BenchRow(
-            name=r.name, status="ok", ms_per_token=s * 1e3, tok_per_s=1.0 / s,
+            name=r.name, status="ok", ms_per_token=s * 1e3, tok_per_s=batch / s,
             pct_of_floor=100.0 * floor.seconds_per_token / s,
             speedup_vs_eager=None if eager_s is None else eager_s / s,
             speedup_vs_compile_graph=None if compile_s is None else compile_s / s,
@@ -144,8 +145,12 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
     if engines is None:
-        engines = {**megakernel_runners(parse_kernel_options(config.kernel_options), device),
-                   **DEFAULT_REGISTRY.runners()}
+        engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch))
+        if config.batch == 1:
+            engines.update(DEFAULT_REGISTRY.runners())
+        elif DEFAULT_REGISTRY.runners():
+            messages = (*messages, "registered engine runners decode batch 1: not run at --batch "
+                        f"{config.batch}")
     clash = sorted(set(engines) & set(BASELINES))
     if clash:
         raise ValueError(f"engine runner names {clash} clash with the baselines' names")
@@ -164,7 +169,7 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
         raise ValueError(f"prompt_len + new_tokens = {config.prompt_len + config.new_tokens} exceeds "
                          f"max_position_embeddings={cfg.max_position_embeddings}")
     floor = decode_floor(cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
-                         bandwidth.gbps)
+                         bandwidth.gbps, config.batch)
     gen = torch.Generator().manual_seed(config.seed + 1)
     prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()
     prompt = torch.tensor(prompt_ids, dtype=torch.int64, device=device)
@@ -173,8 +178,9 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     skipped = config.skipped()
     model: StaticLlama | None = None  # built on first use: it holds fused copies of the weights
     for name in BASELINES:
-        if name in skipped:
-            runs.append(RunResult(name, "skipped", reason="skipped by request"))
+        if name in skipped or config.batch > 1:
+            runs.append(RunResult(name, "skipped", reason="skipped by request" if name in skipped else
+                                  "the PyTorch baselines decode batch 1 only"))
             continue
         if model is None:
             model = StaticLlama(weights, config.prompt_len + config.new_tokens)
@@ -208,7 +214,7 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
         except Exception as e:  # noqa: BLE001 - the check failing is reported, the timings stand
             last = traceback.format_exception_only(type(e), e)[-1].strip()
             messages = (*messages, f"logprob check failed: {last[:400]}")
-    rows, reference = make_rows(runs, floor, errors)
+    rows, reference = make_rows(runs, floor, errors, config.batch)
     return BenchResult(config=config, model=model_desc, device_name=device_name(device),
                        torch_version=torch.__version__, date=date, bandwidth=bandwidth, floor=floor,
                        reference=reference, rows=rows, messages=tuple(messages))

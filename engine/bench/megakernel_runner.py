@@ -20,6 +20,7 @@ import torch
 from engine.backends import has_sm90_gpu
 from engine.backends.cuda_backend import CudaBackend
 from engine.bench.engines import SAMPLED_SUFFIX, EngineRunner
+from engine.bench.batch_runner import batch_runner
 from engine.bench.generate_runner import generate_runner
 from engine.cuda.device_stream import DeviceStream, launch
 from engine.cuda.kernel_options import KernelOptions
@@ -100,13 +101,20 @@ class MegakernelRunner:
         return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 
-def megakernel_runners(options: Mapping[str, object], device: torch.device) -> dict[str, EngineRunner]:
+def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
     engine/bench/generate_runner.py, engine defaults), `megakernel-sampled`, the same with top-p / top-k / a penalty
     sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
     `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere `engine-torch`:
-    `LLM.generate` on the torch backend."""
-    if device.type != "cuda" or not has_sm90_gpu():  # the engine's own torch path, timed the same way
+    `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
+    (engine/bench/batch_runner.py)."""
+    on_gpu = device.type == "cuda" and has_sm90_gpu()
+    if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
+        if not on_gpu:
+            return {"engine-torch": partial(batch_runner, batch=batch, backend="torch")}
+        return {"megakernel": partial(batch_runner, batch=batch),
+                "megakernel" + SAMPLED_SUFFIX: partial(batch_runner, batch=batch, sampled=True)}
+    if not on_gpu:  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch")}
     return {"megakernel": generate_runner, "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True),
             "megakernel-kernel-only": MegakernelRunner(dict(options))}

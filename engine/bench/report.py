@@ -47,7 +47,11 @@ def format_table(result: BenchResult) -> str:
     ]
     floor_row = ["floor", f"{f.seconds_per_token * 1e3:.3f}", f"{1 / f.seconds_per_token:.0f}", "100.0%", "", "", "",
                  ""]
-    table = [list(_COLUMNS), floor_row] + [_cells(r) for r in result.rows]
+    columns = list(_COLUMNS)
+    if c.batch > 1:  # each row's time is one decode step of the whole batch
+        columns[1] = "ms/step"
+    floor_row[2] = f"{c.batch / f.seconds_per_token:.0f}"
+    table = [columns, floor_row] + [_cells(r) for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
              for row in table]

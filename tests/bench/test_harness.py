@@ -97,7 +97,7 @@ def test_make_rows_reference_and_speedups() -> None:
 
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="batch"):
-        run_bench(BenchConfig(preset="tiny", device="cpu", batch=2), {})
+        run_bench(BenchConfig(preset="tiny", device="cpu", batch=0), {})
     with pytest.raises(ValueError, match="skip_baselines"):
         run_bench(BenchConfig(preset="tiny", device="cpu", skip_baselines=frozenset({"grpah"})), {})
     with pytest.raises(ValueError, match="clash"):

@@ -1,0 +1,89 @@
+"""The product rows of `megakernel bench --batch N`: N requests decoded together through `LLMEngine` (what the
+server does with N concurrent clients), timed over a window in which all N are decoding.
+
+The N prompts are the bench's prompt and its rotations (N distinct prompts of one length). Each request may
+generate more than `new_tokens`, so none finishes inside the window: the window opens when the last request
+has its first token (every prompt is computed) and closes `new_tokens - 1` engine-visible tokens later for that
+request; seconds per step = window / (decode tokens in the window / N). Prefill is outside the window, as in the
+batch-1 rows.
+"""
+from __future__ import annotations
+
+import gc
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from engine.bench.generate_runner import SAMPLED_SETTINGS, write_checkpoint
+from models.llama.config import LlamaConfig
+from models.llama.weights import LlamaWeights
+
+
+def rotations(prompt: Sequence[int], n: int) -> list[list[int]]:
+    """n distinct prompts of the prompt's length: the prompt rotated by 0, 1, ... (as distinct as its tokens)."""
+    p = list(prompt)
+    return [p[i % len(p):] + p[:i % len(p)] for i in range(n)]
+
+
+def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int], new_tokens: int,
+                 batch: int, backend: str = "cuda", sampled: bool = False) -> tuple[Sequence[int], float]:
+    """An engine runner (engine/bench/engines.py) for `batch` sequences: (request 0's first `new_tokens`
+    tokens, seconds per decode step of the whole batch)."""
+    from engine import LLM, SamplingParams
+
+    if new_tokens < 2:
+        raise ValueError("the batch rows time decode steps after the first token: --new-tokens must be >= 2")
+    prompts = rotations(prompt_ids, batch)
+    # Room for the requests admitted first to keep decoding until the last one has its new_tokens.
+    spare = len(prompt_ids) * batch + new_tokens
+    max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + spare + 1)
+    with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
+        model_dir = write_checkpoint(weights, Path(d))
+        llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
+                  max_num_seqs=batch, max_model_len=max_len)
+    settings = SAMPLED_SETTINGS if sampled else {"temperature": 0.0}
+    params = SamplingParams(max_tokens=max_len - len(prompt_ids) - 1, ignore_eos=True, **settings)  # type: ignore[arg-type]
+    try:
+        _window(llm.engine, prompts, params, 2)  # warm-up: every stream shape the window meets
+        return _window(llm.engine, prompts, params, new_tokens)
+    finally:
+        del llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _window(engine, prompts: list[list[int]], params, new_tokens: int) -> tuple[list[int], float]:  # noqa: ANN001
+    ids = [f"bench-{i}" for i in range(len(prompts))]
+    for rid, p in zip(ids, prompts):
+        engine.add_request(rid, {"prompt_token_ids": p}, params)
+    tokens: dict[str, list[int]] = {rid: [] for rid in ids}
+    start = start_total = None
+    try:
+        while True:
+            for out in engine.step():
+                tokens[out.request_id] = list(out.outputs[0].token_ids)
+                if out.finished and out.outputs[0].finish_reason != "length":
+                    raise RuntimeError(f"request {out.request_id} ended early: {out.outputs[0].finish_reason}")
+            counts = [len(t) for t in tokens.values()]
+            if start is None and min(counts) >= 1:
+                _synchronize()
+                start, start_total = time.perf_counter(), sum(counts)
+            if start is not None and min(counts) >= new_tokens:
+                _synchronize()
+                elapsed = time.perf_counter() - start
+                steps = (sum(counts) - start_total) / len(prompts)
+                return tokens[ids[0]][:new_tokens], elapsed / steps
+            if not engine.has_unfinished_requests():
+                raise RuntimeError(f"the requests finished with {counts} tokens before the window closed")
+    finally:
+        for rid in ids:
+            engine.abort(rid)
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
