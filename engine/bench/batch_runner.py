@@ -3,8 +3,8 @@ server does with N concurrent clients), timed over a window in which all N are d
 
 The N prompts are the bench's prompt and its rotations (N distinct prompts of one length). Each request may
 generate more than `new_tokens`, so none finishes inside the window: the window opens when the last request
-has its first token (every prompt is computed) and closes `new_tokens - 1` engine-visible tokens later for that
-request; seconds per step = window / (decode tokens in the window / N). Prefill is outside the window, as in the
+has its first token (every prompt is computed) and closes once every request has `new_tokens - 1` more; seconds
+per step = window / (decode tokens in the window / N). Prefill is outside the window, as in the
 batch-1 rows.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from engine.bench.generate_runner import SAMPLED_SETTINGS, write_checkpoint
+from engine.engine_config import EngineConfig
 from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
 
@@ -37,8 +38,9 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
     if new_tokens < 2:
         raise ValueError("the batch rows time decode steps after the first token: --new-tokens must be >= 2")
     prompts = rotations(prompt_ids, batch)
-    # Room for the requests admitted first to keep decoding until the last one has its new_tokens.
-    spare = len(prompt_ids) * batch + new_tokens
+    # Room for the requests admitted first to keep decoding until the last one has its new_tokens (a run of decode
+    # steps may overshoot by EngineConfig.decode_steps).
+    spare = len(prompt_ids) * batch + new_tokens + 2 * EngineConfig.decode_steps
     max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + spare + 1)
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
         model_dir = write_checkpoint(weights, Path(d))
@@ -61,24 +63,27 @@ def _window(engine, prompts: list[list[int]], params, new_tokens: int) -> tuple[
     for rid, p in zip(ids, prompts):
         engine.add_request(rid, {"prompt_token_ids": p}, params)
     tokens: dict[str, list[int]] = {rid: [] for rid in ids}
-    start = start_total = None
+    start: float | None = None
+    at_start: list[int] = []
     try:
         while True:
+            if not engine.has_unfinished_requests():
+                raise RuntimeError("the requests finished before the window closed")
             for out in engine.step():
                 tokens[out.request_id] = list(out.outputs[0].token_ids)
                 if out.finished and out.outputs[0].finish_reason != "length":
                     raise RuntimeError(f"request {out.request_id} ended early: {out.outputs[0].finish_reason}")
             counts = [len(t) for t in tokens.values()]
-            if start is None and min(counts) >= 1:
-                _synchronize()
-                start, start_total = time.perf_counter(), sum(counts)
-            if start is not None and min(counts) >= new_tokens:
+            if start is None:
+                if min(counts) >= 1:  # every prompt computed: the window opens (a step may bring many tokens)
+                    _synchronize()
+                    start, at_start = time.perf_counter(), counts
+                continue
+            if min(c - c0 for c, c0 in zip(counts, at_start)) >= new_tokens - 1:
                 _synchronize()
                 elapsed = time.perf_counter() - start
-                steps = (sum(counts) - start_total) / len(prompts)
+                steps = (sum(counts) - sum(at_start)) / len(prompts)
                 return tokens[ids[0]][:new_tokens], elapsed / steps
-            if not engine.has_unfinished_requests():
-                raise RuntimeError(f"the requests finished with {counts} tokens before the window closed")
     finally:
         for rid in ids:
             engine.abort(rid)
