@@ -41,23 +41,24 @@ class RunResult:
 
 
 def generate(model: StaticLlama, step: Step, prompt: torch.Tensor, new_tokens: int) -> tuple[list[int], float]:
-    """Greedy-generate `new_tokens` after `prompt` (int64 [P] on the model's device) with `step`;
-    returns (tokens, seconds per timed decode step)."""
-    p = int(prompt.shape[0])
+    """Greedy-generate `new_tokens` after `prompt` (int64 [P], or [B, P] for a model of batch B, on the model's
+    device) with `step`; returns (sequence 0's tokens, seconds per timed decode step of the whole batch)."""
+    prompt = prompt.reshape(model.batch, -1)
+    p = int(prompt.shape[1])
     if p < 1 or new_tokens < 1 or p + new_tokens > model.max_len:
         raise ValueError(f"generate: prompt_len={p}, new_tokens={new_tokens} must be >= 1 and fit "
                          f"max_len={model.max_len}")
     model.reset()
     for i in range(p - 1):  # untimed prefill; each step's own prediction is overwritten
-        model.token.copy_(prompt[i:i + 1])
+        model.token.copy_(prompt[:, i])
         step()
-    model.token.copy_(prompt[p - 1:p])
+    model.token.copy_(prompt[:, p - 1])
     timer = DeviceTimer(prompt.device)
     timer.start()
     for _ in range(new_tokens):
         step()  # feeds its own argmax back into model.token on the device
     seconds = timer.stop()
-    tokens = model.history[p - 1:p - 1 + new_tokens].tolist()
+    tokens = model.history[0, p - 1:p - 1 + new_tokens].tolist()
     return tokens, seconds / new_tokens
 
 

@@ -14,15 +14,15 @@ from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="decode benchmark: engine vs PyTorch baselines vs the copy floor (batch 1; --batch N: "
-                                  "the product path with N requests at once)")
+    p = sub.add_parser("bench", help="decode benchmark: engine vs PyTorch baselines vs the copy floor (--batch N: N sequences "
+                                  "at once)")
     p.add_argument("--model", default=None, metavar="DIR", help="checkpoint directory (default: random weights)")
     p.add_argument("--preset", default=None,
                    help=f"random-weight shape (default {DEFAULT_GPU_PRESET} on a GPU, {CPU_PRESET} on the CPU)")
     p.add_argument("--prompt-len", type=int, default=BenchConfig.prompt_len)
     p.add_argument("--new-tokens", type=int, default=BenchConfig.new_tokens)
     p.add_argument("--batch", type=int, default=BenchConfig.batch,
-                   help="sequences decoded together; above 1 only the product rows run (the baselines are batch 1)")
+                   help="sequences decoded together (the kernel-only row runs at batch 1 only)")
     p.add_argument("--skip", default="", help="comma list of baselines to skip: eager,graph,compile")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (cuda when available)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.bench.bandwidth import BandwidthResult, measure_copy_bandwidth
+from engine.bench.batch_runner import rotations
 from engine.bench.baselines import BASELINES, COMPILE_GRAPH, CUDA_GRAPH, EAGER, RunResult, run_baseline
 from engine.bench.config import BenchConfig
 from engine.bench.engines import DEFAULT_REGISTRY, SAMPLED_SUFFIX, EngineRunner
@@ -172,18 +173,18 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
                          bandwidth.gbps, config.batch)
     gen = torch.Generator().manual_seed(config.seed + 1)
     prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()
-    prompt = torch.tensor(prompt_ids, dtype=torch.int64, device=device)
+    # Sequence 0 decodes the prompt itself; at --batch N the others its rotations (as the engine rows do).
+    prompt = torch.tensor(rotations(prompt_ids, config.batch), dtype=torch.int64, device=device)
 
     runs: list[RunResult] = []
     skipped = config.skipped()
     model: StaticLlama | None = None  # built on first use: it holds fused copies of the weights
     for name in BASELINES:
-        if name in skipped or config.batch > 1:
-            runs.append(RunResult(name, "skipped", reason="skipped by request" if name in skipped else
-                                  "the PyTorch baselines decode batch 1 only"))
+        if name in skipped:
+            runs.append(RunResult(name, "skipped", reason="skipped by request"))
             continue
         if model is None:
-            model = StaticLlama(weights, config.prompt_len + config.new_tokens)
+            model = StaticLlama(weights, config.prompt_len + config.new_tokens, config.batch)
         progress(f"running {name}")
         t0 = time.perf_counter()
         res = run_baseline(name, model, prompt, config.new_tokens, config.repeats, config.compile_modes)

@@ -36,16 +36,19 @@ class _Layer(nn.Module):
 
 
 class StaticLlama(nn.Module):
-    """Batch-1 greedy decoder over a static KV cache of `max_len` positions."""
+    """Greedy decoder of `batch` sequences at the same position (prompts of one length) over a static KV cache
+    of `max_len` positions each."""
 
-    def __init__(self, weights: LlamaWeights, max_len: int) -> None:
+    def __init__(self, weights: LlamaWeights, max_len: int, batch: int = 1) -> None:
         super().__init__()
         cfg = weights.config
         if max_len <= 0 or max_len > cfg.max_position_embeddings:
             raise ValueError(f"StaticLlama: max_len={max_len} must be in [1, max_position_embeddings="
                              f"{cfg.max_position_embeddings}]")
+        if batch < 1:
+            raise ValueError(f"StaticLlama: batch={batch} must be >= 1")
         self.config: LlamaConfig = cfg
-        self.max_len = max_len
+        self.max_len, self.batch = max_len, batch
         dev, dt = weights.device, weights.dtype
         self.layers = nn.ModuleList(_Layer(layer) for layer in weights.layers)
         self.register_buffer("embed", weights.embed_tokens, persistent=False)
@@ -54,12 +57,13 @@ class StaticLlama(nn.Module):
         self.register_buffer("inv_freq", inv_freq(cfg, dev), persistent=False)
         self.register_buffer("key_pos", torch.arange(max_len, device=dev), persistent=False)
         # Zeros, not empty: unwritten rows are masked, but 0 * NaN garbage would still poison P @ V.
-        kv_shape = (cfg.num_hidden_layers, 2, max_len, cfg.num_key_value_heads, cfg.head_dim)
+        kv_shape = (cfg.num_hidden_layers, 2, batch, max_len, cfg.num_key_value_heads, cfg.head_dim)
         self.register_buffer("kv", torch.zeros(kv_shape, dtype=dt, device=dev), persistent=False)
-        self.register_buffer("token", torch.zeros(1, dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("token", torch.zeros(batch, dtype=torch.int64, device=dev), persistent=False)
         self.register_buffer("pos", torch.zeros(1, dtype=torch.int64, device=dev), persistent=False)
-        # history[p] = greedy token predicted after the token at position p.
-        self.register_buffer("history", torch.zeros(max_len, dtype=torch.int64, device=dev), persistent=False)
+        # history[b, p] = sequence b's greedy token predicted after its token at position p.
+        self.register_buffer("history", torch.zeros((batch, max_len), dtype=torch.int64, device=dev),
+                             persistent=False)
 
     def reset(self) -> None:
         """Start a new sequence. In place, so captured graphs keep pointing at the same buffers."""
@@ -69,20 +73,21 @@ class StaticLlama(nn.Module):
 
     def _attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 valid: torch.Tensor) -> torch.Tensor:
-        """q [1, n_heads, hd] over the cache [max_len, n_kv, hd]; positions where valid is False are masked."""
+        """q [B, n_heads, hd] over the caches [B, max_len, n_kv, hd]; positions where valid is False are masked."""
         cfg = self.config
-        qg = q.view(cfg.num_key_value_heads, cfg.gqa_ratio, cfg.head_dim)  # head h reads kv head h // ratio
-        scores = torch.matmul(qg, k_cache.permute(1, 2, 0)) * cfg.head_dim ** -0.5  # [n_kv, ratio, max_len]
+        B = q.shape[0]
+        qg = q.view(B, cfg.num_key_value_heads, cfg.gqa_ratio, cfg.head_dim)  # head h reads kv head h // ratio
+        scores = torch.matmul(qg, k_cache.permute(0, 2, 3, 1)) * cfg.head_dim ** -0.5  # [B, n_kv, ratio, max_len]
         scores = scores.masked_fill(~valid, float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(probs, v_cache.transpose(0, 1))  # [n_kv, ratio, hd]
-        return out.reshape(1, cfg.q_size)
+        out = torch.matmul(probs, v_cache.transpose(1, 2))  # [B, n_kv, ratio, hd]
+        return out.reshape(B, cfg.q_size)
 
     def logits(self) -> torch.Tensor:
-        """Run the model on (token, pos), appending its K/V to the cache; float32 logits [1, vocab]."""
+        """Run the model on (token, pos), appending its K/V to the caches; float32 logits [B, vocab]."""
         cfg = self.config
-        pos = self.pos
-        h = F.embedding(self.token, self.embed)  # [1, H]
+        pos, B = self.pos, self.batch
+        h = F.embedding(self.token, self.embed)  # [B, H]
         freqs = pos.to(torch.float32)[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
@@ -90,10 +95,10 @@ class StaticLlama(nn.Module):
         for i, layer in enumerate(self.layers):
             x = rms_norm(h, layer.ln1, cfg.rms_norm_eps)
             q, k, v = (x @ layer.qkv.T).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-            q = apply_rope(q.view(1, cfg.num_attention_heads, cfg.head_dim), cos, sin)
-            k = apply_rope(k.view(1, cfg.num_key_value_heads, cfg.head_dim), cos, sin)
-            self.kv[i, 0].index_copy_(0, pos, k)
-            self.kv[i, 1].index_copy_(0, pos, v.view(1, cfg.num_key_value_heads, cfg.head_dim))
+            q = apply_rope(q.view(B, cfg.num_attention_heads, cfg.head_dim), cos, sin)
+            k = apply_rope(k.view(B, cfg.num_key_value_heads, cfg.head_dim), cos, sin)
+            self.kv[i, 0].index_copy_(1, pos, k[:, None])
+            self.kv[i, 1].index_copy_(1, pos, v.view(B, 1, cfg.num_key_value_heads, cfg.head_dim))
             h = h + self._attend(q, self.kv[i, 0], self.kv[i, 1], valid) @ layer.o.T
             x = rms_norm(h, layer.ln2, cfg.rms_norm_eps)
             gate, up = (x @ layer.gate_up.T).chunk(2, dim=-1)
@@ -103,7 +108,7 @@ class StaticLlama(nn.Module):
 
     def forward(self) -> None:
         """One greedy decode step, entirely on the device (no host sync, graph capturable)."""
-        nxt = self.logits().argmax(dim=-1)  # [1]
-        self.history.index_copy_(0, self.pos, nxt)
+        nxt = self.logits().argmax(dim=-1)  # [B]
+        self.history.index_copy_(1, self.pos, nxt[:, None])
         self.token.copy_(nxt)
         self.pos.add_(1)
