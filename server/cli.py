@@ -25,8 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (FastAPI + uvicorn); docs/SERVING.md")
     # Engine settings: EngineConfig's field defaults (engine/engine_config.py).
     add_engine_flags(p)
-    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
-    p.add_argument("--max-num-batched-tokens", type=int, default=EngineConfig.max_num_batched_tokens)
     p.add_argument("--page-size", type=int, default=EngineConfig.page_size)
     p.add_argument("--num-pages", type=int, default=EngineConfig.num_pages)
     # The front end's: server/serve_options.py.

@@ -15,6 +15,11 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=EngineConfig.dtype, choices=DTYPE_NAMES)
     p.add_argument("--max-model-len", type=int, default=EngineConfig.max_model_len)
     p.add_argument("--seed", type=int, default=EngineConfig.seed)
+    p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
+                   help="most sequences running at once")
+    p.add_argument("--max-num-batched-tokens", type=int, default=EngineConfig.max_num_batched_tokens,
+                   help="most tokens one step computes (prefill chunks and decodes together; the cuda backend "
+                        "caps it at what its kernel holds)")
     p.add_argument("--gpu-memory-utilization", type=float, default=EngineConfig.gpu_memory_utilization,
                    help="share of the GPU's memory the engine may hold; the KV cache gets what the weights leave")
     p.add_argument("--decode-steps", type=int, default=EngineConfig.decode_steps,
