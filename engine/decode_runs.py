@@ -44,6 +44,7 @@ class DecodeRuns:
                  apply: ApplyStep, max_steps: int, page_size: int, backend_name: str, noise: NoiseTables) -> None:
         self.backend, self.scheduler, self.requests, self.apply = backend, scheduler, requests, apply
         self.max_steps, self.page_size, self.backend_name, self.noise = max_steps, page_size, backend_name, noise
+        self.last_run_steps = 0  # how many decode steps the last run took (it may end early)
 
     def steps_for(self, plan: SchedulerOutput) -> int:
         """How many decode steps `plan` runs back to back (1: an ordinary step)."""
@@ -110,7 +111,8 @@ class DecodeRuns:
                 sampler = RunSampler([s.params for s in states], [s.noise_key for s in states],
                                      [s.history for s in states], [c.seq.num_output_tokens for c in chunks], steps,
                                      self.noise, self.backend.device, self.backend.sampling_kernel)
-            self.backend.decode_steps(batch, steps, self.page_size, take, sampler)
+            self.last_run_steps = done  # so far, should the backend fail
+            self.last_run_steps = self.backend.decode_steps(batch, steps, self.page_size, take, sampler)
         except EngineFatalError:
             raise
         except Exception as exc:  # noqa: BLE001 - the whole run's forward: no single request to blame

@@ -39,9 +39,10 @@ class EngineConfig:
     policy: str = DEFAULT_POLICY
     # Most decode steps one engine step may run back to back on the device without the host in between
     # (engine/decode_runs.py says when it may). The host's work between runs is paid once per run: 1B shape on
-    # an H200, LLM.generate 1.03 ms/token at 1, 0.767 at 16, 0.748 at 64 against the kernel's 0.725
-    # (docs/PERFORMANCE.md). A request arriving while a seat is free ends the run within 8 steps.
-    decode_steps: int = 32
+    # an H200, LLM.generate 1.03 ms/token at 1, 0.767 at 16, 0.754 at 32, 0.748 at 64 against the kernel's 0.725
+    # (docs/PERFORMANCE.md). A longer run costs nothing else: a stop or a request arriving while a seat is free
+    # ends it within 8 steps, and a cache too full for it gets a shorter one.
+    decode_steps: int = 64
     # Share of the GPU's whole memory this engine may hold (as vLLM's flag): the KV cache gets what the weights,
     # the backend's own copy of them and other processes leave of it; the rest stays free for step buffers,
     # logits and the allocator's slack.

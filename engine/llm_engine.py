@@ -175,13 +175,17 @@ class LLMEngine:
         if plan.is_empty:
             return outputs
         self._steps += 1
-        steps = self._runs.steps_for(plan)
-        tables = self.scheduler.reserve_decode_steps(plan, steps) if steps > 1 else None
+        steps, tables = self._runs.steps_for(plan), None
+        while steps > 1:  # a cache too full for the whole run still gets a shorter one
+            tables = self.scheduler.reserve_decode_steps(plan, steps)
+            if tables is not None:
+                break
+            steps //= 2
         if tables is not None:
             try:
                 return outputs + self._runs.run(plan, tables, steps, self.output_sink)
             finally:
-                self._steps += steps - 1
+                self._steps += max(0, self._runs.last_run_steps - 1)
         sampled, failed = self._run(plan)
         return outputs + self._apply(plan, sampled, failed, time.monotonic())
 

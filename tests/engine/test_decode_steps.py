@@ -177,3 +177,28 @@ def test_runs_go_on_while_requests_wait_for_a_full_house(tiny_checkpoint: str) -
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
     assert waiting_at_runs and max(waiting_at_runs) > 0  # runs while requests waited for a seat
     assert llm.engine.get_stats().kv_pages_used == 0
+
+
+def test_a_cache_too_full_for_a_whole_run_gets_a_shorter_one(tiny_checkpoint: str) -> None:
+    """Two sequences that each want 64 steps in an 8-page cache: the run is halved until its pages fit, and the
+    outputs still equal one step at a time."""
+    params = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    prompts = ["Hello there", "The quick brown fox"]
+
+    def llm(decode_steps: int) -> LLM:
+        return LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, max_num_seqs=2,
+                   decode_steps=decode_steps, num_pages=8)
+
+    want = [o.outputs[0].token_ids for o in llm(1).generate(prompts, params)]
+    many = llm(64)
+    runs: list[int] = []
+    original = many.engine.backend.decode_steps
+
+    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None) -> int:  # noqa: ANN001
+        runs.append(steps)
+        return original(batch, steps, page_size, on_records, sampler)
+
+    many.engine.backend.decode_steps = spy  # type: ignore[method-assign]
+    assert [o.outputs[0].token_ids for o in many.generate(prompts, params)] == want
+    assert runs and max(runs) < 64 and max(runs) > 1
+    assert many.engine.get_stats().kv_pages_used == 0
