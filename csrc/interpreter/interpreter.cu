@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "advance.cuh"
-#include "sample_rows.cuh"
+#include "sampling/sample_rows.cuh"
 #include "consumer.cuh"
 #include "roles.cuh"
 
@@ -199,7 +199,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
         py::arg("error"), py::arg("num_seqs"), py::arg("stream"), py::arg("pdl") = false,
         "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
   m.def("sample_rows", &sample_rows, py::arg("fields"), py::arg("rows"), py::arg("stream"),
-        "One sampling step over `rows` logits rows (csrc/interpreter/sample_rows.cuh); fields maps each SampleArgs "
+        "One sampling step over `rows` logits rows (csrc/interpreter/sampling/sample_rows.cuh); fields maps each SampleArgs "
         "member to a device pointer (int) or a scalar.");
   m.def("encode_w_o_map", &encode_w_o_map, py::arg("dst"), py::arg("w_o"), py::arg("layers"), py::arg("hidden"),
         py::arg("n_heads"), py::arg("head_dim"),

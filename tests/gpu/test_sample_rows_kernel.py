@@ -1,4 +1,4 @@
-"""The fused sampling kernel (csrc/interpreter/sample_rows.cuh) against engine/sampling's torch ops on the same
+"""The fused sampling kernel (csrc/interpreter/sampling/sample_rows.cuh) against engine/sampling's torch ops on the same
 logits, noise keys and counters: the same noise bits and the same filters, so the same tokens but where float
 rounding moves a top-p boundary or a near-tie (a handful of draws in thousands)."""
 from __future__ import annotations
