@@ -47,7 +47,8 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
         llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
                   max_num_seqs=batch, max_model_len=max_len)
     settings = SAMPLED_SETTINGS if sampled else {"temperature": 0.0}
-    params = SamplingParams(max_tokens=max_len - len(prompt_ids) - 1, ignore_eos=True, **settings)  # type: ignore[arg-type]
+    params = SamplingParams(max_tokens=max_len - len(prompt_ids) - 1, ignore_eos=True,
+                            **settings)  # type: ignore[arg-type]
     try:
         _window(llm.engine, prompts, params, 2)  # warm-up: every stream shape the window meets
         return _window(llm.engine, prompts, params, new_tokens)

@@ -14,8 +14,8 @@ from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="decode benchmark: engine vs PyTorch baselines vs the copy floor (--batch N: N sequences "
-                                  "at once)")
+    p = sub.add_parser("bench", help="decode benchmark: engine vs PyTorch baselines vs the copy floor "
+                                     "(--batch N: N sequences at once)")
     p.add_argument("--model", default=None, metavar="DIR", help="checkpoint directory (default: random weights)")
     p.add_argument("--preset", default=None,
                    help=f"random-weight shape (default {DEFAULT_GPU_PRESET} on a GPU, {CPU_PRESET} on the CPU)")

@@ -40,8 +40,8 @@ class RunSampler:
     def __init__(self, params: Sequence[SamplingParams], keys: Sequence[int], histories: Sequence[TokenHistory],
                  counters: Sequence[int], steps: int, noise: NoiseTables, device: torch.device,
                  kernel: ModuleType | None = None) -> None:
-        """`kernel`: the CUDA extension with `sample_rows` (csrc/interpreter/sampling/sample_rows.cuh), which samples a
-        step in one launch on a GPU; without it (or off the GPU) the step is whole-batch torch ops."""
+        """`kernel`: the CUDA extension with `sample_rows` (csrc/interpreter/sampling/sample_rows.cuh), which
+        samples a step in one launch on a GPU; without it (or off the GPU) the step is whole-batch torch ops."""
         vocab = noise.vocab
         self.params, self.keys = list(params), list(keys)
         # (step, row) -> why that row could not sample at that step (its records say invalid)
