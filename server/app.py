@@ -20,6 +20,7 @@ from server.body_limit import BodyLimitMiddleware
 from server.errors import (APIError, bad_request, engine_dead, error_response, install_error_handlers, not_ready,
                            shutting_down, unauthorized)
 from server.metrics import CONTENT_TYPE
+from server.openapi_errors import declare_openai_errors
 from server.params import chat_messages, check_model
 from server.prompts import chat_prompt, check_token_ids
 from server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, ModelCard,
@@ -140,4 +141,5 @@ def build_app(engine_or_async_engine: Any, served_model_name: str | None = None,
         ids = check_token_ids(req.tokens, eng.limits, "tokens")
         return {"prompt": await eng.tokenizers.decode(ids)}
 
+    declare_openai_errors(app)
     return app

@@ -198,3 +198,18 @@ def test_body_limit_and_generic_500(tiny_dir: Path) -> None:
         err = _assert_error(httpx.get(srv.url + "/boom"), 500)
         assert "secret" not in err["message"] and "request id req-" in err["message"]
         assert httpx.get(srv.url + "/health").status_code == 200
+
+
+def test_the_openapi_document_declares_the_400s_the_server_sends(base_url: str) -> None:
+    import httpx
+
+    doc = httpx.get(base_url + "/openapi.json", timeout=30).json()
+    assert "422" not in str(list(_responses(doc)))
+    for path in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
+        bad = doc["paths"][path]["post"]["responses"]["400"]
+        assert bad["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/ErrorResponse"
+    assert "ErrorInfo" in doc["components"]["schemas"] and "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+def _responses(doc: dict) -> list[str]:  # type: ignore[type-arg]
+    return [code for methods in doc["paths"].values() for op in methods.values() for code in op.get("responses", {})]
