@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU run: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
 # decode benchmark and a profile; logs and JSON go to $OUT (default ./out). Parts are selectable:
-#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [profile]   (default: all but bench-fast)
+#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [profile]
+#   (default: all but bench-fast and bench-batch; bench-batch runs `bench --batch N` for N in $BATCHES, default 8 32)
 # Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,9 @@ for part in $parts; do
                 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step ;;
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
     bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;
+    bench-batch) for b in ${BATCHES:-8 32}; do  # the product path with N requests at once vs batched PyTorch
+                   run bench-batch-$b $PY -m engine.cli bench --batch "$b" --skip eager,compile --json "$OUT/bench_batch$b.json"
+                 done ;;
     profile) run profile $PY -m engine.cli profile --backend cuda --preset llama-3.2-1b --prompt-len 32 --steps 1 --out "$OUT/profile"
              run profile-raw test -s "$OUT/profile/raw.npz"  # kept: re-render anywhere with `profile --from DIR`
              rm -f "$OUT/profile/trace.json" "$OUT/profile/summary.json" ;;
