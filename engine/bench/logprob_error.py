@@ -10,7 +10,7 @@ on the bench's weights, the arithmetic the eager baseline does. Untimed; after e
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -23,24 +23,30 @@ PAGE_SIZE = 16
 MEGAKERNEL_PREFIX = "megakernel"  # rows the cuda backend computed
 
 
-def teacher_forced(backend: Backend, prompt: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
-    """float64 [len(tokens)]: the log-probability `backend` gives each of `tokens` after the prompt and the tokens
-    before it (prefill in chunks the backend takes, then one decode step per token)."""
-    table = [list(range(-(-(len(prompt) + len(tokens)) // PAGE_SIZE)))]
+def teacher_forced_logits(backend: Backend, prompt: Sequence[int], tokens: Sequence[int],
+                          page_size: int = PAGE_SIZE) -> Iterator[torch.Tensor]:
+    """The logits [V] `backend` gives before each of `tokens`, after the prompt and the tokens before it (prefill
+    in chunks the backend takes, then one decode step per token; its cache's pages 0, 1, ... in order)."""
+    table = [list(range(-(-(len(prompt) + len(tokens)) // page_size)))]
     limit = backend.max_tokens_per_step or len(prompt)
-    out: list[float] = []
     logits = None
     for begin in range(0, len(prompt), limit):
         chunk = list(prompt[begin:begin + limit])
         logits = backend.forward(StepBatch.build([chunk], [begin], table, device=backend.batch_device,
-                                                 page_size=PAGE_SIZE))
+                                                 page_size=page_size))
     for i, tok in enumerate(tokens):
         assert logits is not None
-        out.append(float(torch.log_softmax(logits[0].double(), dim=-1)[tok]))
+        yield logits[0]
         if i + 1 < len(tokens):
             logits = backend.forward(StepBatch.build([[tok]], [len(prompt) + i], table, device=backend.batch_device,
-                                                     page_size=PAGE_SIZE))
-    return torch.tensor(out, dtype=torch.float64)
+                                                     page_size=page_size))
+
+
+def teacher_forced(backend: Backend, prompt: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
+    """float64 [len(tokens)]: the log-probability `backend` gives each of `tokens`, teacher-forced."""
+    return torch.tensor([float(torch.log_softmax(logits.double(), dim=-1)[tok])
+                         for logits, tok in zip(teacher_forced_logits(backend, prompt, tokens), tokens)],
+                        dtype=torch.float64)
 
 
 def _pages(prompt: Sequence[int], runs: Sequence[RunResult]) -> int:

@@ -1,7 +1,7 @@
 """Shared drivers for the megakernel GPU tests: identical steps through the VM and the GPU."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -73,48 +73,32 @@ def small(hidden: int, heads: int, kv: int, hd: int, inter: int, layers: int, vo
 NEAR_TIE = 0.125  # bf16 rounding of the reference's logits: a token this close to its max is a tie
 
 
+def _reference_steps(weights: LlamaWeights, prompt: list[int], tokens: list[int],
+                     page_size: int) -> Iterator[torch.Tensor]:
+    """The torch reference's logits before each of `tokens`, teacher-forced on `prompt` + the tokens before it."""
+    from engine.backends.torch_backend import TorchBackend
+    from engine.bench.logprob_error import teacher_forced_logits
+
+    pages = -(-(len(prompt) + len(tokens)) // page_size)
+    backend = TorchBackend(weights, num_pages=pages, page_size=page_size, device=weights.device)
+    return teacher_forced_logits(backend, prompt, tokens, page_size)
+
+
 def follows_reference(weights: LlamaWeights, prompt: list[int], tokens: list[int], page_size: int = 16,
                       label: str = "") -> int:
     """Teacher-force the torch reference on `prompt` + `tokens`: asserts every token is within NEAR_TIE of the
     reference's max logit at its step (a step that read stale step args, activations or KV lands far from it)
     and returns how many are its exact argmax."""
-    from models.llama.kv_cache import PagedKVCache
-    from models.llama.model import LlamaModel
-    from models.llama.step_batch import StepBatch
-
-    dev = weights.device
-    pages = -(-(len(prompt) + len(tokens)) // page_size)
-    kv = PagedKVCache.allocate(weights.config, num_pages=pages, page_size=page_size, dtype=weights.dtype,
-                               device=dev)
-    table = [list(range(pages))]
-    model = LlamaModel(weights)
-    logits = model.forward(StepBatch.build([prompt], [0], table, device=dev, page_size=page_size), kv)[0]
     exact = 0
-    for i, tok in enumerate(tokens):
+    for i, (logits, tok) in enumerate(zip(_reference_steps(weights, prompt, tokens, page_size), tokens)):
         gap = float(logits.max()) - float(logits[tok])
         assert gap <= NEAR_TIE, f"{label} step {i}: token {tok} is {gap:.3f} below the reference's max"
         exact += int(tok == int(logits.argmax()))
-        batch = StepBatch.build([[tok]], [len(prompt) + i], table, device=dev, page_size=page_size)
-        logits = model.forward(batch, kv)[0]
     return exact
 
 
 def reference_logprobs(weights: LlamaWeights, prompt: list[int], tokens: list[int],
                        page_size: int = 16) -> torch.Tensor:
     """float64 [len(tokens), V]: the torch reference's log-softmax before each of `tokens`, teacher-forced."""
-    from models.llama.kv_cache import PagedKVCache
-    from models.llama.model import LlamaModel
-    from models.llama.step_batch import StepBatch
-
-    dev = weights.device
-    pages = -(-(len(prompt) + len(tokens)) // page_size)
-    kv = PagedKVCache.allocate(weights.config, num_pages=pages, page_size=page_size, dtype=weights.dtype,
-                               device=dev)
-    table = [list(range(pages))]
-    model = LlamaModel(weights)
-    rows = []
-    batch = StepBatch.build([prompt], [0], table, device=dev, page_size=page_size)
-    for i, tok in enumerate(tokens):
-        rows.append(torch.log_softmax(model.forward(batch, kv)[0].double(), dim=-1))
-        batch = StepBatch.build([[tok]], [len(prompt) + i], table, device=dev, page_size=page_size)
-    return torch.stack(rows)
+    return torch.stack([torch.log_softmax(logits.double(), dim=-1)
+                        for logits in _reference_steps(weights, prompt, tokens, page_size)])
