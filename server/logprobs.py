@@ -2,6 +2,7 @@
 OpenAI shapes: legacy completions (parallel lists) and chat (`content` list of token objects)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from server.protocol import CompletionLogprobs, TokenLogprob, TopLogprob
@@ -26,24 +27,10 @@ def _top(lp: dict[int, float], k: int) -> list[tuple[int, float]]:
     return sorted(lp.items(), key=lambda kv: -kv[1])[:k]
 
 
-def completion_logprobs(out: CompletionLogprobs, token_ids: list[int], lps: list[dict[int, float]],
+def completion_logprobs(out: CompletionLogprobs, token_ids: list[int], lps: Sequence[dict[int, float] | None],
                         k: int, text: TokenText, offset: int) -> int:
-    """Append one entry per token to `out`; returns the text offset after the last token."""
-    for tid, lp in zip(token_ids, lps):
-        s = text(tid)
-        out.tokens.append(s)
-        out.token_logprobs.append(lp.get(tid))
-        out.top_logprobs.append({text(t): v for t, v in _top(lp, k)})
-        out.text_offset.append(offset)
-        offset += len(s)
-    return offset
-
-
-def prompt_completion_logprobs(out: CompletionLogprobs, token_ids: list[int],
-                               lps: list[dict[int, float] | None], k: int, text: TokenText) -> int:
-    """The echoed prompt's entries (the first token has no logprob: None, as OpenAI and vLLM give it); returns
-    the text offset after the prompt."""
-    offset = 0
+    """Append one entry per token to `out`; returns the text offset after the last token. A token without
+    logprobs (an echoed prompt's first) gets null entries, as OpenAI and vLLM give it."""
     for tid, lp in zip(token_ids, lps):
         s = text(tid)
         out.tokens.append(s)

@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.async_engine import AsyncEngine
-from server.logprobs import TokenText, completion_logprobs, prompt_completion_logprobs
+from server.logprobs import TokenText, completion_logprobs
 from server.params import (DEFAULT_MAX_TOKENS, check_fanout, check_model, completion_checks, per_prompt,
                            raw_prompts, sampling_params)
 from server.prompts import PreparedPrompt, completion_prompts, max_tokens_for
@@ -46,7 +46,7 @@ async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEn
             lp = CompletionLogprobs()
             offset = len(prefix)
             if echo and c.prompt_token_ids is not None and c.prompt_logprobs is not None:
-                offset = prompt_completion_logprobs(lp, c.prompt_token_ids, c.prompt_logprobs, req.logprobs, text)
+                offset = completion_logprobs(lp, c.prompt_token_ids, c.prompt_logprobs, req.logprobs, text, 0)
             completion_logprobs(lp, c.token_ids, c.logprobs, req.logprobs, text, offset)
         choices.append(CompletionChoice(index=c.index, text=prefix + c.text, logprobs=lp,
                                         finish_reason=c.finish_reason, stop_reason=c.stop_reason))
@@ -86,8 +86,8 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
                 delta, new_ids, new_lp = c.apply(ev)
                 if echo and echo_later and ev.prompt_token_ids is not None:
                     echo_lp = CompletionLogprobs()
-                    offsets[c.index] = prompt_completion_logprobs(
-                        echo_lp, c.prompt_token_ids or [], c.prompt_logprobs or [], req.logprobs or 0, text)
+                    offsets[c.index] = completion_logprobs(
+                        echo_lp, c.prompt_token_ids or [], c.prompt_logprobs or [], req.logprobs or 0, text, 0)
                     yield sse(_chunk(gen, created, model, c, echo[c.prompt_index], echo_lp))
                 lp = None
                 if req.logprobs is not None:
