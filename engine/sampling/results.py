@@ -25,6 +25,13 @@ class SampleResult:
     errors: list[str | None]
 
 
+def logprob_entry(token: int, chosen: float, top_ids: Sequence[int], top_values: Sequence[float]) -> dict[int, float]:
+    """One token's logprobs as the outputs carry them: the top k and the token itself ({token_id: logprob})."""
+    entry = {int(i): float(v) for i, v in zip(top_ids, top_values)}
+    entry[int(token)] = float(chosen)
+    return entry
+
+
 def step_results(records: Records, step: int, params: Sequence[SamplingParams],
                  failures: Mapping[tuple[int, int], str] | None = None, first: int = 0) -> SampleResult:
     """Row by row, step `step` of host-side `records`, whose step 0 is the run's step `first` (the key of
@@ -45,8 +52,7 @@ def step_results(records: Records, step: int, params: Sequence[SamplingParams],
         tok = int(ids[row])
         lp: dict[int, float] | None = None
         if p.logprobs is not None and has_lp:
-            lp = {int(i): float(v) for i, v in zip(top_ids[row][:p.logprobs], values[row][:p.logprobs])}
-            lp[tok] = float(chosen[row])
+            lp = logprob_entry(tok, chosen[row], top_ids[row][:p.logprobs], values[row][:p.logprobs])
         out.token_ids.append(tok)
         out.logprobs.append(lp)
         out.errors.append(None)
@@ -89,7 +95,5 @@ def prompt_token_logprobs(logits: torch.Tensor, next_ids: Sequence[int],
         if not ok:
             out.append(None)
             continue
-        lp = {int(i): float(v) for i, v in zip(top_ids[r, :ks[r]].tolist(), values[r, :ks[r]].tolist())}
-        lp[int(next_ids[r])] = float(chosen[r])
-        out.append(lp)
+        out.append(logprob_entry(next_ids[r], chosen[r], top_ids[r, :ks[r]].tolist(), values[r, :ks[r]].tolist()))
     return out
