@@ -9,15 +9,13 @@ batch-1 rows.
 """
 from __future__ import annotations
 
-import gc
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
-from engine.bench.generate_runner import SAMPLED_SETTINGS, write_checkpoint
+from engine.bench.generate_runner import bench_llm, bench_params
+from engine.bench.timing import synchronize
 from engine.engine_config import EngineConfig
 from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
@@ -33,8 +31,6 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
                  batch: int, backend: str = "cuda", sampled: bool = False) -> tuple[Sequence[int], float]:
     """An engine runner (engine/bench/engines.py) for `batch` sequences: (request 0's first `new_tokens`
     tokens, seconds per decode step of the whole batch)."""
-    from engine import LLM, SamplingParams
-
     if new_tokens < 2:
         raise ValueError("the batch rows time decode steps after the first token: --new-tokens must be >= 2")
     prompts = rotations(prompt_ids, batch)
@@ -42,24 +38,14 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
     # steps may overshoot by EngineConfig.decode_steps).
     spare = len(prompt_ids) * batch + new_tokens + 2 * EngineConfig.decode_steps
     max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + spare + 1)
-    with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
-        model_dir = write_checkpoint(weights, Path(d))
-        llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
-                  max_num_seqs=batch, max_model_len=max_len)
-    settings = SAMPLED_SETTINGS if sampled else {"temperature": 0.0}
-    params = SamplingParams(max_tokens=max_len - len(prompt_ids) - 1, ignore_eos=True,
-                            **settings)  # type: ignore[arg-type]
-    try:
-        _window(llm.engine, prompts, params, 2)  # warm-up: every stream shape the window meets
-        return _window(llm.engine, prompts, params, new_tokens)
-    finally:
-        del llm
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    params = bench_params(sampled, max_tokens=max_len - len(prompt_ids) - 1)
+    with bench_llm(weights, backend, max_num_seqs=batch, max_model_len=max_len) as llm:
+        _window(llm.engine, prompts, params, 2, weights.device)  # warm-up: every stream shape the window meets
+        return _window(llm.engine, prompts, params, new_tokens, weights.device)
 
 
-def _window(engine, prompts: list[list[int]], params, new_tokens: int) -> tuple[list[int], float]:  # noqa: ANN001
+def _window(engine, prompts: list[list[int]], params, new_tokens: int,  # noqa: ANN001
+            device: torch.device) -> tuple[list[int], float]:
     ids = [f"bench-{i}" for i in range(len(prompts))]
     for rid, p in zip(ids, prompts):
         engine.add_request(rid, {"prompt_token_ids": p}, params)
@@ -77,19 +63,14 @@ def _window(engine, prompts: list[list[int]], params, new_tokens: int) -> tuple[
             counts = [len(t) for t in tokens.values()]
             if start is None:
                 if min(counts) >= 1:  # every prompt computed: the window opens (a step may bring many tokens)
-                    _synchronize()
+                    synchronize(device)
                     start, at_start = time.perf_counter(), counts
                 continue
             if min(c - c0 for c, c0 in zip(counts, at_start)) >= new_tokens - 1:
-                _synchronize()
+                synchronize(device)
                 elapsed = time.perf_counter() - start
                 steps = (sum(counts) - sum(at_start)) / len(prompts)
                 return tokens[ids[0]][:new_tokens], elapsed / steps
     finally:
         for rid in ids:
             engine.abort(rid)
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()

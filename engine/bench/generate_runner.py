@@ -14,12 +14,15 @@ import gc
 import json
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
+from engine.bench.timing import synchronize
 from models.llama.config import LlamaConfig
 from models.llama.init_random import with_tokenizer_ids
 from models.llama.tokenizer_builder import write_tokenizer
@@ -48,34 +51,44 @@ def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list
                     new_tokens: int, backend: str = "cuda", sampled: bool = False) -> tuple[Sequence[int], float]:
     """An engine runner (engine/bench/engines.py) over the public `LLM` API on `backend`; greedy, or with
     SAMPLED_SETTINGS where `sampled`."""
-    from engine import LLM, SamplingParams
-
     if new_tokens < 2:
         raise ValueError("the generate row times decode tokens after the first: --new-tokens must be >= 2")
-    with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
-        model_dir = write_checkpoint(weights, Path(d))
-        llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
-                  max_num_seqs=1,
-                  max_model_len=min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1))
-    settings = SAMPLED_SETTINGS if sampled else {"temperature": 0.0}
-    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True, **settings)  # type: ignore[arg-type]
+    params = bench_params(sampled, max_tokens=new_tokens)
     prompt = {"prompt_token_ids": list(prompt_ids)}
-    try:
+    max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1)
+    with bench_llm(weights, backend, max_num_seqs=1, max_model_len=max_len) as llm:
         llm.generate(prompt, params)  # warm-up: compiles the streams of both shapes
-        _synchronize()
+        synchronize(weights.device)
         out = llm.generate(prompt, params)[0]
         end = time.monotonic()
         first = out.metrics.first_token_time
         if first is None or len(out.outputs[0].token_ids) != new_tokens:
             raise RuntimeError(f"generate returned {len(out.outputs[0].token_ids)} of {new_tokens} tokens")
         return list(out.outputs[0].token_ids), (end - first) / (new_tokens - 1)
+
+
+def bench_params(sampled: bool, max_tokens: int) -> Any:
+    """The rows' SamplingParams: greedy, or SAMPLED_SETTINGS; EOS ignored, so every row decodes max_tokens."""
+    from engine import SamplingParams
+
+    settings = SAMPLED_SETTINGS if sampled else {"temperature": 0.0}
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **settings)  # type: ignore[arg-type]
+
+
+@contextmanager
+def bench_llm(weights: LlamaWeights, backend: str, max_num_seqs: int, max_model_len: int) -> Iterator[Any]:
+    """An `LLM` on `weights` written as a checkpoint (the public API, as a user loads a model); its memory is
+    given back when the block ends, before the next runner."""
+    from engine import LLM
+
+    with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
+        model_dir = write_checkpoint(weights, Path(d))
+        llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
+                  max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+    try:
+        yield llm
     finally:
         del llm
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
