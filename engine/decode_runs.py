@@ -70,7 +70,9 @@ class DecodeRuns:
         go to `sink` chunk by chunk as the backend hands the tokens back, or are returned at the end without one."""
         chunks = plan.chunks
         states = [self.requests[c.seq_id] for c in chunks]
+        params = [s.params for s in states]
         outputs: list[RequestOutput] = []
+        self.last_run_steps = 0
         current = list(zip(range(len(chunks)), chunks))  # (row, chunk) of the sequences still running
         done = 0
         sampler: RunSampler | None = None
@@ -83,8 +85,8 @@ class DecodeRuns:
                 done += 1
                 if not current:
                     break  # every sequence stopped: the later steps' ids are dropped
-                result = step_results(records, step, [s.params for s in states],
-                                      sampler.failures if sampler is not None else None, first_step)
+                result = step_results(records, step, params, sampler.failures if sampler is not None else None,
+                                      first_step)
                 step_plan = SchedulerOutput(chunks=tuple(c for _r, c in current), preempted=())
                 sampled: Sampled = {}
                 failed: Failed = {}
@@ -108,10 +110,9 @@ class DecodeRuns:
                                     [list(t) for t in tables], device=self.backend.batch_device,
                                     page_size=self.page_size)
             if not kernel_samples(states):
-                sampler = RunSampler([s.params for s in states], [s.noise_key for s in states],
+                sampler = RunSampler(params, [s.noise_key for s in states],
                                      [s.history for s in states], [c.seq.num_output_tokens for c in chunks], steps,
                                      self.noise, self.backend.device, self.backend.sampling_kernel)
-            self.last_run_steps = done  # so far, should the backend fail
             self.last_run_steps = self.backend.decode_steps(batch, steps, self.page_size, take, sampler)
         except EngineFatalError:
             raise
