@@ -18,8 +18,10 @@ from models.llama.weights import weights_from_state_dict
 
 
 def main() -> None:
-    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, rope_theta=10000.0,
+    # hidden and intermediate whole 128-element chunks: the prompt chunk's matvecs take the several-row
+    # tensor-core path (csrc/interpreter/dot_tokens_mma.cuh), the decodes the one-row one
+    cfg = LlamaConfig(vocab_size=512, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, head_dim=64, rope_theta=10000.0,
                       rms_norm_eps=1e-5, tie_word_embeddings=True)
     weights = weights_from_state_dict(cfg, random_state_dict(cfg, seed=0), dtype=torch.bfloat16, device="cuda")
     knobs = backend_knobs(os.environ)

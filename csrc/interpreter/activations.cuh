@@ -21,10 +21,22 @@ __device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
 }
 
 // Whether an instruction's x goes to shared memory as bf16: exactly when its pages run on the tensor cores
-// (consume_pages: one activation row, K whole chunks), which round x to bf16 anyway. Written once by the
-// loaders below, x then costs each page half the shared loads and no conversions.
+// (consume_pages: K whole chunks; one row takes dot_rows_mma.cuh, several dot_tokens_mma.cuh), which round x
+// to bf16 anyway. Written once by the loaders below, x then costs each page half the shared loads and no
+// conversions.
 __device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
-  return nx == 1 && g.mma_matvec && mma_row_ok(K);
+  return nx <= MAX_TOKENS_PER_MATVEC && g.mma_matvec && mma_row_ok(K);
+}
+
+// Elements from one x row to the next. Several bf16 rows are X_ROW_SKEW elements further apart than K: the
+// tensor cores read 8 rows' same columns at once (ldmatrix), and rows 2K bytes apart would all fall in the
+// same shared-memory banks (K is a multiple of 128).
+__device__ __forceinline__ int x_pitch(int nx, int K, bool as_bf16) { return as_bf16 && nx > 1 ? K + X_ROW_SKEW : K; }
+
+// Row i of x (of pitch `pitch` elements, bf16 when as_bf16), as the float* the stores below take.
+__device__ __forceinline__ float* x_row(const Shared& sm, int i, int pitch, bool as_bf16) {
+  return as_bf16 ? reinterpret_cast<float*>(reinterpret_cast<bf16*>(sm.x) + (long long)i * pitch)
+                 : sm.x + (long long)i * pitch;
 }
 
 // dst (bf16 when as_bf16, else fp32) element k..k+3 = v.
@@ -74,7 +86,9 @@ template <typename RowOf>
 __device__ __forceinline__ void load_rows(const Globals& g, const Shared& sm, const float* src, long long src_stride,
                                           int col0, int nx, int K, RowOf row_of) {
   const bool as_bf16 = x_is_bf16(g, nx, K);
-  for (int i = 0; i < nx; ++i) copy_to_shared(sm.x + i * K, src + (long long)row_of(i) * src_stride + col0, K, as_bf16);
+  const int pitch = x_pitch(nx, K, as_bf16);
+  for (int i = 0; i < nx; ++i)
+    copy_to_shared(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * src_stride + col0, K, as_bf16);
   consumer_sync();
 }
 
@@ -132,8 +146,9 @@ __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared
                                                   const bf16* weight, RowOf row_of) {
   const int H = g.hidden_size;
   const bool as_bf16 = x_is_bf16(g, nx, H);
+  const int pitch = x_pitch(nx, H, as_bf16);
   for (int i = 0; i < nx; ++i) {
-    float ss = copy_scaled_sumsq(sm.x + i * H, src + (long long)row_of(i) * H, weight, H, as_bf16);
+    float ss = copy_scaled_sumsq(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * H, weight, H, as_bf16);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(tk::FULL_MASK, ss, o);
     if (tk::lane_id() == 0) sm.scratch[i * NUM_CONSUMER_WARPS + tk::warp_id()] = ss;

@@ -31,6 +31,7 @@ inline constexpr int POOL_BYTES = MIN_RING_PAGES * PAGE_BYTES + X_FLOATS * 4;
 inline constexpr int OUT_FLOATS = 2048;
 inline constexpr int SCRATCH_FLOATS = 128;
 inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one matvec handles at once
+inline constexpr int X_ROW_SKEW = 8;  // extra bf16 elements between x rows on the tensor cores (activations.cuh x_pitch)
 inline constexpr int MAX_GQA = 8;
 
 inline constexpr int CONSUMER_BARRIER = 1;  // named barrier id for the consumer warps

@@ -6,9 +6,11 @@
 #pragma once
 
 #include "../tk/shared_vec.cuh"
+#include "activations.cuh"
 #include "bf16_unpack.cuh"
 #include "dot_rows_mma.cuh"
 #include "dot_short_rows.cuh"
+#include "dot_tokens_mma.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 #include "weight_stream.cuh"
@@ -137,12 +139,17 @@ __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int 
 // generic load (measured: 7 % slower per token). Inside, the dot products load by shared address.
 // Nothing on its way in divides: the page count and rows per page are slot words the controller derived,
 // and the ring position is the shared cursor (Shared::ring_cursor).
-// MMA_ONLY (the batch-1 kernel variants): only the tensor-core page path is compiled; a stream whose rows
-// cannot take it (or with the option off) is the host's mistake (engine/cuda/variant.py) and records a
-// variant mismatch before any page is consumed.
-template <int NX, bool MMA_ONLY = false>
+// PATH picks the page math compiled into this copy of the loop: GENERAL (one row on the tensor cores when it
+// can, else CUDA cores), ONE_ROW_MMA (the batch-1 kernel variants: only the one-row tensor-core path; a stream
+// whose rows cannot take it, or with the option off, is the host's mistake (engine/cuda/variant.py) and records
+// a variant mismatch before any page is consumed) or TOKENS_MMA (several rows on the tensor cores: matvec()
+// takes it exactly when x was written as bf16 rows, activations.cuh x_is_bf16).
+enum class PagePath { GENERAL, ONE_ROW_MMA, TOKENS_MMA };
+
+template <int NX, PagePath PATH = PagePath::GENERAL>
 __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
                                            const int* instr) {
+  constexpr bool MMA_ONLY = PATH == PagePath::ONE_ROW_MMA;
   const int warp = tk::warp_id(), lane = tk::lane_id();
   // Weight pages follow any KV pages of the stream (a fused ATTN_O_PROJ's; kv_stream.cuh), whose consumer
   // already moved the cursor past them.
@@ -152,6 +159,7 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
   if constexpr (MMA_ONLY) {
     if (!mma) return variant_mismatch(g, instr);
   }
+  const int x_pitch_bf16 = ws.row_elems + X_ROW_SKEW;  // TOKENS_MMA: activations.cuh x_pitch
   bool ok = true;
   RingWalk walk(sm, warp);  // this warp's pages p = warp, warp + 8, ...
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
@@ -165,7 +173,10 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
-      if (NX == 1 && mma) {  // NX == 1 keeps the tensor-core path out of the other instantiations
+      if constexpr (PATH == PagePath::TOKENS_MMA) {
+        dot_page_tokens_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx, sm.out, row0,
+                            ws.rows);
+      } else if (NX == 1 && mma) {  // NX == 1 keeps the tensor-core path out of the other instantiations
         const long long c0 = clock64();
         dot_page_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, sm.out, row0);
         if (p == n_pages - 1) {  // the profile's page cycles (marks.cuh); only here: elsewhere it cost spills
@@ -209,9 +220,10 @@ __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int n
   const WeightStream ws = slot_stream(instr);
   if constexpr (B1) {
     if (nx != 1) return variant_mismatch(g, instr);
-    return consume_pages<1, true>(g, sm, ws, 1, instr);
+    return consume_pages<1, PagePath::ONE_ROW_MMA>(g, sm, ws, 1, instr);
   }
   if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr);
+  if (x_is_bf16(g, nx, ws.row_elems)) return consume_pages<MAX_TOKENS_PER_MATVEC, PagePath::TOKENS_MMA>(g, sm, ws, nx, instr);
   if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);
   if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr);
   return consume_pages<8>(g, sm, ws, nx, instr);

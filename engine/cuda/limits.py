@@ -42,15 +42,16 @@ class InterpreterLimits:
     min_ring_pages: int
     max_ring_pages: int
     consumer_warps: int
-    mma_chunk: int = 0  # batch-1 x of tensor-core ops is bf16 (activations.cuh x_is_bf16); 0: count all x as fp32
+    mma_chunk: int = 0  # x of tensor-core matvecs is bf16 (activations.cuh x_is_bf16); 0: count all x as fp32
     short_row_max_k: int = 256  # rows up to this long take the CUDA-core short-row path (dot_short_rows.cuh)
+    x_row_skew: int = 8  # bf16 elements between several x rows beyond K (activations.cuh x_pitch)
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
         return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
                                  module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK,
-                                 module.SHORT_ROW_MAX_K)
+                                 module.SHORT_ROW_MAX_K, module.X_ROW_SKEW)
 
     def x_floats_at(self, ring_pages: int) -> int:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
@@ -62,8 +63,9 @@ class InterpreterLimits:
         return self.mma_chunk > 0 and k > self.short_row_max_k and k % self.mma_chunk == 0
 
     def x_bf16(self, nx: int, k: int, bf16_x: bool) -> bool:
-        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: one row, tensor-core K)."""
-        return bf16_x and nx == 1 and self.row_takes_mma(k)
+        """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: at most a matvec's rows,
+        tensor-core K)."""
+        return bf16_x and nx <= self.max_tokens_per_matvec and self.row_takes_mma(k)
 
     def matvec_row_elems(self, words: np.ndarray, d: ModelDims, w_o_panels: bool) -> set[int]:
         """Row lengths of the weight streams of a one-token step's `words` that the row matvec computes
@@ -78,8 +80,10 @@ class InterpreterLimits:
         return out
 
     def x_need(self, nx: int, k: int, bf16_x: bool) -> int:
-        """Floats of x that nx rows of k elements take."""
-        return -(-k // 2) if self.x_bf16(nx, k, bf16_x) else nx * k
+        """Floats of x that nx rows of k elements take (bf16 rows: skewed when several, activations.cuh x_pitch)."""
+        if not self.x_bf16(nx, k, bf16_x):
+            return nx * k
+        return -(-k // 2) if nx == 1 else -(-nx * (k + self.x_row_skew) // 2)
 
     def one_token_slice_floats(self, d: ModelDims, bf16_x: bool = False) -> int:
         """The widest MLP K-slice (elements) a one-token step should take (SplitParams.one_token_slice_floats):
