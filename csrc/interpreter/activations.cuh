@@ -9,51 +9,13 @@
 
 #include "code_size.cuh"
 
-#include "dot_rows_mma.cuh"
+#include "rows_in_flight.cuh"
 #include "state.cuh"
+#include "x_layout.cuh"
 
 namespace mk::vm {
 
 inline constexpr int LOADS_IN_FLIGHT = 4;
-
-__device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
-  return ((reinterpret_cast<uintptr_t>(p) & 15) | (n_floats & 3)) == 0;
-}
-
-// Whether an instruction's x goes to shared memory as bf16: exactly when its pages run on the tensor cores
-// (consume_pages: K whole chunks; one row takes dot_rows_mma.cuh, several dot_tokens_mma.cuh), which round x
-// to bf16 anyway. Written once by the loaders below, x then costs each page half the shared loads and no
-// conversions.
-__device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
-  return nx <= MAX_TOKENS_PER_MATVEC && g.mma_matvec && mma_row_ok(K);
-}
-
-// Elements from one x row to the next. Several bf16 rows are X_ROW_SKEW elements further apart than K: the
-// tensor cores read 8 rows' same columns at once (ldmatrix), and rows 2K bytes apart would all fall in the
-// same shared-memory banks (K is a multiple of 128).
-__device__ __forceinline__ int x_pitch(int nx, int K, bool as_bf16) { return as_bf16 && nx > 1 ? K + X_ROW_SKEW : K; }
-
-// Row i of x (of pitch `pitch` elements, bf16 when as_bf16), as the float* the stores below take.
-__device__ __forceinline__ float* x_row(const Shared& sm, int i, int pitch, bool as_bf16) {
-  return as_bf16 ? reinterpret_cast<float*>(reinterpret_cast<bf16*>(sm.x) + (long long)i * pitch)
-                 : sm.x + (long long)i * pitch;
-}
-
-// dst (bf16 when as_bf16, else fp32) element k..k+3 = v.
-__device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf16) {
-  if (as_bf16) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(reinterpret_cast<bf16*>(dst) + k) =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-  } else {
-    *reinterpret_cast<float4*>(dst + k) = v;
-  }
-}
-
-__device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16) {
-  if (as_bf16) reinterpret_cast<bf16*>(dst)[k] = __float2bfloat16(v);
-  else dst[k] = v;
-}
 
 // dst[k] = src[k] for k < n (src written by other SMs in this launch: L2 loads); dst in bf16 when as_bf16.
 __device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n, bool as_bf16) {
@@ -82,11 +44,19 @@ __device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int
 }
 
 // x[i][k] = src[row(i) * src_stride + col0 + k] for k < K (bf16 when x_is_bf16).
-template <typename RowOf>
+// B1: the batch-1 kernel variants (one row: the rows-in-flight path is not compiled in).
+template <bool B1, typename RowOf>
 __device__ __forceinline__ void load_rows(const Globals& g, const Shared& sm, const float* src, long long src_stride,
                                           int col0, int nx, int K, RowOf row_of) {
   const bool as_bf16 = x_is_bf16(g, nx, K);
   const int pitch = x_pitch(nx, K, as_bf16);
+  if constexpr (!B1) {
+    if (nx > 1 && rows_in_flight_ok(src + col0, src_stride, K)) {
+      copy_rows_in_flight(sm, src + col0, src_stride, nx, K, row_of, as_bf16, pitch);
+      consumer_sync();
+      return;
+    }
+  }
   for (int i = 0; i < nx; ++i)
     copy_to_shared(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * src_stride + col0, K, as_bf16);
   consumer_sync();
@@ -141,12 +111,19 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
 // Scratch rows stay untouched until the epilogue (nothing else in an instruction uses scratch).
 static_assert(MAX_TOKENS_PER_MATVEC * NUM_CONSUMER_WARPS <= SCRATCH_FLOATS - 2,
               "per-warp sums of squares must fit scratch below the launch's abort flag (interpreter.cu)");
-template <typename RowOf>
+template <bool B1, typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,
                                                   const bf16* weight, RowOf row_of) {
   const int H = g.hidden_size;
   const bool as_bf16 = x_is_bf16(g, nx, H);
   const int pitch = x_pitch(nx, H, as_bf16);
+  if constexpr (!B1) {
+    if (nx > 1 && rows_in_flight_ok(src, H, H) && !(reinterpret_cast<uintptr_t>(weight) & 7)) {
+      copy_scaled_rows_in_flight(sm, src, nx, H, weight, row_of, as_bf16, pitch);
+      consumer_sync();
+      return;
+    }
+  }
   for (int i = 0; i < nx; ++i) {
     float ss = copy_scaled_sumsq(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * H, weight, H, as_bf16);
 #pragma unroll

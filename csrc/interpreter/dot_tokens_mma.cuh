@@ -50,7 +50,9 @@ __device__ __forceinline__ void dot_rows_tokens_mma(uint32_t page_addr, int row_
   for (int u = 0; u < TOKENS_MMA_ITER; ++u)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[u][i] = 0.f;
-#pragma unroll 2
+  // Unrolled 4 times (a 2048-wide row in 4 trips): the shared loads of later iterations are issued ahead of the
+  // products of earlier ones (the loads are volatile asm and keep their order; the mma are not).
+#pragma unroll 4
   for (int k = 0; k < K; k += TOKENS_MMA_ITER * TOKENS_MMA_STEP) {
     uint32_t a[TOKENS_MMA_ITER][4], b[TOKENS_MMA_ITER / 2][4];
 #pragma unroll

@@ -15,7 +15,7 @@ template <bool B1>
 __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
-  load_rows(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
+  load_rows<B1>(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, T, w)) return false;
   MK_ROLLED

@@ -16,7 +16,7 @@ template <bool B1>
 __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = B1 ? 1 : sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
-  load_rows_rmsnorm(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
+  load_rows_rmsnorm<B1>(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, S, w)) return false;
   MK_ROLLED

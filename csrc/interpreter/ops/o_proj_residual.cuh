@@ -20,7 +20,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   float resid = 0.f;
   if (preload && threadIdx.x < T * rows)
     resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
-  load_rows(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
+  load_rows<B1>(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   if (!matvec<B1>(g, sm, T, w)) return false;
   MK_ROLLED

@@ -15,7 +15,7 @@ template <bool B1>
 __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
-  load_rows_rmsnorm(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
+  load_rows_rmsnorm<B1>(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   streamed_input_ready(g, sm, w);
   if (!matvec<B1>(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;

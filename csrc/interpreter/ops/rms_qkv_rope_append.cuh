@@ -39,7 +39,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
     pre_pos = sa.position(t);
     if ((r % group_rows) >> hd_log <= G) pre_freq = g.rope_inv_freq[(r & (hd - 1)) / 2];
   }
-  load_rows_rmsnorm(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
+  load_rows_rmsnorm<B1>(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   MK_ROLLED
   for (int idx = threadIdx.x; idx < T * n_copy; idx += CONSUMER_THREADS) {

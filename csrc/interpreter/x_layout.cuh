@@ -1,0 +1,49 @@
+// x_layout.cuh: how an instruction's activation rows sit in shared x (fp32, or bf16 for the tensor cores) and the
+// stores that put them there.
+#pragma once
+
+#include "dot_rows_mma.cuh"
+#include "state.cuh"
+
+namespace mk::vm {
+
+__device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
+  return ((reinterpret_cast<uintptr_t>(p) & 15) | (n_floats & 3)) == 0;
+}
+
+// Whether an instruction's x goes to shared memory as bf16: exactly when its pages run on the tensor cores
+// (consume_pages: K whole chunks; one row takes dot_rows_mma.cuh, several dot_tokens_mma.cuh), which round x
+// to bf16 anyway. Written once by the loaders below, x then costs each page half the shared loads and no
+// conversions.
+__device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
+  return nx <= MAX_TOKENS_PER_MATVEC && g.mma_matvec && mma_row_ok(K);
+}
+
+// Elements from one x row to the next. Several bf16 rows are X_ROW_SKEW elements further apart than K: the
+// tensor cores read 8 rows' same columns at once (ldmatrix), and rows 2K bytes apart would all fall in the
+// same shared-memory banks (K is a multiple of 128).
+__device__ __forceinline__ int x_pitch(int nx, int K, bool as_bf16) { return as_bf16 && nx > 1 ? K + X_ROW_SKEW : K; }
+
+// Row i of x (of pitch `pitch` elements, bf16 when as_bf16), as the float* the stores below take.
+__device__ __forceinline__ float* x_row(const Shared& sm, int i, int pitch, bool as_bf16) {
+  return as_bf16 ? reinterpret_cast<float*>(reinterpret_cast<bf16*>(sm.x) + (long long)i * pitch)
+                 : sm.x + (long long)i * pitch;
+}
+
+// dst (bf16 when as_bf16, else fp32) element k..k+3 = v.
+__device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf16) {
+  if (as_bf16) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(reinterpret_cast<bf16*>(dst) + k) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  } else {
+    *reinterpret_cast<float4*>(dst + k) = v;
+  }
+}
+
+__device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16) {
+  if (as_bf16) reinterpret_cast<bf16*>(dst)[k] = __float2bfloat16(v);
+  else dst[k] = v;
+}
+
+}  // namespace mk::vm
