@@ -22,5 +22,5 @@ def test_kernel_size_reports_the_batch1_variant_and_its_functions() -> None:
     assert kernel is not None, out
     size = int(kernel.group(1))
     assert 100_000 < size < 400_000, out  # the fused batch-1 variant: about 237 KB
-    assert "consume_pages<1, true>" in out  # the tensor-core-only page loop, not inlined
+    assert "consume_pages<1, (mk::vm::PagePath)1>" in out  # the one-row tensor-core page loop (ONE_ROW_MMA), not inlined
     assert re.search(r"ptxas: kernel \d+ registers, \d+ bytes stack frame, \d+ bytes spill stores", out), out
