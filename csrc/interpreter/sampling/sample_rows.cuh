@@ -1,108 +1,123 @@
 // sampling/sample_rows.cuh: one sampling step over a batch of logits rows, right after a megakernel step, in one launch:
 // penalties from device-resident counts, greedy, temperature, min-p, top-k, top-p and the Gumbel-max draw with
 // counter-based noise. The same arithmetic as engine/sampling/filters.py (the CPU and torch path; a GPU test holds
-// them together): the noise bits are identical, the float results within rounding. top-k and top-p thresholds
-// come from radix selection over order-preserving keys of the scaled logits (count or probability-mass
-// histograms), so no row is ever sorted. A row is spread over a cluster of CLUSTER_BLOCKS blocks (one slice of
-// the vocabulary each): every pass over the row is that many times shorter, and the blocks combine their partial
-// results through distributed shared memory.
+// them together): the noise bits are identical, the float results within rounding. No row is ever sorted. A row is
+// spread over a cluster of CLUSTER_BLOCKS blocks (one slice of the vocabulary each, kept in shared memory after the
+// one read from global memory); the blocks combine partial results through distributed shared memory, and each
+// exchange costs a cluster barrier, so the paths are built to need few:
+//   greedy                         first pass, 1 barrier (the row's argmax)
+//   temperature / min-p            + one scaled draw pass, 1 barrier
+//   top-k <= FAST_TOP_K (+ top-p)  + a candidate pass, 1 barrier; block 0 finishes alone (topk_finish.cuh)
+//   top-p alone, larger top-k      + radix passes over the whole row, 1 barrier each, + the draw, 1 barrier
 #pragma once
 
-#include <cfloat>
 #include <cstdint>
 
+#include "../run_stop.cuh"
+#include "block_select.cuh"
 #include "cluster_reduce.cuh"
+#include "first_pass.cuh"
 #include "radix_select.cuh"
 #include "sampling_config.cuh"
 #include "sampling_noise.cuh"
+#include "topk_candidates.cuh"
+#include "topk_finish.cuh"
 
 namespace mk::sampling {
 
-// Shared memory of one block: SampleShared, then its slice of the row (the passes after the first read it there,
-// not from global memory).
+// Shared memory of one block: SampleShared, then its slice of the row.
 __host__ __device__ constexpr size_t sample_smem_bytes(int vocab) {
-  return sizeof(SampleShared) + sizeof(float) * static_cast<size_t>((vocab + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS);
+  return sizeof(SampleShared) + sizeof(float) * static_cast<size_t>(slice_len(vocab));
 }
 inline constexpr size_t SAMPLE_SMEM_LIMIT = 227 * 1024;  // sm_90's opt-in maximum per block
 // The largest vocabulary whose slices fit shared memory (larger ones sample through the torch ops).
 inline constexpr int SAMPLE_MAX_VOCAB =
-    static_cast<int>((SAMPLE_SMEM_LIMIT - sizeof(SampleShared)) / sizeof(float)) * CLUSTER_BLOCKS;
-inline constexpr int LOAD_BATCH = 8;  // independent global loads in flight per thread in the first pass
+    static_cast<int>((SAMPLE_SMEM_LIMIT - sizeof(SampleShared)) / sizeof(float)) / SLICE_ALIGN * SLICE_ALIGN *
+    CLUSTER_BLOCKS;
+static_assert(sample_smem_bytes(SAMPLE_MAX_VOCAB) <= SAMPLE_SMEM_LIMIT);
+
+// This block's share of the draw over its slice: SCALED, xs holds scaled logits (filter_slice) and keys below
+// min_key are dropped; else xs holds penalised logits, scaled here (no other filter) where they may reach NEVER_WINS.
+template <bool SCALED>
+__device__ tk::value_index draw_slice(const float* xs, int n, int begin, uint32_t row, uint32_t min_key, float ymax,
+                                      float temperature, float log_min_p) {
+  const float ylo = SCALED ? -INFINITY : scaled_floor(NEVER_WINS, ymax, temperature);
+  tk::value_index draw{-INFINITY, 0x7FFFFFFF};
+  for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+    if (!SCALED && xs[i] < ylo) continue;  // scales below NEVER_WINS: the division is not needed to know it
+    const float f = SCALED ? xs[i] : scaled_logit(xs[i], ymax, temperature, log_min_p);
+    if (f < NEVER_WINS || order_key(f) < min_key) continue;
+    const tk::value_index cand{f + gumbel(row, begin + i), begin + i};
+    if (tk::beats(cand, draw)) draw = cand;
+  }
+  return draw;
+}
 
 // A cluster of CLUSTER_BLOCKS blocks per row (grid: rows * CLUSTER_BLOCKS blocks); dynamic shared memory:
 // sample_smem_bytes(vocab).
 __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_THREADS, 1)
     sample_rows(const SampleArgs a) {
+  // A step of a run whose rows all stopped at an earlier step: nothing to draw (the word was written by an earlier
+  // launch, so every block of every cluster decides the same, before any barrier).
+  if (mk::vm::run_stopped_before(a.run_stop, a.run_step)) return;
+  // Arrive now and wait before the first write into another block's shared memory: a block may be written only
+  // once it runs, and by the end of the first pass every block has long arrived (the wait costs nothing).
+  __cluster_barrier_arrive_relaxed();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SampleShared& sh = *reinterpret_cast<SampleShared*>(smem_raw);
   float* xs = reinterpret_cast<float*>(smem_raw + sizeof(SampleShared));
   cg::cluster_group cluster = cg::this_cluster();
   const int s = blockIdx.x / CLUSTER_BLOCKS, rank = static_cast<int>(cluster.block_rank()), V = a.vocab;
-  const int slice = (V + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
+  const int slice = slice_len(V);
   const int begin = min(V, rank * slice), n = min(V, begin + slice) - begin;
-  const float* __restrict__ logits = a.logits + static_cast<long long>(s) * a.logits_stride + begin;
-  const int* __restrict__ counts = a.counts ? a.counts + static_cast<long long>(s) * V + begin : nullptr;
-  const uint8_t* __restrict__ seen = a.seen ? a.seen + static_cast<long long>(s) * V + begin : nullptr;
+  if (threadIdx.x == 0) sh.cand_count = 0;
+  const bool greedy = a.greedy[s] != 0;
+  const int64_t top_k = a.top_k[s];
+  const float top_p = a.top_p[s];
+  const bool fast = !greedy && top_k > 0 && top_k <= FAST_TOP_K;
+  const int k = static_cast<int>(top_k > 0 ? top_k : 0);  // below the vocabulary size (tensors.py)
 
-  // Penalties (float64, clamped to float32's range), finiteness, and the greedy argmax; LOAD_BATCH loads in
-  // flight per thread, since this pass reads the row from global memory.
-  const double rep = a.repetition[s], freq = a.frequency[s], pres = a.presence[s];
-  float bad = 0.f;
-  tk::value_index best{-INFINITY, 0x7FFFFFFF};
-  for (int base = threadIdx.x; base < n; base += SAMPLE_THREADS * LOAD_BATCH) {
-    float l[LOAD_BATCH];
-    int c[LOAD_BATCH];
-    uint8_t seen_u[LOAD_BATCH];
-#pragma unroll
-    for (int u = 0; u < LOAD_BATCH; ++u) {
-      const int i = base + u * SAMPLE_THREADS;
-      l[u] = i < n ? logits[i] : 0.f;
-      c[u] = counts && i < n ? counts[i] : 0;
-      seen_u[u] = seen && i < n ? seen[i] : 0;
-    }
-#pragma unroll
-    for (int u = 0; u < LOAD_BATCH; ++u) {
-      const int i = base + u * SAMPLE_THREADS;
-      if (i >= n) break;
-      if (!isfinite(l[u])) bad = 1.f;
-      float y = l[u];
-      if (counts) {
-        double d = l[u];
-        if (seen_u[u]) d = d > 0 ? d / rep : d * rep;
-        d = d - freq * c[u] - pres * (c[u] > 0 ? 1.0 : 0.0);
-        y = static_cast<float>(fmin(fmax(d, -static_cast<double>(FLT_MAX)), static_cast<double>(FLT_MAX)));
+  const SliceStats st = a.counts ? load_slice<true>(a, s, begin, n, xs) : load_slice<false>(a, s, begin, n, xs);
+  const int bad = __syncthreads_or(st.bad);
+  const tk::value_index best = block_argmax(st.best, sh.red_arg);  // its barriers also publish xs to the block
+  __cluster_barrier_wait();
+  arrive_stats(best, bad, sh, cluster);
+  // While the row's max travels: the local bound of top-k's k-th largest (penalised logits: the scaling is monotone).
+  const float bound = fast ? local_kth_bound(st.top0, st.top1, k, sh) : -INFINITY;
+  const RowStat row_stat = wait_stats(sh);
+  const bool valid = row_stat.bad == 0;
+  int id = row_stat.best.index;
+
+  if (valid && !greedy) {  // uniform over the cluster: every block follows the same path
+    const float ymax = row_stat.best.value, temperature = a.temperature[s], log_min_p = a.log_min_p[s];
+    bool radix = !fast;
+    if (fast) {
+      const float cut = bound > -INFINITY ? scaled_logit(bound, ymax, temperature, log_min_p) : -INFINITY;
+      // A bound dropped by min-p leaves the block fewer than k tokens: it sends every token min-p keeps.
+      const int sent = send_candidates(xs, n, begin, ymax, temperature, log_min_p,
+                                       cut > -INFINITY ? cut : log_min_p, sh, cluster);
+      if (threadIdx.x < CLUSTER_BLOCKS) *cluster.map_shared_rank(&sh.meta[rank], threadIdx.x) = CandMeta{cut, sent};
+      cluster.sync();
+      for (int r = 0; r < CLUSTER_BLOCKS; ++r) radix |= sh.meta[r].count > CAND_PER_BLOCK;
+      if (!radix) {
+        if (rank != 0) return;  // block 0 finishes from its own shared memory
+        id = finish_top_k(a, s, k, top_p, sh);
       }
-      xs[i] = y;
-      const tk::value_index cand{y, begin + i};
-      if (tk::beats(cand, best)) best = cand;
     }
-  }
-  const bool valid = cluster_sum(bad, sh, cluster) == 0.f;  // its barriers also publish xs to the block
-  best = cluster_argmax(best, sh, cluster);
-  int id = best.index;
-  if (valid && !a.greedy[s]) {  // uniform over the cluster: every block follows the same path
-    filter_slice(xs, n, best.value, a.temperature[s], a.log_min_p[s]);
-    RowView r{xs, 0u, begin, n};
-    const int64_t k = a.top_k[s];
-    if (k > 0) r.min_key = select_key<false>(r, static_cast<float>(k), sh, cluster);
-    if (a.top_p[s] < 1.f) {
-      float z = 0.f;  // the mass top-k kept, for top-p's target
-      for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
-        const float f = r.filtered(i);
-        if (order_key(f) >= r.min_key) z += expf(f);
+    if (radix) {
+      const uint32_t row = row_hash(a, s);
+      tk::value_index draw;
+      if (k > 0 || top_p < 1.f) {
+        filter_slice(xs, n, ymax, temperature, log_min_p);
+        RowView r{xs, 0u, begin, n};
+        if (k > 0) r.min_key = select_key<false>(r, static_cast<float>(k), sh, cluster);
+        if (top_p < 1.f) r.min_key = max(r.min_key, select_key<true>(r, top_p, sh, cluster));
+        draw = draw_slice<true>(xs, n, begin, row, r.min_key, ymax, temperature, log_min_p);
+      } else {
+        draw = draw_slice<false>(xs, n, begin, row, 0u, ymax, temperature, log_min_p);
       }
-      z = cluster_sum(z, sh, cluster);
-      r.min_key = max(r.min_key, select_key<true>(r, a.top_p[s] * z, sh, cluster));
+      id = argmax_to_leader(draw, sh, cluster).index;
     }
-    const uint32_t row = row_hash(a, s);
-    tk::value_index draw{-INFINITY, 0x7FFFFFFF};
-    for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
-      const float f = r.filtered(i);
-      if (f < NEVER_WINS || order_key(f) < r.min_key) continue;
-      const tk::value_index cand{f + gumbel(row, begin + i), begin + i};
-      if (tk::beats(cand, draw)) draw = cand;
-    }
-    id = cluster_argmax(draw, sh, cluster).index;
   }
   if (rank == 0 && threadIdx.x == 0) {
     if (!valid) id = 0;
