@@ -7,23 +7,33 @@ When: every chunk of the step is a decode and no waiting request could take a se
 is taken). How long: at most `EngineConfig.decode_steps`, never past any sequence's max_tokens or length limit;
 and the run ends early, within the backend's look-ahead, once every sequence in it has stopped or a request
 waits for a freed seat. Stop strings, EOS and stop tokens are checked as the tokens come back: the ids a
-sequence produced past its stop are dropped (their KV writes land in pages the finished sequence frees).
+sequence produced past its stop are dropped (their KV writes land in pages the finished sequence frees). The
+backend also gets the rows' stop rules (engine/run_stops.py: EOS, stop ids, length), which the cuda backend
+checks on the GPU, so the steps it queued after every row stopped do no work; it never hands over their records,
+and a run it ends there leaves a row the host still runs (none, as the device rules are a subset of the host's)
+to the next engine step.
 Sampling noise is counted per request (its number of generated tokens), so a seeded request draws the same
 tokens in a run as step by step.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from engine.backends.base import Backend
 from engine.errors import EngineFatalError
 from engine.outputs import RequestOutput
 from engine.request_state import RequestState
+from engine.run_stops import RunStops, run_stops
 from engine.sampling.results import step_results
 from engine.sampling.run_sampler import NoiseTables, Records, RunSampler
 from engine.scheduler.requests.request_scheduler import ScheduledChunk, Scheduler, SchedulerOutput
 from models.llama.step_batch import StepBatch
+
+# The longest run while some running sequences wait for their turn to decode: long enough that the run's fixed
+# costs (building its batch, the first readback) are shared by several steps, short enough that the sequences
+# left out still get a token every few runs.
+TAKING_TURNS_STEPS = 8
 
 Sampled = dict[str, tuple[int, dict[int, float] | None]]
 Failed = dict[str, str]
@@ -38,19 +48,26 @@ def kernel_samples(states: list[RequestState]) -> bool:
 
 class DecodeRuns:
     """The engine's runs of decode steps. `apply` is the engine's bookkeeping of one step's sampled tokens and
-    failures (scheduler, stop checks, outputs); `requests` its live requests (a finished one leaves it)."""
+    failures (scheduler, stop checks, outputs); `requests` its live requests (a finished one leaves it); `eos_ids`
+    the model's EOS tokens (the host's EOS check's, for the device's stop rules)."""
 
     def __init__(self, backend: Backend, scheduler: Scheduler, requests: Mapping[str, RequestState],
-                 apply: ApplyStep, max_steps: int, page_size: int, backend_name: str, noise: NoiseTables) -> None:
+                 apply: ApplyStep, max_steps: int, page_size: int, backend_name: str, noise: NoiseTables,
+                 eos_ids: Sequence[int]) -> None:
         self.backend, self.scheduler, self.requests, self.apply = backend, scheduler, requests, apply
         self.max_steps, self.page_size, self.backend_name, self.noise = max_steps, page_size, backend_name, noise
+        self.eos_ids = tuple(eos_ids)
         self.last_run_steps = 0  # how many decode steps the last run took (it may end early)
 
     def steps_for(self, plan: SchedulerOutput) -> int:
-        """How many decode steps `plan` runs back to back (1: an ordinary step)."""
+        """How many decode steps `plan` runs back to back (1: an ordinary step). A plan that leaves running
+        sequences out (more decode than a step's tokens: they take turns, Scheduler._decode_turn) runs at most
+        TAKING_TURNS_STEPS, so the ones left out wait that long at most for their next token."""
         steps = self.max_steps
         if steps <= 1 or plan.preempted or self._seat_wanted():
             return 1
+        if len(plan.chunks) < self.scheduler.num_running:
+            steps = min(steps, TAKING_TURNS_STEPS)
         for chunk in plan.chunks:
             if not (chunk.is_decode and chunk.samples):
                 return 1
@@ -58,6 +75,13 @@ class DecodeRuns:
             steps = min(steps, params.max_tokens - seq.num_output_tokens,
                         self.scheduler.max_seq_len - seq.num_tokens + 1)
         return max(1, steps)
+
+    def stops_for(self, chunks: Sequence[ScheduledChunk]) -> RunStops:
+        """The stop rules of a run over `chunks` (decodes): the host's EOS, stop-id and length checks
+        (LLMEngine._postprocess) from each sequence's count of tokens before the run."""
+        return run_stops([self.requests[c.seq_id].params for c in chunks], self.eos_ids,
+                         [c.seq.num_output_tokens for c in chunks],
+                         [self.scheduler.max_seq_len - c.seq.num_tokens for c in chunks])
 
     def _seat_wanted(self) -> bool:
         """Whether a waiting request could be admitted if the run ended: someone waits and a seat is free (with
@@ -113,7 +137,8 @@ class DecodeRuns:
                 sampler = RunSampler(params, [s.noise_key for s in states],
                                      [s.history for s in states], [c.seq.num_output_tokens for c in chunks], steps,
                                      self.noise, self.backend.device, self.backend.sampling_kernel)
-            self.last_run_steps = self.backend.decode_steps(batch, steps, self.page_size, take, sampler)
+            self.last_run_steps = self.backend.decode_steps(batch, steps, self.page_size, take, sampler,
+                                                            stops=self.stops_for(chunks))
         except EngineFatalError:
             raise
         except Exception as exc:  # noqa: BLE001 - the whole run's forward: no single request to blame

@@ -97,7 +97,7 @@ class LLMEngine:
         self.output_sink: Callable[[list[RequestOutput]], None] | None = None
         self._noise = NoiseTables(self.config.vocab_size)
         self._runs = DecodeRuns(self.backend, self.scheduler, self._requests, self._apply, cfg.decode_steps,
-                                cfg.page_size, self.backend_name, self._noise)
+                                cfg.page_size, self.backend_name, self._noise, self.config.eos_token_ids)
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
         self._preemptions = 0

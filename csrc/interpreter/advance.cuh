@@ -1,11 +1,13 @@
 // advance.cuh: the on-device decode loop's glue. After a decode step, feed each sequence's sampled id
 // back as its next input token and move its position, context length and KV slot one forward, so
 // benchmark loops launch step after step without a host round trip (like a CUDA-graph baseline). Either
-// ARGMAX_REDUCE does it at the end of the step (Globals::advance_history) or a one-block kernel after it.
+// ARGMAX_REDUCE does it at the end of the step (Globals::advance_history) or a one-block kernel after it; in a run
+// with device stop checks (run_stop.cuh) the same places check the ids.
 #pragma once
 
 #include "../tk/grid_dependency.cuh"
 #include "opcodes.cuh"
+#include "run_stop.cuh"
 
 namespace mk::vm {
 
@@ -31,14 +33,20 @@ __device__ __forceinline__ void advance_sequence(int* step_args, int s, int tok,
   w[w[SA_OFF_SLOTS] + t] = page * ps + pos % ps;
 }
 
-// Launched after each step (with PDL where the step was: it then starts early and waits here).
-__global__ void advance_decode(int* step_args, const int* out_tokens, int* history, int step, int* error) {
+// Launched after each step (with PDL where the step was: it then starts early and waits here). With `run_stop`
+// (run_stop.cuh; nullptr: none) step `step` of a run checks its ids, and does nothing once the run stopped at an
+// earlier step: that step's megakernel launch did no work, so out_tokens holds no new ids.
+__global__ void advance_decode(int* step_args, const int* out_tokens, int* history, int step, int* error,
+                               int* run_stop) {
   tk::allow_dependent_grids();
   tk::wait_prerequisite_grids();
   const int S = step_args[SA_NUM_SEQS], s = threadIdx.x;
   if (s >= S) return;
   if (*reinterpret_cast<volatile const int*>(error) != 0) return;  // the step failed: out_tokens invalid
-  advance_sequence(step_args, s, out_tokens[s], history + step * S, error);
+  if (run_stopped_before(run_stop, step)) return;
+  const int tok = out_tokens[s];
+  advance_sequence(step_args, s, tok, history + step * S, error);
+  if (run_stop) note_run_token(run_stop, s, tok, step);
 }
 
 }  // namespace mk::vm

@@ -55,7 +55,12 @@ struct Globals {
   // nullptr, or an on-device decode loop's token history at this step's row: ARGMAX_REDUCE then also feeds
   // the sampled ids into step_args for the next launch (advance.cuh), instead of a kernel of its own.
   int* advance_history;
+  // nullptr, or the stop state of the run of decode steps this launch belongs to (run_stop.cuh): the launch does
+  // no work once the run stopped at an earlier step, and with advance_history ARGMAX_REDUCE checks its ids.
+  int* run_stop;
   // scalars
+  int run_step;      // with run_stop: this launch's step in its run (0, 1, ...)
+  int num_counters;  // entries of counters / counter_period (a skipped launch moves each one period on)
   long long timeout_ns;
   int l2_prefetch_bytes;  // per fetched instruction, by the controller (l2_prefetch.cuh)
   int l2_beyond_ring_bytes;  // per instruction past what the ring holds, by the loader (l2_prefetch.cuh)

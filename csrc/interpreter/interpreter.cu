@@ -16,6 +16,24 @@
 
 namespace mk::vm {
 
+// What a launch does, decided by thread 0 once the launches before it finished (block-uniform through shared memory).
+inline constexpr int GATE_RUN = 0;
+inline constexpr int GATE_ABORTED = 1;  // an earlier step failed
+inline constexpr int GATE_SKIP = 2;     // its run of decode steps stopped at an earlier step (run_stop.cuh)
+
+// A skipped launch does no work but leaves what a step leaves, so the stream's next launch (epoch + 1, in a run or
+// not) finds what it waits for: every counter one period further (they are monotonic, epoch * period + target:
+// state.cuh wait_dependency) and the dynamic queue's head one round of claims further (queue_len claims and one
+// failing claim per block: roles.cuh next_instruction). Nothing else changes: no KV, activation, step-args or
+// status word is written. Only this launch's blocks touch the counters now (the next launch reads them after
+// waiting for this one), so plain read-modify-writes suffice.
+__device__ __forceinline__ void skip_step(const Globals& g) {
+  const int stride = (int)(gridDim.x * blockDim.x);
+  for (int c = (int)(blockIdx.x * blockDim.x + threadIdx.x); c < g.num_counters; c += stride)
+    g.counters[c] += g.counter_period[c];
+  if (g.dynamic_queue && blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(g.queue_head, g.queue_len + (int)gridDim.x);
+}
+
 // TIMING: per-instruction timing records (Globals::timing). V: the variant (config.cuh); the batch-1 ones are
 // compiled with only the paths of one sequence's one new token (the one-row matvec on the tensor cores, the ring
 // attention, one attention path; each opcode's Op<OP>::in_variant, ops/): 239 / 237 KB of code against 759 KB,
@@ -45,11 +63,18 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
     // Everything after this reads what earlier steps wrote (error word, step args, counters, activations).
     tk::wait_prerequisite_grids();
     // An earlier queued step failed (its error word is still set): run nothing and issue no copy, so
-    // the first failure's record survives and no block works on inconsistent counters.
-    reinterpret_cast<int*>(sm.scratch)[SCRATCH_FLOATS - 2] = aborted(g) ? 1 : 0;
+    // the first failure's record survives and no block works on inconsistent counters. A step of a run that
+    // stopped at an earlier step: run nothing either, with the bookkeeping of a step (skip_step). Both words were
+    // written by earlier launches, so every block decides the same (run_stopped_before).
+    reinterpret_cast<int*>(sm.scratch)[SCRATCH_FLOATS - 2] =
+        aborted(g) ? GATE_ABORTED : run_stopped_before(g.run_stop, g.run_step) ? GATE_SKIP : GATE_RUN;
   }
   __syncthreads();
-  if (reinterpret_cast<const int*>(sm.scratch)[SCRATCH_FLOATS - 2] != 0) return;  // block-uniform
+  const int gate = reinterpret_cast<const int*>(sm.scratch)[SCRATCH_FLOATS - 2];  // block-uniform
+  if (gate != GATE_RUN) {
+    if (gate == GATE_SKIP) skip_step(g);
+    return;
+  }
   const int warp = tk::warp_id();
   if (warp < NUM_CONSUMER_WARPS) {
     run_consumers<TIMING, V>(g, sm);
@@ -98,13 +123,15 @@ Globals globals_from_dict(const py::dict& d) {
   g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
   g.w_o_map = ptr_field<const CUtensorMap>(d, "w_o_map", /*optional=*/true);
   g.advance_history = ptr_field<int>(d, "advance_history", /*optional=*/true);
+  g.run_stop = ptr_field<int>(d, "run_stop", /*optional=*/true);
+  g.run_step = g.run_stop ? scalar_field<int>(d, "run_step") : 0;
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
   MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
   MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(chain_cap_ahead);
-  MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(embed_next);
+  MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(embed_next); MK_INT(num_counters);
 #undef MK_INT
   const auto header = scalar_field<std::vector<int>>(d, "sa_header");
   if (header.size() != static_cast<size_t>(mk::vm::SA_HEADER_WORDS))
@@ -119,6 +146,8 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   const Globals g = globals_from_dict(fields);
   if (g.ring_pages < mk::vm::MIN_RING_PAGES || g.ring_pages > mk::vm::MAX_RING_PAGES)
     throw std::invalid_argument("megakernel launch: 'ring_pages' must be in [MIN_RING_PAGES, MAX_RING_PAGES]");
+  if (g.num_counters < 0) throw std::invalid_argument("megakernel launch: 'num_counters' must be >= 0");
+  if (g.run_stop && g.run_step < 0) throw std::invalid_argument("megakernel launch: 'run_step' must be >= 0");
   const size_t smem = mk::vm::SharedPlan::total;
   using mk::vm::megakernel;
   using KernelFn = void (*)(const Globals);
@@ -150,11 +179,13 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
 }
 
 void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int step, uintptr_t error,
-             int num_seqs, uintptr_t stream, bool pdl) {
+             int num_seqs, uintptr_t stream, bool pdl, uintptr_t run_stop) {
   if (num_seqs < 1 || num_seqs > 1024) throw std::invalid_argument("advance: num_seqs must be in [1, 1024]");
+  if (step < 0) throw std::invalid_argument("advance: step must be >= 0");
   mk::tk::launch_maybe_pdl(&mk::vm::advance_decode, dim3(1), dim3(num_seqs), 0, reinterpret_cast<cudaStream_t>(stream),
                            pdl, reinterpret_cast<int*>(step_args), reinterpret_cast<const int*>(out_tokens),
-                           reinterpret_cast<int*>(history), step, reinterpret_cast<int*>(error));
+                           reinterpret_cast<int*>(history), step, reinterpret_cast<int*>(error),
+                           reinterpret_cast<int*>(run_stop));
 }
 
 void sample_rows(const py::dict& d, int rows, uintptr_t stream) {
@@ -178,6 +209,8 @@ void sample_rows(const py::dict& d, int rows, uintptr_t stream) {
   a.seen = ptr_field<uint8_t>(d, "seen", /*optional=*/true);
   a.out_ids = ptr_field<int>(d, "out_ids");
   a.out_valid = ptr_field<uint8_t>(d, "out_valid");
+  a.run_stop = ptr_field<const int>(d, "run_stop", /*optional=*/true);
+  a.run_step = a.run_stop ? scalar_field<int>(d, "run_step") : 0;
   if (a.vocab < 1 || a.logits_stride < a.vocab) throw std::invalid_argument("sample_rows: bad vocab or stride");
   if ((a.counts == nullptr) != (a.seen == nullptr))
     throw std::invalid_argument("sample_rows: counts and seen come together");
@@ -196,8 +229,9 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.def("launch", &launch, py::arg("fields"), py::arg("grid"), py::arg("stream"),
         "Launch one step: fields maps every Globals member to a device pointer (int) or a scalar.");
   m.def("advance", &advance, py::arg("step_args"), py::arg("out_tokens"), py::arg("history"), py::arg("step"),
-        py::arg("error"), py::arg("num_seqs"), py::arg("stream"), py::arg("pdl") = false,
-        "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots.");
+        py::arg("error"), py::arg("num_seqs"), py::arg("stream"), py::arg("pdl") = false, py::arg("run_stop") = 0,
+        "Decode-loop glue: feed sampled ids back into the step args and advance positions/slots; with run_stop (a "
+        "run's stop state, run_stop.cuh) check the ids, and do nothing once the run stopped at an earlier step.");
   m.def("sample_rows", &sample_rows, py::arg("fields"), py::arg("rows"), py::arg("stream"),
         "One sampling step over `rows` logits rows (csrc/interpreter/sampling/sample_rows.cuh); fields maps each SampleArgs "
         "member to a device pointer (int) or a scalar.");
@@ -223,4 +257,6 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("TIMING_WORDS") = mk::vm::TIMING_WORDS;
   m.attr("TIMING_MARK0") = mk::vm::TIMING_MARK0;
   m.attr("PROGRESS_WORDS") = mk::vm::PROGRESS_WORDS;
+  m.attr("RS_HEADER_WORDS") = mk::vm::RS_HEADER_WORDS;  // the run stop state's layout (engine/run_stops.py)
+  m.attr("RS_ROW_WORDS") = mk::vm::RS_ROW_WORDS;
 }

@@ -7,6 +7,7 @@ from types import ModuleType
 
 import torch
 
+from engine.run_stops import RunStops
 from engine.sampling.results import to_host
 from engine.sampling.run_sampler import Records, RunSampler
 from models.llama.step_batch import StepBatch
@@ -38,15 +39,18 @@ class Backend(ABC):
         return torch.argmax(self.forward(batch), dim=-1)
 
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
-                     sampler: RunSampler | None = None) -> int:
+                     sampler: RunSampler | None = None, stops: RunStops | None = None) -> int:
         """Up to `steps` decode steps in a row: the first runs `batch` (one token per sequence), each next one
         takes the ids the step before it sampled (greedy, or drawn by `sampler` on the logits' device). The
         block tables must already hold every position the steps write. `on_records` receives the host records
         of consecutive steps ("ids" int64 [k, S], plus the sampler's records), in order, as soon as they are
         known, so the caller can use early tokens while later steps run; it returns False to end the run early
-        (steps already queued on a device still run and are handed over). Returns the number of steps run.
-        Here one step after another; the cuda backend queues the steps on the GPU without a host round trip
-        between them and reads their records back in small chunks."""
+        (steps already queued on a device still run and are handed over). `stops`: the rows' stop rules
+        (engine/run_stops.py) for a backend that checks them on its device, so that the steps queued after every row
+        stopped do no work; such steps are never handed to `on_records`. Returns the number of steps run.
+        Here one step after another, each handed over before the next starts, so `on_records` ends the run as soon
+        as it sees every row stopped and `stops` has nothing to save; the cuda backend queues the steps on the GPU
+        without a host round trip between them and reads their records back in small chunks."""
         for step in range(steps):
             if sampler is None:
                 ids = self.greedy(batch)

@@ -19,6 +19,7 @@ from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
+from engine.run_stops import RS_NOT_STOPPED, RS_STOPPED_AT, RunStops, worked_end
 from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
 from engine.scheduler.compiler.step_builder_splits import SplitParams
@@ -107,6 +108,9 @@ class CudaBackend(Backend):
             TargetDevice(num_sms=self.num_sms)) for w in WAVES_LADDER]
         self.timing = False
         self.last: DeviceStream | None = None
+        # The last run of decode steps' stop state on the device (csrc/interpreter/run_stop.cuh; None: that run had no
+        # device stop checks): kept after the run for tests and post-mortems, a few words.
+        self.last_run_stop: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -158,15 +162,20 @@ class CudaBackend(Backend):
         self.last = ds
         return ds
 
-    def _launch(self, ds: DeviceStream, advance_history: int = 0) -> None:
+    def _launch(self, ds: DeviceStream, advance_history: int = 0, run_stop: int = 0, run_step: int = 0) -> None:
         """One launch of `ds`; with `advance_history` (a device address) its ARGMAX_REDUCE writes the ids there and
         advances the step args to the next decode step (with the next embedding rows where the stream has no
-        EMBED)."""
+        EMBED). With `run_stop` (a device address: the stop state of a run, csrc/interpreter/run_stop.cuh) it is
+        step `run_step` of that run: it does no work if the run stopped at an earlier step, and with
+        `advance_history` its ARGMAX_REDUCE checks the ids against the rows' stop rules."""
         ds.before_launch()
         fields = self.launch_fields(ds)
         if advance_history:
             fields["advance_history"] = advance_history
             fields["embed_next"] = int(not self.embed_in_stream)
+        if run_stop:
+            fields["run_stop"] = run_stop
+            fields["run_step"] = run_step
         launch(self.module, ds, fields)
         ds.after_launch()
 
@@ -199,61 +208,82 @@ class CudaBackend(Backend):
 
     @torch.inference_mode()
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
-                     sampler: RunSampler | None = None) -> int:
+                     sampler: RunSampler | None = None, stops: RunStops | None = None) -> int:
         """Decode steps queued back to back on the GPU. Greedy: each step's ARGMAX_REDUCE writes its ids to a
         history row and advances the step args in place (csrc/interpreter/advance.cuh). Sampled: `sampler` draws
         from the step's logits on the GPU and a one-block kernel advances the step args from its ids. Either way
         the host never waits between two steps: records come back in chunks of READBACK_STEPS steps (after the
         error word, so nothing of a failed step is handed out) while later steps run, and the host stays at most
-        LOOKAHEAD_CHUNKS chunks behind, so a stop it sees ends the run within that many chunks. The planned last
-        step does not advance: its next position may have no page."""
+        LOOKAHEAD_CHUNKS chunks behind, so a stop it sees ends the run within that many chunks. With `stops` the
+        device also checks each step's ids against the rows' stop rules (csrc/interpreter/run_stop.cuh): once
+        every row stopped, the queued steps after it do no work, and their records (not tokens) are never handed
+        over. The planned last step does not advance: its next position may have no page."""
+        self.last_run_stop = None
         if (steps == 1 or self.timing or (sampler is None and not self.kernel.fold_advance)
                 or (sampler is not None and not self.embed_in_stream)):
-            return super().decode_steps(batch, steps, page_size, on_records, sampler)
-        ds = self._prepare(batch)
+            return super().decode_steps(batch, steps, page_size, on_records, sampler, stops)
         S = batch.num_seqs
+        if stops is not None and len(stops.rows) != S:
+            raise ValueError(f"stop rules for {len(stops.rows)} rows in a run of {S} sequences")
+        ds = self._prepare(batch)
         records = sampler.records if sampler is not None else {
             "ids": torch.empty((steps, S), dtype=torch.int32, device=self._device)}
         host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
-        errors = torch.empty((-(-steps // READBACK_STEPS), 1), dtype=torch.int32, pin_memory=True)
+        chunks = -(-steps // READBACK_STEPS)
+        errors = torch.empty((chunks, 1), dtype=torch.int32, pin_memory=True)
+        # The run's stop state on the device (built once per run), and per chunk its RS_STOPPED_AT word as the chunk's
+        # last step left it: the steps after that one did no work.
+        state = torch.tensor(stops.words(), dtype=torch.int32).to(self._device) if stops is not None else None
+        run_stop = state.data_ptr() if state is not None else 0
+        self.last_run_stop = state
+        stopped_at = torch.full((chunks, 1), RS_NOT_STOPPED, dtype=torch.int32, pin_memory=True)
         pending: deque[tuple[int, int, int, torch.cuda.Event]] = deque()
         stream = torch.cuda.current_stream(self._device).cuda_stream
-        launched, begin, go_on = 0, 0, True
+        launched, begin, ran, go_on = 0, 0, 0, True
 
         def read_back() -> None:
-            """Queue the copy of steps [begin, launched) and the error word to the host."""
+            """Queue the copy of steps [begin, launched), the error word and the run's stop word to the host."""
             nonlocal begin
             for name, t in records.items():
                 host[name][begin:launched].copy_(t[begin:launched], non_blocking=True)
             index = (launched - 1) // READBACK_STEPS
             errors[index].copy_(ds.status[:1], non_blocking=True)
+            if state is not None:
+                stopped_at[index].copy_(state[RS_STOPPED_AT:RS_STOPPED_AT + 1], non_blocking=True)
             event = torch.cuda.Event()
             event.record()
             pending.append((begin, launched, index, event))
             begin = launched
 
         def deliver() -> bool:
+            """Hand over the oldest chunk's steps that did work; False once the run is over (the host stopped, or
+            the device saw every row stop)."""
+            nonlocal ran
             first, end, index, event = pending.popleft()
             event.synchronize()
             if int(errors[index, 0]) != 0:
                 self._finish(ds)  # raises, naming the instruction
-            chunk = {name: t[first:end] for name, t in host.items()}
+            worked = worked_end(end, int(stopped_at[index, 0]))
+            if worked <= first:
+                return False
+            ran = worked
+            chunk = {name: t[first:worked] for name, t in host.items()}
             chunk["ids"] = chunk["ids"].to(torch.int64)
-            return on_records(chunk)
+            return on_records(chunk) and worked == end
 
         while launched < steps and go_on:
             last = launched == steps - 1
             ids = records["ids"][launched]
             if sampler is None:
-                self._launch(ds, advance_history=0 if last else ids.data_ptr())
+                self._launch(ds, advance_history=0 if last else ids.data_ptr(), run_stop=run_stop, run_step=launched)
                 if last:
                     ids.copy_(ds.out_tokens)
             else:
-                self._launch(ds)
-                sampler.step(ds.acts["logits"][:S], launched)
+                self._launch(ds, run_stop=run_stop, run_step=launched)
+                sampler.step(ds.acts["logits"][:S], launched, run_stop)
                 if not last:
                     self.module.advance(ds.step_args.data_ptr(), ids.data_ptr(), records["ids"].data_ptr(), launched,
-                                        ds.status.data_ptr(), S, stream)
+                                        ds.status.data_ptr(), S, stream, run_stop=run_stop)
             launched += 1
             if launched % READBACK_STEPS == 0 or launched == steps:
                 read_back()
@@ -261,10 +291,10 @@ class CudaBackend(Backend):
                     go_on = deliver()
         if begin < launched:  # ended early between two readbacks: the steps since the last one
             read_back()
-        while pending:  # what was queued still ran: hand it over
+        while pending:  # what was queued still ran: hand over what did work
             deliver()
         self._finish(ds)  # the error word of the last step
-        return launched
+        return ran
 
     def prefill(self, tokens: list[int], block_table: list[int], start: int = 0) -> int:
         """Run one sequence's tokens through the kernel in chunks it can hold; returns the last

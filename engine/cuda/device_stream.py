@@ -112,6 +112,7 @@ class DeviceStream:
             f.update({name: t.data_ptr() for name, t in self.acts.items()})
             f.update(k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(), out_tokens=self.out_tokens.data_ptr(),
                      counters=self.counters.data_ptr(), counter_period=self.counter_period.data_ptr(),
+                     num_counters=int(self.counter_period.numel()),
                      queue_head=self.queue_head.data_ptr(), step_args=self.step_args.data_ptr(),
                      instructions=self.program.data_ptr(), error=self.status.data_ptr(),
                      progress=self.progress.data_ptr(), queue_len=self.queue_len, dynamic_queue=int(self.dynamic),

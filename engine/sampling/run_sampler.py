@@ -70,10 +70,12 @@ class RunSampler:
             if self.penalties is not None:
                 self._fields.update(counts=self.penalties.counts.data_ptr(), seen=self.penalties.seen.data_ptr())
 
-    def step(self, logits: torch.Tensor, index: int) -> torch.Tensor:
+    def step(self, logits: torch.Tensor, index: int, run_stop: int = 0) -> torch.Tensor:
+        """Sample step `index` of the run from `logits`. `run_stop`: the device address of the run's stop state
+        (csrc/interpreter/run_stop.cuh): the kernel does nothing once every row stopped at an earlier step."""
         logits = logits[:, :self.token_hash.numel()]
         if self.kernel is not None and logits.dtype == torch.float32 and logits.stride(1) == 1:
-            return self._kernel_step(logits, index)
+            return self._kernel_step(logits, index, run_stop)
         try:
             ids, valid = sample_step(logits, self.tensors, self.counters, self.penalties, self.token_hash)
         except Exception:  # noqa: BLE001 - find the row(s) to blame: each row alone
@@ -91,13 +93,14 @@ class RunSampler:
             rec["lp_top_ids"][index] = top_ids
         return rec["ids"][index]
 
-    def _kernel_step(self, logits: torch.Tensor, index: int) -> torch.Tensor:
+    def _kernel_step(self, logits: torch.Tensor, index: int, run_stop: int) -> torch.Tensor:
         """The step in one launch of `sample_rows` (it records the ids, validity, penalties and counters itself)."""
         rec = self.records
         ids = rec["ids"][index]
+        stop = {"run_stop": run_stop, "run_step": index} if run_stop else {}
         self.kernel.sample_rows(  # type: ignore[union-attr]
             {**self._fields, "logits": logits.data_ptr(), "logits_stride": logits.stride(0),
-             "out_ids": ids.data_ptr(), "out_valid": rec["valid"][index].data_ptr()},
+             "out_ids": ids.data_ptr(), "out_valid": rec["valid"][index].data_ptr(), **stop},
             ids.numel(), torch.cuda.current_stream(logits.device).cuda_stream)
         if "lp_chosen" in rec:
             chosen, values, top_ids = step_logprobs(logits, ids.long(), rec["valid"][index], rec["lp_top_ids"].shape[2])

@@ -93,12 +93,12 @@ def test_a_waiting_request_ends_a_run_early(tiny_checkpoint: str) -> None:
     ran: list[int] = []
     original = engine.backend.decode_steps
 
-    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None) -> int:  # noqa: ANN001
+    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None, stops=None) -> int:  # noqa: ANN001
         def arrive_then_take(records):  # noqa: ANN001, ANN202
             if "late" not in engine._requests:
                 engine.add_request("late", "a", SamplingParams(temperature=0.0, max_tokens=2))
             return on_records(records)
-        ran.append(original(batch, steps, page_size, arrive_then_take, sampler))
+        ran.append(original(batch, steps, page_size, arrive_then_take, sampler, stops))
         return ran[-1]
 
     engine.backend.decode_steps = spy  # type: ignore[method-assign]
@@ -168,10 +168,10 @@ def test_runs_go_on_while_requests_wait_for_a_full_house(tiny_checkpoint: str) -
     waiting_at_runs: list[int] = []
     original = llm.engine.backend.decode_steps
 
-    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None) -> int:  # noqa: ANN001
+    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None, stops=None) -> int:  # noqa: ANN001
         if steps > 1:
             waiting_at_runs.append(llm.engine.scheduler.num_waiting)
-        return original(batch, steps, page_size, on_records, sampler)
+        return original(batch, steps, page_size, on_records, sampler, stops)
 
     llm.engine.backend.decode_steps = spy  # type: ignore[method-assign]
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
@@ -194,9 +194,9 @@ def test_a_cache_too_full_for_a_whole_run_gets_a_shorter_one(tiny_checkpoint: st
     runs: list[int] = []
     original = many.engine.backend.decode_steps
 
-    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None) -> int:  # noqa: ANN001
+    def spy(batch: StepBatch, steps: int, page_size: int, on_records, sampler=None, stops=None) -> int:  # noqa: ANN001
         runs.append(steps)
-        return original(batch, steps, page_size, on_records, sampler)
+        return original(batch, steps, page_size, on_records, sampler, stops)
 
     many.engine.backend.decode_steps = spy  # type: ignore[method-assign]
     assert [o.outputs[0].token_ids for o in many.generate(prompts, params)] == want

@@ -6,6 +6,7 @@
 
 #include "../../tk/reduce.cuh"
 #include "../advance.cuh"
+#include "../run_stop.cuh"
 #include "../bf16_unpack.cuh"
 #include "../op_traits.cuh"
 #include "../state.cuh"
@@ -43,8 +44,12 @@ __device__ void op_argmax(const Globals& g, const Shared& sm, const int* w) {
     best = tk::warp_argmax(best);
     if (lane == 0) {
       g.out_tokens[s] = best.index;
-      // The on-device decode loop's next inputs: every reader of step_args in this step is an ancestor.
-      if (g.advance_history) advance_sequence(const_cast<int*>(g.step_args), s, best.index, g.advance_history, g.error);
+      // The on-device decode loop's next inputs: every reader of step_args in this step is an ancestor. In a run
+      // with device stop checks, the id is checked too, so the run's launches after its last row stopped do no work.
+      if (g.advance_history) {
+        advance_sequence(const_cast<int*>(g.step_args), s, best.index, g.advance_history, g.error);
+        if (g.run_stop) note_run_token(g.run_stop, s, best.index, g.run_step);
+      }
       reinterpret_cast<int*>(sm.out)[s] = best.index;  // for the embedding rows below (S <= tokens <= OUT_FLOATS)
     }
   }
