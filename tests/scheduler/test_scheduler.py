@@ -236,3 +236,39 @@ def test_never_schedules_past_max_model_len() -> None:
 def test_max_seq_len_is_capped_by_cache() -> None:
     sched = make_scheduler(max_model_len=1000, num_pages=3, page_size=4)
     assert sched.max_seq_len == 12 and sched.config.capacity_tokens == 12
+
+
+def test_more_decodes_than_the_budget_take_turns() -> None:
+    """20 decoding sequences and 8 tokens per step: every step serves the 8 that waited longest, so each one
+    advances in turn (none is left behind while the oldest ones run to their end). Meanwhile requests kept
+    arriving: each step gives half its tokens to prompts until every one of them runs."""
+    sched = make_scheduler(max_num_seqs=20, max_num_batched_tokens=8, num_pages=256)
+    rng = random.Random(3)
+    for i in range(20):
+        add(sched, f"s{i}", rand_prompt(rng, 1))  # one-token prompts: each one's first step is already a decode
+    for _ in range(6):  # admissions: 8, then 4 per step beside 4 decodes in turn
+        run_step(sched)
+    assert sched.num_running == 20 and sched.num_waiting == 0
+    served: dict[str, int] = {f"s{i}": 0 for i in range(20)}
+    for _ in range(10):  # 80 tokens: 4 each on average
+        out = run_step(sched)
+        assert len(out.chunks) == 8
+        for c in out.chunks:
+            served[c.seq_id] += 1
+    assert max(served.values()) - min(served.values()) <= 1 and sum(served.values()) == 80, served
+
+
+def test_a_prompt_gets_half_the_budget_beside_more_decodes_than_fit() -> None:
+    """8 sequences decode and fill the 8-token budget; a longer prompt admitted now still progresses (half of each
+    step, the decodes taking turns in the other half) instead of waiting for a decoding sequence to finish."""
+    sched = make_scheduler(max_num_seqs=12, max_num_batched_tokens=8, num_pages=256)
+    rng = random.Random(4)
+    for i in range(8):
+        add(sched, f"d{i}", rand_prompt(rng, 1))
+    run_step(sched)
+    add(sched, "long", rand_prompt(rng, 12))
+    for _ in range(3):  # the 12-token prompt in three steps of 4
+        out = run_step(sched)
+        chunk = next((c for c in out.chunks if c.seq_id == "long"), None)
+        assert chunk is not None and chunk.num_tokens == 4 and sum(c.num_tokens for c in out.chunks) == 8
+    assert sched.get("long").num_computed_tokens == 12

@@ -36,6 +36,10 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: the last one is the first victim
         self._seqs: dict[str, Sequence] = {}
+        # When more sequences wait to decode than the token budget holds, they take turns: those served longest ago
+        # go first (the number of each sequence's last chunk, counting every chunk ever served).
+        self._last_served: dict[str, int] = {}
+        self._served = 0
 
     # ---- queries -----------------------------------------------------------------------------
     @property
@@ -103,6 +107,7 @@ class Scheduler:
             self._running.remove(seq)
         else:
             self._waiting.remove(seq)
+        self._last_served.pop(seq_id, None)
         self.block_manager.free(seq_id)
         seq.status = status
 
@@ -123,8 +128,9 @@ class Scheduler:
         finished: list[Sequence] = []
         running = self._running
 
+        turn = self._decode_turn(budget)
         # One token reserved per running decode not yet reached, so prefill chunks cannot starve them.
-        decodes_left = sum(1 for s in running if self._pending(s) == 1)
+        decodes_left = sum(1 for s in running if self._pending(s) == 1 and s.seq_id in turn)
         i = 0
         while i < len(running):
             seq = running[i]
@@ -140,6 +146,9 @@ class Scheduler:
                     i += 1  # all known tokens computed, waiting for on_step_done's sampled token
                 continue
             if pending == 1:
+                if seq.seq_id not in turn:  # another sequence's turn to decode
+                    i += 1
+                    continue
                 decodes_left -= 1
                 n = 1 if budget >= 1 else 0
             else:
@@ -160,7 +169,26 @@ class Scheduler:
         # Any 1-token chunk is computed like a decode (one query against the cache), including the last
         # token of a prefill or a 1-token admission chunk, so all of them go in the decode group.
         chunks = decodes + [c for c in prefills if c.is_decode] + [c for c in prefills if not c.is_decode]
+        # One number per chunk served, in the order the served ones had waited: the turns stay a queue.
+        for c in sorted(chunks, key=lambda c: self._last_served.get(c.seq_id, 0)):
+            self._served += 1
+            self._last_served[c.seq_id] = self._served
         return SchedulerOutput(chunks=tuple(chunks), preempted=tuple(preempted), finished=tuple(finished))
+
+    def _decode_turn(self, budget: int) -> set[str]:
+        """The running sequences ready to decode that this step serves: all of them when the budget holds them
+        (and a token for a waiting prompt).
+        Else they take turns, the ones served longest ago first, so every one advances instead of the oldest
+        alone; and where a prompt waits to be computed (a waiting request, a running one mid-prompt), the decodes'
+        turn is half the budget, the rest goes to prompts: with more decoding sequences than tokens per step, a new request would otherwise not start
+        before a running one finished."""
+        ready = [s for s in self._running if self._pending(s) == 1]
+        prompts_wait = bool(self._waiting) or any(self._pending(s) > 1 for s in self._running)
+        if len(ready) <= budget - prompts_wait:  # room for every decode (and a prompt token)
+            return {s.seq_id for s in ready}
+        seats = -(-budget // 2) if prompts_wait else budget
+        order = sorted(range(len(ready)), key=lambda k: (self._last_served.get(ready[k].seq_id, 0), k))
+        return {ready[k].seq_id for k in order[:max(0, seats)]}
 
     def on_step_done(self, output: SchedulerOutput, sampled: dict[str, int]) -> None:
         """Record that `output`'s chunks were computed: advance `num_computed_tokens` and append the sampled
@@ -238,6 +266,7 @@ class Scheduler:
 
     def _retire(self, seq: Sequence, status: SequenceStatus) -> None:
         del self._seqs[seq.seq_id]
+        self._last_served.pop(seq.seq_id, None)
         self.block_manager.free(seq.seq_id)
         seq.status = status
 
