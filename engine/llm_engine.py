@@ -88,8 +88,11 @@ class LLMEngine:
         budget = cfg.max_num_batched_tokens
         if self.backend.max_tokens_per_step is not None:
             budget = min(budget, self.backend.max_tokens_per_step)
+        # max_num_seqs is not capped by the step's tokens: more decoding sequences than a step holds take turns
+        # (Scheduler._decode_turn), so every request is admitted and starts, instead of waiting for a whole
+        # earlier group to finish.
         self.scheduler = Scheduler(SchedulerConfig(
-            max_num_seqs=min(cfg.max_num_seqs, budget), max_num_batched_tokens=budget,
+            max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=budget,
             max_model_len=self.max_model_len, num_pages=self.num_pages, page_size=cfg.page_size))
         self._requests: dict[str, RequestState] = {}
         # Where outputs of a run of decode steps go as soon as each chunk of its tokens is processed (the server

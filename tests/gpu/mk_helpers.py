@@ -45,13 +45,20 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # Max relative error of a buffer against the fp32 VM on steps whose matvecs take the tensor cores (x rounded to
 # bf16, as torch's bf16 linear layers round their input; prompt chunks included, so the rounding of every prompt
-# token's K and V reaches the decodes after it). Measured at most 2.5e-2 on these tests' 512-wide shapes (H100);
-# a wrong result (a dropped row, split or token) is off by O(1).
+# token's K and V reaches the decodes after it). The attention output amplifies the rounding of q and k through
+# the softmax. Measured on these tests' 512-wide shapes (H100, H200): attn_out up to 8.4e-2, the other buffers
+# up to 2.5e-2; a wrong result (a dropped row, split or token) is off by O(1).
 VM_REL_TOLERANCE = 3e-2
+VM_ATTN_OUT_TOLERANCE = 1.5e-1
+
+
+def vm_tolerance(name: str) -> float:
+    """The relative tolerance of buffer `name` against the VM (see VM_REL_TOLERANCE)."""
+    return VM_ATTN_OUT_TOLERANCE if name == "attn_out" else VM_REL_TOLERANCE
 
 
 def steps_match_vm(vm: VMBackend, gpu: CudaBackend, scen: Scenario, plans: list[list[int | None]], label: str,
-                   tolerance: Callable[[str], float] = lambda name: VM_REL_TOLERANCE, check_kv: bool = False) -> None:
+                   tolerance: Callable[[str], float] = vm_tolerance, check_kv: bool = False) -> None:
     """Run each plan (tokens per sequence, as Scenario.batch takes them) through both backends: every buffer
     within tolerance(name) of the VM's (relative), the KV caches within 2e-2 when check_kv, and the same
     greedy ids wherever the VM's winner is clear; then feed the VM's tokens back."""
