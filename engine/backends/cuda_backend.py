@@ -73,7 +73,8 @@ class CudaBackend(Backend):
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         self.limits.check_model(self.dims)
-        self.max_tokens_per_step = self.limits.max_tokens(self.dims, split_kw.get("mlp_slices"))  # type: ignore[arg-type]
+        self.max_tokens_per_step = self.limits.max_tokens(self.dims, split_kw.get("mlp_slices"),  # type: ignore[arg-type]
+                                                          self.kernel.mma_matvec)
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
         # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
         # page of floats, so a page holds two or more down rows of a slice; in whole tensor-core chunks.

@@ -112,13 +112,17 @@ class InterpreterLimits:
         if d.hidden > self.x_floats:
             raise UnsupportedOnGPU(f"hidden_size {d.hidden} exceeds the activation buffer ({self.x_floats} floats)")
 
-    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None) -> int:
-        """Tokens per step the activation buffer holds (rows of the widest matvec input). `mlp_slices` as
-        in SplitParams (None: the builder's default)."""
+    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False) -> int:
+        """Tokens per step the activation buffer holds (rows of every matvec input: the hidden size, the attention
+        output, an MLP K-slice). `mlp_slices` as in SplitParams (None: the builder's default); `bf16_x`: the kernel
+        keeps tensor-core inputs in bf16 (KernelOptions.mma_matvec: half the floats, so the 8B's 4096-wide rows
+        fit 8 tokens instead of 4)."""
         slices = mlp_slice_count(d, mlp_slices)
         slice_width = -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
-        widest = max(d.hidden, d.q_cols, slice_width)
-        return max(1, min(self.max_tokens_per_matvec, self.x_floats // widest))
+        n = self.max_tokens_per_matvec
+        while n > 1 and any(self.x_need(n, k, bf16_x) > self.x_floats for k in (d.hidden, d.q_cols, slice_width)):
+            n -= 1
+        return n
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
                    max_ring_pages: int | None = None, bf16_x: bool = False) -> int:

@@ -181,3 +181,16 @@ def test_panel_widths_are_the_kernels() -> None:
     text = (Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "panel_pages.cuh").read_text()
     body = re.search(r"bool panel_k_ok\(int K\) \{ return ([^;]+); \}", text).group(1)
     assert tuple(sorted(int(k) for k in re.findall(r"K == (\d+)", body))) == PANEL_WIDTHS
+
+
+def test_bf16_x_doubles_the_8b_step() -> None:
+    """Tensor-core inputs are bf16 rows (activations.cuh x_is_bf16): the 8B's 4096-wide rows fit 8 tokens of x
+    instead of 4; the 1B keeps its 8 (the matvec's own cap)."""
+    c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", CONFIG.read_text())}
+    lim = InterpreterLimits(c["PAGE_BYTES"], c["X_FLOATS"], c["OUT_FLOATS"], c["MAX_TOKENS_PER_MATVEC"],
+                            c["MAX_GQA"], c["MIN_RING_PAGES"], c["MAX_RING_PAGES"], c["NUM_CONSUMER_WARPS"],
+                            mma_chunk=128, x_row_skew=c["X_ROW_SKEW"])
+    d8, d1 = (ModelDims.from_config(preset_config(p)) for p in ("llama-3.1-8b", "llama-3.2-1b"))
+    assert lim.max_tokens(d8) == 4 and lim.max_tokens(d8, bf16_x=True) == 8
+    assert lim.max_tokens(d1) == lim.max_tokens(d1, bf16_x=True) == 8
+    assert lim.max_tokens(d8, mlp_slices=1, bf16_x=True) == 2  # 14336-wide down rows: 2 fit even in bf16

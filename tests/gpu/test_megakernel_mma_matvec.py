@@ -3,6 +3,7 @@ activation row (csrc/interpreter/dot_rows_mma.cuh) against the CUDA-core path it
 and several (dot_tokens_mma.cuh: steps of several tokens, 4 weight rows per product). Row lengths:
 - hidden 4096: 2 rows per 16 KB page (the 2-row call, 4 chunks per iteration); with one MLP slice the
   down rows are 8192 long: 1 row per page (the row pair repeats its one real row);
+- hidden 4096 with the default MLP slices: steps of up to 8 tokens (the 8B's step);
 - hidden 640 / intermediate 1152: chunks that do not fill a whole iteration (the one-chunk tail), pages of
   12 and 7 rows (4-row calls, then a 2-row and a 1-row remainder).
 The one-row test runs one sequence (a prompt in chunks, then greedy decodes); the several-row test three at
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.gpu
 SHAPES = {  # name: (config, split parameters shared by the VM and the GPU)
     "rows-4096-8192": (small(4096, 32, 8, 128, 8192, 1, 512), {"mlp_slices": 1}),
     "rows-640-1152": (small(640, 5, 1, 128, 1152, 2, 300), {}),
+    # the 8B's row length with the default MLP slices: 8 tokens of bf16 x fit (4 of fp32)
+    "rows-4096-sliced": (small(4096, 32, 8, 128, 8192, 1, 512), {}),
 }
 
 
