@@ -155,9 +155,10 @@ class InterpreterLimits:
             return 1
         rows = (2 if code == op.Opcode.RMS_GATE_UP_SILU else 1) * int(a[1] - a[0])
         if code == op.Opcode.DOWN_RESIDUAL:
-            if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or nx * k > self.x_floats:
+            if k % 8 or 2 * k > self.page_bytes or int(a[2]) % 8 or self.x_need(nx, k, bf16_x) > self.x_floats:
                 raise UnsupportedOnGPU(f"DOWN_RESIDUAL K-slice [{a[2]}, {a[3]}) does not fit the interpreter "
-                                       f"(8-aligned, <= {self.page_bytes // 2} wide, tokens*K <= {self.x_floats})")
+                                       f"(8-aligned, <= {self.page_bytes // 2} wide, its {nx} rows of x within "
+                                       f"{self.x_floats} floats)")
         self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
         return self.x_need(nx, k, bf16_x)
 
