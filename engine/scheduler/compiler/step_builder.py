@@ -79,9 +79,16 @@ class _Emitter:
         self.ctr = _Counters()
         self.out: list[Instruction] = []
         self.signals: dict[int, int] = {}
+        # Many instructions share one wait list (every block of an op waits on the same producers): each distinct
+        # list becomes Wait records once, which was a third of building a new step shape's stream.
+        self._waits: dict[tuple[tuple[int, int], ...], tuple[Wait, ...]] = {}
 
     def __call__(self, cls: type, layer: int, waits: Waits, signal: int, **operands: int) -> None:
-        hdr = Header(instr_id=len(self.out), layer=layer, waits=tuple(Wait(c, t) for c, t in waits),
+        key = tuple(waits)
+        records = self._waits.get(key)
+        if records is None:
+            records = self._waits[key] = tuple(Wait(c, t) for c, t in waits)
+        hdr = Header(instr_id=len(self.out), layer=layer, waits=records,
                      signal=signal, signal_amount=0 if signal == NO_COUNTER else 1)
         self.out.append(cls(**operands, header=hdr))
         if signal != NO_COUNTER:
