@@ -3,7 +3,9 @@
 Policy (vLLM-v1 style, one token budget per step):
 1. RUNNING sequences first, in admission order: each gets its pending tokens (a decode is 1 token; a
    partially prefilled prompt gets a chunk of what is left of the budget, minus one token reserved for
-   every running decode still to come, so a long prefill never starves decodes).
+   every running decode still to come, so a long prefill never starves decodes). When more sequences are ready
+   to decode than the budget holds, they take turns, served longest ago first, and a waiting prompt gets half
+   of the budget (`_decode_turn`): every request advances, and a new one starts before a running one ends.
 2. Then WAITING sequences FCFS while seats (max_num_seqs), budget and KV pages allow. With chunked prefill
    a long prompt gets a budget-sized chunk and continues next step; without it the whole prompt must fit.
    No admission in a step that had to preempt (admitting would just thrash the cache).
