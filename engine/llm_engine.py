@@ -159,6 +159,11 @@ class LLMEngine:
                            kv_pages_used=bm.num_used_pages, kv_pages_total=self.num_pages,
                            num_preemptions=self._preemptions, steps=self._steps)
 
+    def reset_counters(self) -> None:
+        """Steps and preemptions back to zero (after engine/warm_up.py's throwaway requests)."""
+        self._steps = 0
+        self._preemptions = 0
+
     # ---------------------------------------------------------------- the loop
     def step(self) -> list[RequestOutput]:
         """One engine step. Raises only `EngineFatalError`; a single request's failure is an output."""

@@ -99,7 +99,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     def load() -> object:
         from engine import LLMEngine
+        from engine.warm_up import warm_up
         engine = LLMEngine(args.model_dir, **engine_kwargs(args))
+        if engine.backend_name == "cuda":  # its step shapes' instruction streams are built on first use
+            log.info("warming up: one throwaway request builds a first request's instruction streams")
+            log.info("warmed up in %.1f s", warm_up(engine))
         log.info("ready: %s (backend %s, max_model_len %d) as %r on %s", args.model, engine.backend_name,
                  engine.max_model_len, opts.served_model_name, url)
         return engine

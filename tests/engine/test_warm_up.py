@@ -1,0 +1,34 @@
+"""engine/warm_up.py: the throwaway requests run to completion and leave the engine as it was (no request, no
+pages held, counters at zero), and a real request afterwards decodes as it would have without them."""
+from __future__ import annotations
+
+import pytest
+
+from engine import LLMEngine, SamplingParams
+from engine.warm_up import warm_up
+
+
+def _generate(engine: LLMEngine, ids: list[int]) -> list[int]:
+    engine.add_request("r", {"prompt_token_ids": ids}, SamplingParams(max_tokens=6, ignore_eos=True, temperature=0.0))
+    tokens: list[int] = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            tokens = list(out.outputs[0].token_ids)
+    return tokens
+
+
+def test_warm_up_leaves_the_engine_as_it_was(tiny_checkpoint: str) -> None:
+    cold = LLMEngine(tiny_checkpoint, backend="torch", max_num_seqs=4)
+    want = _generate(cold, [5, 9, 2, 7, 11])
+    engine = LLMEngine(tiny_checkpoint, backend="torch", max_num_seqs=4)
+    assert warm_up(engine, prompt_len=20) > 0
+    stats = engine.get_stats()
+    assert not engine.has_unfinished_requests() and stats.kv_pages_used == 0 and stats.steps == 0
+    assert _generate(engine, [5, 9, 2, 7, 11]) == want
+
+
+def test_warm_up_refuses_an_engine_with_requests(tiny_checkpoint: str) -> None:
+    engine = LLMEngine(tiny_checkpoint, backend="torch", max_num_seqs=4)
+    engine.add_request("r", {"prompt_token_ids": [1, 2, 3]}, SamplingParams(max_tokens=2))
+    with pytest.raises(RuntimeError, match="already has requests"):
+        warm_up(engine)
