@@ -95,10 +95,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
     for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
       const int i = base + u * CONSUMER_THREADS;
       if (i < n4) {
-        const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[u].x));
-        const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[u].y));
-        ss = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, ss))));
-        store_x4(dst, 4 * i, make_float4(v[u].x * w01.x, v[u].y * w01.y, v[u].z * w23.x, v[u].w * w23.y), as_bf16);
+        store_x4(dst, 4 * i, scale4_sumsq(v[u], wv[u], ss), as_bf16);
       }
     }
   }
