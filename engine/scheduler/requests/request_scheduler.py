@@ -131,8 +131,8 @@ class Scheduler:
         running = self._running
 
         turn = self._decode_turn(budget)
-        # One token reserved per running decode not yet reached, so prefill chunks cannot starve them.
-        decodes_left = sum(1 for s in running if self._pending(s) == 1 and s.seq_id in turn)
+        # One token reserved per running decode of this turn not yet reached, so prefill chunks cannot starve them.
+        decodes_left = len(turn)
         i = 0
         while i < len(running):
             seq = running[i]
