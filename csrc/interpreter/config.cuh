@@ -30,7 +30,11 @@ inline constexpr int POOL_BYTES = MIN_RING_PAGES * PAGE_BYTES + X_FLOATS * 4;
 // LM head's vocab block (128256 / 132 SMs = 976 rows per sequence; the host cuts more blocks for 3+ sequences).
 inline constexpr int OUT_FLOATS = 2048;
 inline constexpr int SCRATCH_FLOATS = 128;
-inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one matvec handles at once
+inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one matvec handles at once (a token group)
+// Tokens one step may carry when x holds a whole token group: larger steps run their matvecs group by group over
+// pages kept in the ring (token_groups.cuh). Every per-token buffer is sized per stream; this only bounds the
+// int arithmetic of token offsets (tokens x the intermediate size).
+inline constexpr int MAX_TOKENS_PER_STEP = 16384;
 inline constexpr int X_ROW_SKEW = 8;  // extra bf16 elements between x rows on the tensor cores (activations.cuh x_pitch)
 inline constexpr int MAX_GQA = 8;
 

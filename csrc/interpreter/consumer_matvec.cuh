@@ -13,6 +13,7 @@
 #include "dot_tokens_mma.cuh"
 #include "marks.cuh"
 #include "state.cuh"
+#include "token_groups.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {
@@ -146,9 +147,11 @@ __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int 
 // takes it exactly when x was written as bf16 rows, activations.cuh x_is_bf16).
 enum class PagePath { GENERAL, ONE_ROW_MMA, TOKENS_MMA };
 
+// `pass`: which pass over the instruction's pages this is (token_groups.cuh); later passes find their pages in
+// the ring already, and only the last frees them.
 template <int NX, PagePath PATH = PagePath::GENERAL>
 __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
-                                           const int* instr) {
+                                           const int* instr, const PagePass pass) {
   constexpr bool MMA_ONLY = PATH == PagePath::ONE_ROW_MMA;
   const int warp = tk::warp_id(), lane = tk::lane_id();
   // Weight pages follow any KV pages of the stream (a fused ATTN_O_PROJ's; kv_stream.cuh), whose consumer
@@ -160,15 +163,18 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
     if (!mma) return variant_mismatch(g, instr);
   }
   const int x_pitch_bf16 = ws.row_elems + X_ROW_SKEW;  // TOKENS_MMA: activations.cuh x_pitch
+  if (!(pass.first && pass.last) && n_pages > sm.ring_pages) return ring_hold_error(g, instr, n_pages, sm.ring_pages);
   bool ok = true;
   RingWalk walk(sm, warp);  // this warp's pages p = warp, warp + 8, ...
   for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
     const uint32_t n = walk.pos0 + p, ring = walk.ring;
-    if (ok) ok = wait_page_issued(g, sm, n, instr);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
-    ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
-    if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
-    if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);
+    if (pass.first) {
+      if (ok) ok = wait_page_issued(g, sm, n, instr);
+      if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, instr, SITE_CONSUMER_PAGE_FULL, n);
+      ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
+      if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_PAGE);
+      if (p == 0 && lane == 0) timing_mark(g, instr, MARK_FIRST_PAGE);
+    }
     if (ok) {
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
@@ -198,13 +204,15 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       }
     }
     __syncwarp();
-    if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
-    if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_DONE);
+    if (pass.last) {
+      if (lane == 0 && p < n_pages - g.defer_free_pages) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
+      if (p == n_pages - 1 && lane == 0) timing_mark(g, instr, MARK_LAST_DONE);
+    }
 
     walk.next();
   }
   const bool all_ok = consumer_all(ok);  // also the barrier before the epilogue reads shared `out`
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && pass.last) {
     walk.finish(sm, n_pages);
     timing_mark(g, instr, MARK_COMPUTED);
   }
@@ -215,18 +223,22 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
 // (1 for batch-1 decode keeps registers low). The batch-1 kernel (B1) holds only the one-row tensor-core loop:
 // without the CUDA-core paths beside it (dead code for its streams) batch-1 decode ran 1 % faster (1B, H200:
 // 0.780 -> 0.772 ms/token).
+// `grp`: the token group whose rows x holds (token_groups.cuh).
 template <bool B1>
-__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, int nx, const int* instr) {
+__device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, const TokenGroup& grp, const int* instr) {
   const WeightStream ws = slot_stream(instr);
+  const int nx = grp.n;
   if constexpr (B1) {
     if (nx != 1) return variant_mismatch(g, instr);
-    return consume_pages<1, PagePath::ONE_ROW_MMA>(g, sm, ws, 1, instr);
+    return consume_pages<1, PagePath::ONE_ROW_MMA>(g, sm, ws, 1, instr, ONLY_PASS);
   }
-  if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr);
-  if (x_is_bf16(g, nx, ws.row_elems)) return consume_pages<MAX_TOKENS_PER_MATVEC, PagePath::TOKENS_MMA>(g, sm, ws, nx, instr);
-  if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr);
-  if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr);
-  return consume_pages<8>(g, sm, ws, nx, instr);
+  const PagePass pass = grp.pass;
+  if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr, pass);
+  if (x_is_bf16(g, nx, ws.row_elems))
+    return consume_pages<MAX_TOKENS_PER_MATVEC, PagePath::TOKENS_MMA>(g, sm, ws, nx, instr, pass);
+  if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr, pass);
+  if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr, pass);
+  return consume_pages<8>(g, sm, ws, nx, instr, pass);
 }
 
 // The weight-streaming MLP ops and the LM head, once their input is in shared memory: the timing mark, and

@@ -249,6 +249,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("MMA_CHUNK") = mk::vm::MMA_CHUNK;  // row elements per batch-1 tensor-core step (dot_rows_mma.cuh)
   m.attr("SHORT_ROW_MAX_K") = mk::vm::SHORT_ROW_MAX_K;  // longest row of the short-row path (dot_short_rows.cuh)
   m.attr("MAX_TOKENS_PER_MATVEC") = mk::vm::MAX_TOKENS_PER_MATVEC;
+  m.attr("MAX_TOKENS_PER_STEP") = mk::vm::MAX_TOKENS_PER_STEP;
   m.attr("X_ROW_SKEW") = mk::vm::X_ROW_SKEW;  // padding between bf16 x rows (activations.cuh x_pitch)
   m.attr("MAX_GQA") = mk::vm::MAX_GQA;
   m.attr("NUM_CONSUMER_WARPS") = mk::vm::NUM_CONSUMER_WARPS;

@@ -96,6 +96,7 @@ inline constexpr int ERR_BAD_OPCODE = 2;
 inline constexpr int ERR_PIPELINE_TIMEOUT = 3;  // an intra-SM mbarrier wait timed out
 inline constexpr int ERR_QUEUE_EPOCH = 4;  // a dynamic claim fell before this launch's queue (bad epoch)
 inline constexpr int ERR_VARIANT = 5;  // an instruction outside the batch-1 kernel's paths (state.cuh)
+inline constexpr int ERR_RING_HOLD = 6;  // a token-grouped instruction streams more pages than the ring holds
 inline constexpr int ERR_WORDS = 16;  // kind, instr id, opcode, counter, target, observed, block, layer
 
 // Progress record per block: consumer instr id, consumer stage, consumer ring position, loader ring

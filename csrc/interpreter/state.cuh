@@ -110,6 +110,14 @@ __device__ __forceinline__ bool variant_mismatch(const Globals& g, const int* in
   return false;
 }
 
+// An instruction whose step has more tokens than one matvec takes keeps its weight pages in the ring while it runs
+// its token groups (token_groups.cuh): more pages than the ring holds would wait forever for the loader, so the
+// host cuts such instructions small enough (engine/cuda/limits.py fit_stream) and this records its mistake.
+__device__ __forceinline__ bool ring_hold_error(const Globals& g, const int* instr, int n_pages, int ring_pages) {
+  if (threadIdx.x == 0) record_error(g, ERR_RING_HOLD, instr, -1, ring_pages, n_pages);
+  return false;
+}
+
 // Spin until counters[c] >= epoch * period[c] + target (acquire). False on watchdog/abort.
 __device__ __forceinline__ bool wait_dependency(const Globals& g, const int* instr, int c, int target) {
   const int goal = g.epoch * g.counter_period[c] + target;

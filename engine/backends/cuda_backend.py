@@ -75,6 +75,10 @@ class CudaBackend(Backend):
         self.limits.check_model(self.dims)
         self.max_tokens_per_step = self.limits.max_tokens(self.dims, split_kw.get("mlp_slices"),  # type: ignore[arg-type]
                                                           self.kernel.mma_matvec)
+        if self.max_tokens_per_step > self.limits.max_tokens_per_matvec:  # steps of several token groups
+            split_kw.setdefault("token_group", self.limits.max_tokens_per_matvec)
+            split_kw.setdefault("held_pages", self.limits.min_ring_pages)
+            split_kw.setdefault("page_bytes", self.limits.page_bytes)
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
         # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
         # page of floats, so a page holds two or more down rows of a slice; in whole tensor-core chunks.

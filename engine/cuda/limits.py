@@ -8,7 +8,7 @@ from types import ModuleType
 import numpy as np
 
 from engine.instructions import registry as op
-from engine.instructions.layout import ModelDims
+from engine.instructions.layout import ModelDims, pow2_align
 from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 
 
@@ -45,13 +45,16 @@ class InterpreterLimits:
     mma_chunk: int = 0  # x of tensor-core matvecs is bf16 (activations.cuh x_is_bf16); 0: count all x as fp32
     short_row_max_k: int = 256  # rows up to this long take the CUDA-core short-row path (dot_short_rows.cuh)
     x_row_skew: int = 8  # bf16 elements between several x rows beyond K (activations.cuh x_pitch)
+    # Tokens per step when x holds a whole token group (config.cuh MAX_TOKENS_PER_STEP; token_groups.cuh); 0: a
+    # step is one token group
+    max_tokens_per_step: int = 0
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
         return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
                                  module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK,
-                                 module.SHORT_ROW_MAX_K, module.X_ROW_SKEW)
+                                 module.SHORT_ROW_MAX_K, module.X_ROW_SKEW, module.MAX_TOKENS_PER_STEP)
 
     def x_floats_at(self, ring_pages: int) -> int:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
@@ -112,17 +115,41 @@ class InterpreterLimits:
         if d.hidden > self.x_floats:
             raise UnsupportedOnGPU(f"hidden_size {d.hidden} exceeds the activation buffer ({self.x_floats} floats)")
 
-    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False) -> int:
-        """Tokens per step the activation buffer holds (rows of every matvec input: the hidden size, the attention
+    def token_group(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False) -> int:
+        """Tokens the activation buffer holds at once (rows of every matvec input: the hidden size, the attention
         output, an MLP K-slice). `mlp_slices` as in SplitParams (None: the builder's default); `bf16_x`: the kernel
         keeps tensor-core inputs in bf16 (KernelOptions.mma_matvec: half the floats, so the 8B's 4096-wide rows
         fit 8 tokens instead of 4)."""
-        slices = mlp_slice_count(d, mlp_slices)
-        slice_width = -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
+        slice_width = self._slice_width(d, mlp_slices)
         n = self.max_tokens_per_matvec
         while n > 1 and any(self.x_need(n, k, bf16_x) > self.x_floats for k in (d.hidden, d.q_cols, slice_width)):
             n -= 1
         return n
+
+    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False) -> int:
+        """Tokens per step: MAX_TOKENS_PER_STEP where the kernel can run the step in token groups (x holds a whole
+        group and every op's smallest row block fits the ring: groups_fit), else one token group."""
+        n = self.token_group(d, mlp_slices, bf16_x)
+        if n == self.max_tokens_per_matvec and self.max_tokens_per_step > n and self.groups_fit(d, mlp_slices):
+            return self.max_tokens_per_step
+        return n
+
+    def rows_in_pages(self, k: int, pages: int) -> int:
+        """Weight rows of k elements that `pages` pages hold (rows never straddle pages: weight_stream.cuh)."""
+        return pages * (self.page_bytes // (2 * k))
+
+    def groups_fit(self, d: ModelDims, mlp_slices: int | None = None) -> bool:
+        """Whether a step of several token groups can run: each weight-streaming op keeps its instruction's pages in
+        the ring across the groups (token_groups.cuh), so its smallest row block (SplitParams' units) must fit the
+        smallest ring."""
+        units = ((pow2_align(d.head_dim), d.hidden), (pow2_align(d.hidden), d.q_cols), (2 * d.gu_tile, d.hidden),
+                 (pow2_align(d.hidden), self._slice_width(d, mlp_slices)), (pow2_align(d.vocab), d.hidden))
+        return all(rows <= self.rows_in_pages(k, self.min_ring_pages) for rows, k in units)
+
+    @staticmethod
+    def _slice_width(d: ModelDims, mlp_slices: int | None) -> int:
+        slices = mlp_slice_count(d, mlp_slices)
+        return -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
                    max_ring_pages: int | None = None, bf16_x: bool = False) -> int:
@@ -135,6 +162,9 @@ class InterpreterLimits:
         for w in words:
             code = int(w[0])
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
+            if nx > self.max_tokens_per_matvec and self.max_tokens_per_step:  # token groups (token_groups.cuh)
+                self._check_held_pages(code, w[3:], d)
+                nx = self.max_tokens_per_matvec
             x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x))
         if x_need > self.x_floats:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
@@ -142,6 +172,20 @@ class InterpreterLimits:
         spare_pages = (self.x_floats - x_need) * 4 // self.page_bytes
         cap = self.max_ring_pages if max_ring_pages is None else min(max_ring_pages, self.max_ring_pages)
         return max(self.min_ring_pages, min(cap, self.min_ring_pages + spare_pages))
+
+    def _check_held_pages(self, code: int, a: np.ndarray, d: ModelDims) -> None:
+        """An instruction of a step of several token groups keeps its weight pages in the ring across the groups:
+        they must fit the smallest ring (the kernel records ERR_RING_HOLD otherwise)."""
+        if code == op.Opcode.ATTN_O_PROJ:
+            raise UnsupportedOnGPU("ATTN_O_PROJ (the fused batch-1 attention) in a step of several token groups")
+        k = row_elems(code, a, d)
+        if k is None:
+            return
+        rows = (2 if code == op.Opcode.RMS_GATE_UP_SILU else 1) * int(a[1] - a[0])
+        held = self.rows_in_pages(k, self.min_ring_pages)
+        if rows > held:
+            raise UnsupportedOnGPU(f"{op.Opcode(code).name} block of {rows} rows of {k}: a step of several token "
+                                   f"groups keeps them in the ring, which holds {held}")
 
     def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims, bf16_x: bool = False) -> int:
         """Shared x one instruction needs (operands `a` = words 3..; `nx` activation rows); raises when its

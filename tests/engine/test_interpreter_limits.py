@@ -194,3 +194,46 @@ def test_bf16_x_doubles_the_8b_step() -> None:
     assert lim.max_tokens(d8) == 4 and lim.max_tokens(d8, bf16_x=True) == 8
     assert lim.max_tokens(d1) == lim.max_tokens(d1, bf16_x=True) == 8
     assert lim.max_tokens(d8, mlp_slices=1, bf16_x=True) == 2  # 14336-wide down rows: 2 fit even in bf16
+
+
+def _grouping_limits() -> InterpreterLimits:
+    c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", CONFIG.read_text())}
+    return InterpreterLimits(c["PAGE_BYTES"], c["X_FLOATS"], c["OUT_FLOATS"], c["MAX_TOKENS_PER_MATVEC"],
+                             c["MAX_GQA"], c["MIN_RING_PAGES"], c["MAX_RING_PAGES"], c["NUM_CONSUMER_WARPS"],
+                             mma_chunk=128, x_row_skew=c["X_ROW_SKEW"], max_tokens_per_step=c["MAX_TOKENS_PER_STEP"])
+
+
+def test_token_groups_lift_the_step_cap_where_every_block_fits_the_ring() -> None:
+    """The 1B and SmolLM2 run steps of many tokens in groups of 8 (token_groups.cuh); the 8B's smallest gate/up
+    block (2 x 16 rows of 8 KB) does not fit the 9-page ring, so its step stays one group."""
+    lim = _grouping_limits()
+    for preset in ("llama-3.2-1b", "smollm2-135m"):
+        d = ModelDims.from_config(preset_config(preset))
+        assert lim.token_group(d, bf16_x=True) == 8 and lim.max_tokens(d, bf16_x=True) == lim.max_tokens_per_step
+    d8 = ModelDims.from_config(preset_config("llama-3.1-8b"))
+    assert not lim.groups_fit(d8) and lim.max_tokens(d8, bf16_x=True) == 8
+
+
+GROUP_KW = {"min_pages_per_split": 8, "token_group": 8, "held_pages": 9, "page_bytes": 16384, "max_out_floats": 2048}
+
+
+@pytest.mark.parametrize("tokens,seqs", [(128, 1), (32, 32), (70, 12)])
+def test_steps_of_several_groups_fit_the_ring(tokens: int, seqs: int) -> None:
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    lens = [tokens - seqs + 1] + [1] * (seqs - 1)
+    batch = StepBatch.build([list(range(1, n + 1)) for n in lens], [0] * seqs, [list(range(9 * s, 9 * s + 9))
+                                                                                for s in range(seqs)], page_size=16)
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", **GROUP_KW), H100)
+    assert not cs.stream.plan.fused
+    lim = _grouping_limits()
+    assert lim.fit_stream(cs.words, tokens, seqs, d, bf16_x=True) >= lim.min_ring_pages
+
+
+def test_a_grouped_block_larger_than_the_ring_is_a_clear_error() -> None:
+    """Without the builder's held-page cut a 128-token step's gate/up blocks exceed the ring the kernel would
+    hold them in (it would wait forever for the loader): refused on the host."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    batch = StepBatch.build([list(range(1, 129))], [0], [list(range(9))], page_size=16)
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8), H100)
+    with pytest.raises(UnsupportedOnGPU, match="keeps them in the ring"):
+        _grouping_limits().fit_stream(cs.words, 128, 1, d, bf16_x=True)

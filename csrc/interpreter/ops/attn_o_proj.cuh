@@ -52,7 +52,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   // Panel pages (one-token steps) or row copies: the loader made the same choice (panel_stream).
-  if (!(panels ? consume_panel_pages(g, sm, w) : matvec<B1>(g, sm, nq, w))) return false;
+  if (!(panels ? consume_panel_pages(g, sm, w) : matvec<B1>(g, sm, TokenGroup{0, nq, ONLY_PASS}, w))) return false;
   float* mid = g.mid + (long long)q_first * H + row_begin;
   float* hidden = g.hidden + (long long)q_first * H + row_begin;
   if (rows % 4 == 0 && row_begin % 4 == 0 && H % 4 == 0) {  // one vector RED per 4 rows

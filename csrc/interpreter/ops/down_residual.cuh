@@ -15,16 +15,19 @@ template <bool B1>
 __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
-  load_rows<B1>(g, sm, g.act, g.intermediate, k_begin, T, K, [](int i) { return i; });
-  streamed_input_ready(g, sm, w);
-  if (!matvec<B1>(g, sm, T, w)) return false;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
-    const int2 ti = token_index<B1>(idx, rows);
-    const int t = ti.x, r = ti.y;
-    tk::atomic_add_f32(g.hidden + (long long)t * g.hidden_size + row_begin + r, sm.out[t * rows + r]);
-  }
-  return true;
+  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& grp) {
+    const int t0 = grp.base, n = grp.n;
+    load_rows<B1>(g, sm, g.act, g.intermediate, k_begin, n, K, [&](int i) { return t0 + i; });
+    if (grp.pass.first) streamed_input_ready(g, sm, w);
+    if (!matvec<B1>(g, sm, grp, w)) return false;
+    MK_ROLLED
+    for (int idx = threadIdx.x; idx < n * rows; idx += CONSUMER_THREADS) {
+      const int2 ti = token_index<B1>(idx, rows);
+      const int i = ti.x, r = ti.y;
+      tk::atomic_add_f32(g.hidden + (long long)(t0 + i) * g.hidden_size + row_begin + r, sm.out[i * rows + r]);
+    }
+    return true;
+  });
 }
 
 template <>

@@ -16,30 +16,34 @@ template <bool B1>
 __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = B1 ? 1 : sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
-  load_rows_rmsnorm<B1>(g, sm, g.hidden, S, g.final_norm, [&](int s) { return sa.query_start(s + 1) - 1; });
-  streamed_input_ready(g, sm, w);
-  if (!matvec<B1>(g, sm, S, w)) return false;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < S * rows; idx += CONSUMER_THREADS) {
-    const int2 ti = token_index<B1>(idx, rows);
-    const int s = ti.x, r = ti.y;
-    g.logits[(long long)s * g.vocab + v_begin + r] = sm.out[s * rows + r] * rms_inv(g, sm, s);
-  }
-  const int warp = tk::warp_id(), lane = tk::lane_id();
-  for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
-    const float inv = rms_inv(g, sm, s);
-    tk::value_index best{-INFINITY, 0x7fffffff};
-    for (int r = lane; r < rows; r += 32) {
-      const tk::value_index c{sm.out[s * rows + r] * inv, v_begin + r};  // as stored in logits
-      if (tk::beats(c, best)) best = c;
+  // More sequences than one matvec takes: groups of them over the same pages (token_groups.cuh).
+  return for_each_token_group<B1>(S, [=, &g, &sm](const TokenGroup& grp) {
+    const int s0 = grp.base, n = grp.n;
+    load_rows_rmsnorm<B1>(g, sm, g.hidden, n, g.final_norm, [&](int i) { return sa.query_start(s0 + i + 1) - 1; });
+    if (grp.pass.first) streamed_input_ready(g, sm, w);
+    if (!matvec<B1>(g, sm, grp, w)) return false;
+    MK_ROLLED
+    for (int idx = threadIdx.x; idx < n * rows; idx += CONSUMER_THREADS) {
+      const int2 ti = token_index<B1>(idx, rows);
+      const int i = ti.x, r = ti.y;
+      g.logits[(long long)(s0 + i) * g.vocab + v_begin + r] = sm.out[i * rows + r] * rms_inv(g, sm, i);
     }
-    best = tk::warp_argmax(best);
-    if (lane == 0) {
-      g.lm_max[s * g.lm_blocks + block] = best.value;
-      g.lm_arg[s * g.lm_blocks + block] = best.index;
+    const int warp = tk::warp_id(), lane = tk::lane_id();
+    for (int i = warp; i < n; i += NUM_CONSUMER_WARPS) {
+      const float inv = rms_inv(g, sm, i);
+      tk::value_index best{-INFINITY, 0x7fffffff};
+      for (int r = lane; r < rows; r += 32) {
+        const tk::value_index c{sm.out[i * rows + r] * inv, v_begin + r};  // as stored in logits
+        if (tk::beats(c, best)) best = c;
+      }
+      best = tk::warp_argmax(best);
+      if (lane == 0) {
+        g.lm_max[(s0 + i) * g.lm_blocks + block] = best.value;
+        g.lm_arg[(s0 + i) * g.lm_blocks + block] = best.index;
+      }
     }
-  }
-  return true;
+    return true;
+  });
 }
 
 template <>

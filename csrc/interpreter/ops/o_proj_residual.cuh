@@ -15,24 +15,27 @@ template <bool B1>
 __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
-  // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
-  const bool preload = T * rows <= CONSUMER_THREADS;
-  float resid = 0.f;
-  if (preload && threadIdx.x < T * rows)
-    resid = load_cg(g.hidden + (long long)(threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
-  load_rows<B1>(g, sm, g.attn_out, Q, 0, T, Q, [](int i) { return i; });
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  if (!matvec<B1>(g, sm, T, w)) return false;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < T * rows; idx += CONSUMER_THREADS) {
-    const int2 ti = token_index<B1>(idx, rows);
-    const int t = ti.x, r = ti.y;
-    const long long at = (long long)t * g.hidden_size + row_begin + r;
-    const float m = (preload ? resid : load_cg(g.hidden + at)) + sm.out[t * rows + r];
-    g.mid[at] = m;
-    g.hidden[at] = m;
-  }
-  return true;
+  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& grp) {
+    const int t0 = grp.base, n = grp.n;
+    // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
+    const bool preload = n * rows <= CONSUMER_THREADS;
+    float resid = 0.f;
+    if (preload && threadIdx.x < n * rows)
+      resid = load_cg(g.hidden + (long long)(t0 + threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
+    load_rows<B1>(g, sm, g.attn_out, Q, 0, n, Q, [&](int i) { return t0 + i; });
+    if (threadIdx.x == 0 && grp.pass.first) timing_mark(g, w, MARK_INPUT);
+    if (!matvec<B1>(g, sm, grp, w)) return false;
+    MK_ROLLED
+    for (int idx = threadIdx.x; idx < n * rows; idx += CONSUMER_THREADS) {
+      const int2 ti = token_index<B1>(idx, rows);
+      const int i = ti.x, r = ti.y;
+      const long long at = (long long)(t0 + i) * g.hidden_size + row_begin + r;
+      const float m = (preload ? resid : load_cg(g.hidden + at)) + sm.out[i * rows + r];
+      g.mid[at] = m;
+      g.hidden[at] = m;
+    }
+    return true;
+  });
 }
 
 template <>

@@ -15,20 +15,24 @@ template <bool B1>
 __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
-  load_rows_rmsnorm<B1>(g, sm, g.mid, T, g.mlp_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
-  streamed_input_ready(g, sm, w);
-  if (!matvec<B1>(g, sm, T, w)) return false;
   const int tile = g.gu_tile, rows = 2 * n;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < T * n; idx += CONSUMER_THREADS) {
-    const int2 ti = token_index<B1>(idx, n);
-    const int t = ti.x, li = ti.y;  // li: index relative to i_begin (a multiple of tile)
-    const int gate_row = 2 * (li / tile) * tile + li % tile;
-    const float inv = rms_inv(g, sm, t);  // the norm's scale, deferred to here (activations.cuh)
-    const float gate = sm.out[t * rows + gate_row] * inv, up = sm.out[t * rows + gate_row + tile] * inv;
-    g.act[(long long)t * g.intermediate + i_begin + li] = gate / (1.f + expf(-gate)) * up;
-  }
-  return true;
+  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& grp) {
+    const int t0 = grp.base, nt = grp.n;
+    load_rows_rmsnorm<B1>(g, sm, g.mid, nt, g.mlp_norm + (long long)layer * g.hidden_size,
+                          [&](int i) { return t0 + i; });
+    if (grp.pass.first) streamed_input_ready(g, sm, w);
+    if (!matvec<B1>(g, sm, grp, w)) return false;
+    MK_ROLLED
+    for (int idx = threadIdx.x; idx < nt * n; idx += CONSUMER_THREADS) {
+      const int2 ti = token_index<B1>(idx, n);
+      const int i = ti.x, li = ti.y;  // li: index relative to i_begin (a multiple of tile)
+      const int gate_row = 2 * (li / tile) * tile + li % tile;
+      const float inv = rms_inv(g, sm, i);  // the norm's scale, deferred to here (activations.cuh)
+      const float gate = sm.out[i * rows + gate_row] * inv, up = sm.out[i * rows + gate_row + tile] * inv;
+      g.act[(long long)(t0 + i) * g.intermediate + i_begin + li] = gate / (1.f + expf(-gate)) * up;
+    }
+    return true;
+  });
 }
 
 template <>

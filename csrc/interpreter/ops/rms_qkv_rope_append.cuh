@@ -17,67 +17,72 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), layer = w[W_LAYER], row_begin = w[3], row_end = w[4], grp = w[5];
   const int copy_begin = w[6], n_copy = w[7] - w[6], H = g.hidden_size;
-  // The copied values are read with the norm's input (one round trip) and stored after it.
-  const bool copy_one_pass = T * n_copy <= CONSUMER_THREADS;
-  float copied = 0.f;
-  if (copy_one_pass && threadIdx.x < T * n_copy) {
-    const int2 ti = token_index<B1>(threadIdx.x, n_copy);
-    copied = load_cg(g.hidden + (long long)ti.x * H + copy_begin + ti.y);
-  }
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
   const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
   const int hd_log = 31 - __clz(hd);  // head_dim is 32, 64 or 128 (the host checks): shifts, not divisions
-  // The epilogue's global reads (step args, RoPE frequency) are issued before the norm and the matvec
-  // when one pass covers every pair, so their latency hides behind that work.
-  const bool preload = T * pairs <= CONSUMER_THREADS;
-  int pre_slot = 0, pre_pos = 0;
-  float pre_freq = 0.f;
-  if (preload && threadIdx.x < T * pairs) {
-    const int2 ti = token_index<B1>(threadIdx.x, pairs);
-    const int t = ti.x, r = row_begin + 2 * ti.y;
-    pre_slot = sa.slot(t);
-    pre_pos = sa.position(t);
-    if ((r % group_rows) >> hd_log <= G) pre_freq = g.rope_inv_freq[(r & (hd - 1)) / 2];
-  }
-  load_rows_rmsnorm<B1>(g, sm, g.hidden, T, g.attn_norm + (long long)layer * g.hidden_size, [](int i) { return i; });
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < T * n_copy; idx += CONSUMER_THREADS) {
-    const int2 ti = token_index<B1>(idx, n_copy);
-    const long long at = (long long)ti.x * H + copy_begin + ti.y;
-    g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
-  }
-  if (!matvec<B1>(g, sm, T, w)) return false;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < T * pairs; idx += CONSUMER_THREADS) {
-    const int2 ti = token_index<B1>(idx, pairs);
-    const int t = ti.x, pr = ti.y;
-    const int r = row_begin + 2 * pr;
-    const int j = (r % group_rows) >> hd_log, p = r & (hd - 1);  // p is even: (p, p+1) is a packed pair
-    const float inv = rms_inv(g, sm, t);  // the norm's scale, deferred to here (activations.cuh)
-    const float x0 = sm.out[t * rows + 2 * pr] * inv, x1 = sm.out[t * rows + 2 * pr + 1] * inv;
-    const int slot = preload ? pre_slot : sa.slot(t);
-    const long long kv_row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
-    if (j <= G) {  // q or k: rotate the pair, store at original dims i and i + hd/2
-      const int i = p / 2;
-      const float a = preload ? (float)pre_pos * pre_freq : (float)sa.position(t) * g.rope_inv_freq[i];
-      float s, c;
-      sincosf(a, &s, &c);
-      const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
-      if (j < G) {
-        float* qrow = g.q + (long long)t * qcols + (grp * G + j) * hd;
-        qrow[i] = y0;
-        qrow[i + hd / 2] = y1;
-      } else {
-        g.k_cache[kv_row + i] = __float2bfloat16(y0);
-        g.k_cache[kv_row + i + hd / 2] = __float2bfloat16(y1);
-      }
-    } else {  // v: stored unpermuted
-      g.v_cache[kv_row + p] = __float2bfloat16(x0);
-      g.v_cache[kv_row + p + 1] = __float2bfloat16(x1);
+  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& tg) {
+    const int t0 = tg.base, nt = tg.n;
+    // The copied values are read with the norm's input (one round trip) and stored after it.
+    const bool copy_one_pass = nt * n_copy <= CONSUMER_THREADS;
+    float copied = 0.f;
+    if (copy_one_pass && threadIdx.x < nt * n_copy) {
+      const int2 ti = token_index<B1>(threadIdx.x, n_copy);
+      copied = load_cg(g.hidden + (long long)(t0 + ti.x) * H + copy_begin + ti.y);
     }
-  }
-  return true;
+    // The epilogue's global reads (step args, RoPE frequency) are issued before the norm and the matvec
+    // when one pass covers every pair, so their latency hides behind that work.
+    const bool preload = nt * pairs <= CONSUMER_THREADS;
+    int pre_slot = 0, pre_pos = 0;
+    float pre_freq = 0.f;
+    if (preload && threadIdx.x < nt * pairs) {
+      const int2 ti = token_index<B1>(threadIdx.x, pairs);
+      const int t = t0 + ti.x, r = row_begin + 2 * ti.y;
+      pre_slot = sa.slot(t);
+      pre_pos = sa.position(t);
+      if ((r % group_rows) >> hd_log <= G) pre_freq = g.rope_inv_freq[(r & (hd - 1)) / 2];
+    }
+    load_rows_rmsnorm<B1>(g, sm, g.hidden, nt, g.attn_norm + (long long)layer * g.hidden_size,
+                          [&](int i) { return t0 + i; });
+    if (threadIdx.x == 0 && tg.pass.first) timing_mark(g, w, MARK_INPUT);
+    MK_ROLLED
+    for (int idx = threadIdx.x; idx < nt * n_copy; idx += CONSUMER_THREADS) {
+      const int2 ti = token_index<B1>(idx, n_copy);
+      const long long at = (long long)(t0 + ti.x) * H + copy_begin + ti.y;
+      g.mid[at] = copy_one_pass ? copied : load_cg(g.hidden + at);
+    }
+    if (!matvec<B1>(g, sm, tg, w)) return false;
+    MK_ROLLED
+    for (int idx = threadIdx.x; idx < nt * pairs; idx += CONSUMER_THREADS) {
+      const int2 ti = token_index<B1>(idx, pairs);
+      const int i = ti.x, t = t0 + i, pr = ti.y;
+      const int r = row_begin + 2 * pr;
+      const int j = (r % group_rows) >> hd_log, p = r & (hd - 1);  // p is even: (p, p+1) is a packed pair
+      const float inv = rms_inv(g, sm, i);  // the norm's scale, deferred to here (activations.cuh)
+      const float x0 = sm.out[i * rows + 2 * pr] * inv, x1 = sm.out[i * rows + 2 * pr + 1] * inv;
+      const int slot = preload ? pre_slot : sa.slot(t);
+      const long long kv_row =
+          ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
+      if (j <= G) {  // q or k: rotate the pair, store at original dims i and i + hd/2
+        const int d = p / 2;
+        const float a = preload ? (float)pre_pos * pre_freq : (float)sa.position(t) * g.rope_inv_freq[d];
+        float sn, cs;
+        sincosf(a, &sn, &cs);
+        const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+        if (j < G) {
+          float* qrow = g.q + (long long)t * qcols + (grp * G + j) * hd;
+          qrow[d] = y0;
+          qrow[d + hd / 2] = y1;
+        } else {
+          g.k_cache[kv_row + d] = __float2bfloat16(y0);
+          g.k_cache[kv_row + d + hd / 2] = __float2bfloat16(y1);
+        }
+      } else {  // v: stored unpermuted
+        g.v_cache[kv_row + p] = __float2bfloat16(x0);
+        g.v_cache[kv_row + p + 1] = __float2bfloat16(x1);
+      }
+    }
+    return true;
+  });
 }
 
 template <>

@@ -51,6 +51,12 @@ class SplitParams:
     fuse_max_context_pages: int = 16
     # Head ranges per KV group of the fused op (None: see fused_head_ranges).
     fused_head_chunks: int | None = None
+    # Tokens one matvec pass takes (the cuda backend's token group: csrc/interpreter/token_groups.cuh; None: any).
+    # A step with more tokens (or an LM head with more sequences) runs each weight-streaming instruction group by
+    # group over its pages kept in the ring, so its row block must fit `held_pages` pages of `page_bytes`.
+    token_group: int | None = None
+    held_pages: int = 9
+    page_bytes: int = 16384
 
     def __post_init__(self) -> None:
         if self.waves <= 0 or self.min_pages_per_split < 1:
@@ -65,6 +71,19 @@ class SplitParams:
             raise ValueError(f"SplitParams.one_token_slice_floats must be >= 1 or None, got {self.one_token_slice_floats}")
         if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
             raise ValueError(f"SplitParams.fused_head_chunks must be >= 1 or None, got {self.fused_head_chunks}")
+        if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:
+            raise ValueError(f"SplitParams: token_group >= 1 or None, held_pages >= 1, page_bytes >= 16; got {self}")
+
+    def grouped(self, rows_of_x: int) -> bool:
+        """Whether a matvec over `rows_of_x` activation rows runs in token groups (its pages held in the ring)."""
+        return self.token_group is not None and rows_of_x > self.token_group
+
+    def held_blocks(self, rows: int, unit: int, k: int) -> int:
+        """The fewest blocks of whole `unit`s (each unit `unit` weight rows of k elements) that cut `rows` rows so
+        every block fits the held pages."""
+        per_page = max(1, self.page_bytes // (2 * k))
+        units_per_block = max(1, self.held_pages * per_page // unit)
+        return -(-(rows // unit) // units_per_block)
 
 
 @dataclass(frozen=True)
@@ -104,8 +123,10 @@ def _count(units: int, target: float) -> int:
 
 
 def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bool:
-    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context within the fused limit)."""
-    return p.fuse_o_proj and shape.num_seqs == 1 and max_context_pages <= p.fuse_max_context_pages
+    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context within the fused limit, one token
+    group)."""
+    return (p.fuse_o_proj and shape.num_seqs == 1 and max_context_pages <= p.fuse_max_context_pages
+            and not p.grouped(shape.num_tokens))
 
 
 def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
@@ -189,25 +210,37 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
     embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed)) if p.embed_in_stream else []
 
+    # A step of several token groups holds each instruction's pages in the ring: at least held_blocks blocks.
+    held = p.held_blocks if p.grouped(shape.num_tokens) else (lambda rows, unit, k: 1)
     qa = pow2_align(d.head_dim)  # even: RoPE partners stay in one block; never straddles a head pair
-    per_group = _count(d.group_rows // qa, target / d.n_kv)
+    per_group = min(d.group_rows // qa,
+                    max(_count(d.group_rows // qa, target / d.n_kv), held(d.group_rows, qa, d.hidden)))
     qkv = [(a, b, g) for g in range(d.n_kv)
            for a, b in partition(g * d.group_rows, (g + 1) * d.group_rows, per_group, qa)]
 
     ha = pow2_align(d.hidden)
-    o_proj = partition(0, d.hidden, _count(d.hidden // ha, target), ha)
+    o_proj = partition(0, d.hidden, min(d.hidden // ha, max(_count(d.hidden // ha, target),
+                                                             held(d.hidden, ha, d.q_cols))), ha)
 
     tile = d.gu_tile
     slices = mlp_slice_cut(d, shape.num_tokens, p)
     gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
-               for a, b in partition(lo, hi, _count((hi - lo) // tile, target / len(slices)), tile)]
-    down_rows = partition(0, d.hidden, _count(d.hidden // ha, target / len(slices)), ha)
+               for a, b in partition(lo, hi, min((hi - lo) // tile, max(_count((hi - lo) // tile, target / len(slices)),
+                                                                       held(2 * (hi - lo), 2 * tile, d.hidden))),
+                                     tile)]
+    widest = max(hi - lo for lo, hi in slices)
+    down_rows = partition(0, d.hidden, min(d.hidden // ha, max(_count(d.hidden // ha, target / len(slices)),
+                                                               held(d.hidden, ha, widest))), ha)
 
     va = pow2_align(d.vocab)
     lm_blocks = _count(d.vocab // va, target)
-    if p.max_out_floats is not None:  # rows x sequences within the out buffer: more blocks for many sequences
-        units_per_block = max(1, p.max_out_floats // (shape.num_seqs * va))
+    # rows x sequences within the out buffer (a token group of them when they run in groups): more blocks
+    rows_out = min(shape.num_seqs, p.token_group) if p.grouped(shape.num_seqs) and p.token_group else shape.num_seqs
+    if p.max_out_floats is not None:
+        units_per_block = max(1, p.max_out_floats // (rows_out * va))
         lm_blocks = min(d.vocab // va, max(lm_blocks, -(-(d.vocab // va) // units_per_block)))
+    if p.grouped(shape.num_seqs):
+        lm_blocks = min(d.vocab // va, max(lm_blocks, p.held_blocks(d.vocab, va, d.hidden)))
     lm_head = partition(0, d.vocab, lm_blocks, va)
     ns = num_attn_splits(d, shape, p, device, max_context_pages)
     fused = fuses_o_proj(shape, p, max_context_pages)
