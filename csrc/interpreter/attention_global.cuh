@@ -47,9 +47,10 @@ static_assert(attn_scratch_floats(MAX_GQA, 128) + ATTN_TABLE_MAX <= X_FLOATS,
               "attention scratch of a full group must fit in x at the smallest ring");
 
 // One attention task: sequence `seq`, KV group `grp`, its heads [h_begin, h_end) (within the group),
-// over split `split` of `nsplit` of the sequence's KV pages.
+// over split `split` of `nsplit` of the sequence's KV pages, for part `q_part` of `q_parts` of its new tokens
+// (the sequence's queries cut as n * k / q_parts: a long prompt chunk's attention spread over SMs).
 struct AttnTask {
-  int seq, grp, split, nsplit, h_begin, h_end;
+  int seq, grp, split, nsplit, h_begin, h_end, q_part = 0, q_parts = 1;
 };
 
 // Causal attention of `task` for each of the sequence's new tokens. `emit(t, h, d, out, lse)` receives
@@ -66,7 +67,8 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
   // Global reads cost ≈1-2 µs each while other SMs saturate HBM, and attention sits on every layer's
   // critical path: independent reads are issued together (context length and query range here, the
   // position with the queries below) rather than one behind the other.
-  const int C = sa.context_len(s), q_first = sa.query_start(s), q_last = sa.query_start(s + 1);
+  const int C = sa.context_len(s), seq_first = sa.query_start(s), nq = sa.query_start(s + 1) - seq_first;
+  const int q_first = seq_first + nq * task.q_part / task.q_parts, q_last = seq_first + nq * (task.q_part + 1) / task.q_parts;
   const int P = (C + ps - 1) / ps;
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
   const int warp = tk::warp_id(), lane = tk::lane_id();

@@ -14,6 +14,7 @@ from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
+from engine.cuda.step_padding import pad_batch
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
@@ -50,9 +51,11 @@ class CudaBackend(Backend):
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
-                 kernel: KernelOptions | None = None, **split_kw: object) -> None:
+                 kernel: KernelOptions | None = None, pad_steps: bool = True, **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
-        set that field of `kernel`; the rest go to the scheduler's SplitParams."""
+        set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
+        token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
+        step's buffers with the VM's)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -104,8 +107,11 @@ class CudaBackend(Backend):
             if self.module.encode_w_o_map(w_o_map.data_ptr(), self.weights["w_o"].data_ptr(), self.dims.layers,
                                           self.dims.hidden, self.dims.n_heads, self.dims.head_dim):
                 self._kernel_buffers["w_o_map"] = w_o_map
-        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
+        # One page past the engine's: the dummy sequences of padded steps write and read their K/V there.
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages + 1, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device)
+        self._spare_page = num_pages
+        self._pad_steps = pad_steps and self.max_tokens_per_step > self.limits.max_tokens_per_matvec
         self.page_size = page_size
         self._split_kw = split_kw
         self._caches = [StreamCache(self.dims, page_size, BuildParams(
@@ -201,15 +207,21 @@ class CudaBackend(Backend):
         ds.check(status)
         return status[ds.err_words:].to(torch.int64)
 
+    def _padded(self, batch: StepBatch) -> StepBatch:
+        """`batch` padded to a bucketed shape where it has more tokens than one token group (step_padding.py)."""
+        if self._pad_steps and batch.num_tokens > self.limits.max_tokens_per_matvec:
+            return pad_batch(batch, self._spare_page)
+        return batch
+
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
-        ds = self.run(batch)
+        ds = self.run(self._padded(batch))
         self._finish(ds)
-        return ds.acts["logits"].clone()
+        return ds.acts["logits"][:batch.num_seqs].clone()
 
     @torch.inference_mode()
     def greedy(self, batch: StepBatch) -> torch.Tensor:
-        return self._finish(self.run(batch))
+        return self._finish(self.run(self._padded(batch)))[:batch.num_seqs]
 
     @torch.inference_mode()
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,

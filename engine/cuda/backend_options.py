@@ -18,7 +18,8 @@ from engine.scheduler.compiler.step_builder_splits import SplitParams
 
 # CudaBackend.__init__'s own keywords (tests/engine/test_cuda_backend_options.py keeps this in step with it); its
 # `kernel` argument is a KernelOptions, whose fields are options of their own here.
-BACKEND_KEYWORDS: dict[str, object] = {"policy": str, "num_sms": int | None, "timeout_ns": int, "waves": float}
+BACKEND_KEYWORDS: dict[str, object] = {"policy": str, "num_sms": int | None, "timeout_ns": int, "waves": float,
+                                      "pad_steps": bool}
 FLAG_TEXTS = {"0": False, "1": True}  # only these: a typo such as "ture" must not silently pick one side of an A/B
 NONE_TEXT = "none"
 
@@ -106,5 +107,5 @@ def parse_kernel_options(items: Iterable[str], flag: str = "--kernel-option") ->
 
 def add_kernel_option_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel-option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a cuda backend option (KernelOptions / SplitParams field or policy, waves, num_sms, "
+                        help="a cuda backend option (KernelOptions / SplitParams field or policy, waves, num_sms, pad_steps, "
                              "timeout_ns; flags take 0 or 1); repeatable; the engine's defaults otherwise")

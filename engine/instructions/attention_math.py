@@ -24,6 +24,8 @@ class AttentionTask(Protocol):
     num_splits: int
     head_begin: int
     head_end: int
+    q_part: int  # part q_part of q_parts of the sequence's new tokens (query_tokens)
+    q_parts: int
     header: Header
 
 
@@ -49,10 +51,18 @@ def seq_tokens(b: Buffers, seq: int) -> tuple[int, int]:
     return b.args.query_start[seq], b.args.query_start[seq + 1]
 
 
+def query_tokens(b: Buffers, i: AttentionTask) -> tuple[int, int]:
+    """The step-token range [q0, q1) of task i: part q_part of q_parts of its sequence's tokens, cut n * k // parts
+    (as csrc/interpreter/attention_global.cuh attend cuts them)."""
+    t0, t1 = seq_tokens(b, i.seq)
+    n = t1 - t0
+    return t0 + n * i.q_part // i.q_parts, t0 + n * (i.q_part + 1) // i.q_parts
+
+
 def partial_attention(i: AttentionTask, b: Buffers) -> tuple[int, int, torch.Tensor, torch.Tensor]:
     """(q0, q1, o [n, G*hd], lse [n, G]) of task i: its tokens' causal attention over its split's keys."""
     d, a, layer = b.dims, b.args, i.header.layer
-    q0, q1 = a.query_start[i.seq], a.query_start[i.seq + 1]
+    q0, q1 = query_tokens(b, i)
     C, ps = a.context_lens[i.seq], a.page_size
     lo, hi = split_pages(C, ps, i.split, i.num_splits)
     n, G, hd = q1 - q0, i.head_end - i.head_begin, d.head_dim
@@ -77,7 +87,7 @@ def partial_attention(i: AttentionTask, b: Buffers) -> tuple[int, int, torch.Ten
 def attention_reads(i: AttentionTask, b: Buffers) -> list[Access]:
     """The queries of the task's heads and tokens, and the K/V slots of its split."""
     d, a, layer = b.dims, b.args, i.header.layer
-    t0, t1 = seq_tokens(b, i.seq)
+    t0, t1 = query_tokens(b, i)
     hd, g = d.head_dim, i.kv_group
     C, ps = a.context_lens[i.seq], a.page_size
     lo, hi = split_pages(C, ps, i.split, i.num_splits)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.mk_helpers import BUFFERS, clear_winners, pair, rel_err, small
+from tests.gpu.mk_helpers import BUFFERS, clear_winners, kv_err, pair, rel_err, small
 from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
@@ -41,7 +41,7 @@ def test_buffers_match_vm(shape: str, policy: str) -> None:
         for name in BUFFERS:
             err = rel_err(ds.acts[name], vm_bufs.get(name))
             assert err < 2e-2, f"{shape}/{policy}: buffer {name} differs (rel {err:.2e}) at step {chunk}"
-        assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
+        assert kv_err(gpu, vm) < 2e-2
         clear = clear_winners(ref_logits)
         assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"{shape}/{policy}: greedy ids differ"
         scen.feed(seqs, vm_tokens.tolist())
@@ -87,6 +87,6 @@ def test_fused_attention_o_proj_matches_vm(shape: str, policy: str, head_chunks:
                 continue
             err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
             assert err < 2e-2, f"{shape}/{policy}: buffer {name} differs (rel {err:.2e}) at step {chunk}"
-        assert rel_err(gpu.kv.k, vm.kv.k) < 2e-2 and rel_err(gpu.kv.v, vm.kv.v) < 2e-2
+        assert kv_err(gpu, vm) < 2e-2
         assert torch.equal(gpu_tokens.cpu(), vm.last_tokens), f"{shape}/{policy}: greedy ids differ"
         scen.feed(seqs, vm.last_tokens.tolist())

@@ -65,24 +65,24 @@ STREAM_CASES: dict[str, tuple[LlamaConfig, int, StepBatch, dict[str, object]]] =
 }
 
 STREAM_HASHES: dict[str, str] = {
-    "1b-decode/rr": "c8c79d362e673fc7a4cf",
-    "1b-decode/lpt": "2662948b82014ee37f37",
-    "1b-decode/dynamic": "0af68b52677c1aba3caa",
+    "1b-decode/rr": "7d79d1b17e9c3def750f",
+    "1b-decode/lpt": "860ff3935abfcb6d9845",
+    "1b-decode/dynamic": "6466c84926d93b2da1ce",
     "1b-decode-cuda-like/rr": "6358db5e3a252978a653",
     "1b-decode-cuda-like/lpt": "1fd0a725a976fe7bde85",
     "1b-decode-cuda-like/dynamic": "48a38a04bb79e3d07a3f",
-    "1b-prefill/rr": "6527f9f23875777c151a",
-    "1b-prefill/lpt": "47ac1c2291ae01bc7ec8",
-    "1b-prefill/dynamic": "4129fb3952055a72e92a",
-    "tiny-decode/rr": "a8d62d1bd0c918249299",
-    "tiny-decode/lpt": "96f6bf7c8b1adcec122e",
-    "tiny-decode/dynamic": "41c5bc4d6274e3b5c39c",
+    "1b-prefill/rr": "dd86273f63a53f1096ed",
+    "1b-prefill/lpt": "c7aeebbdfb2752f8da1c",
+    "1b-prefill/dynamic": "31c3df8d8e37acaa0aaf",
+    "tiny-decode/rr": "8b5fc299b123cdc80ec7",
+    "tiny-decode/lpt": "5ebf6c756efe2a4e7df6",
+    "tiny-decode/dynamic": "90e2f54862d78cb5026d",
     "tiny-fused/rr": "8d7153fbfd9fcf8838e1",
     "tiny-fused/lpt": "4e22decc1b3068dff954",
     "tiny-fused/dynamic": "b8237427064f8c9197b4",
-    "tiny-prefill/rr": "91bc3f16becc4c20115b",
-    "tiny-prefill/lpt": "3378d7b799f4b157d2ec",
-    "tiny-prefill/dynamic": "aa1acf2d6e007cfd81d7",
+    "tiny-prefill/rr": "6ee4c5d58a0b68f59544",
+    "tiny-prefill/lpt": "f562b25a91cf74c7bf01",
+    "tiny-prefill/dynamic": "b1a87d08fc8f5751e4ec",
 }
 
 

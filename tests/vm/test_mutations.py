@@ -31,7 +31,8 @@ KINDS = [
 @pytest.fixture(scope="module")
 def setup():  # noqa: ANN201
     cfg = small_config()
-    vm = VMBackend(random_weights(cfg, seed=5), 64, 8, num_sms=8, policy="dynamic", mlp_slices=2)
+    # 32 SMs: the two prompts' attention is cut over query parts, KV splits (so ATTN_REDUCE) and head chunks
+    vm = VMBackend(random_weights(cfg, seed=5), 64, 8, num_sms=32, policy="dynamic", mlp_slices=2)
     batch, _ = Scenario(cfg, [13, 6], 8, 64, seed=1).batch([None, None])
     vm.forward(batch)  # compiles the stream and proves it clean
     return vm, vm.last_stream

@@ -51,3 +51,13 @@ def test_more_sequences_than_a_group_in_one_step() -> None:
     schedule = [list(prompts), [1] * 12, [1] * 12]
     run_pair(cfg, random_weights(cfg, seed=6), schedule, prompts, num_sms=8, policy="lpt",
              after_step=held_rows_fit, fuse_o_proj=True, **GROUPED)
+
+
+def test_prompt_attention_cut_in_query_parts() -> None:
+    """A long prompt chunk's attention spread over instructions that each take a part of its tokens (their writes
+    disjoint: the race detector checks it), beside split-KV decodes and their reduce."""
+    cfg = small_config()
+    parts: list[int] = []
+    run_pair(cfg, random_weights(cfg, seed=7), [[45, 3], [1, 1], [1, 1]], [45, 3], num_sms=32, policy="dynamic",
+             after_step=lambda vm: parts.append(vm.last_stream.stream.plan.q_parts))
+    assert parts[0] > 1 and parts[1:] == [1, 1]

@@ -25,7 +25,8 @@ __device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
   };
 }
 
-// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group).
+// ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group), q_part,
+// q_parts (which part of the sequence's new tokens).
 // One new token whose earlier keys the controller put on the page ring (kv_stream.cuh) takes the ring
 // path; anything else (prefill chunks, the knob off) reads its keys from global memory.
 template <int DPL, bool B1>
@@ -34,7 +35,7 @@ __device__ bool attn_partial(const Globals& g, const Shared& sm, const int* w) {
   if constexpr (B1) {
     return variant_mismatch(g, w);
   } else {
-    const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8]};
+    const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10]};
     attend<DPL, true>(g, sm, w, task, partial_output(g, w));
     return true;
   }

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from engine.instructions.accesses import Access, box
-from engine.instructions.attention_math import attention_reads, head_cols, partial_attention, seq_tokens
+from engine.instructions.attention_math import attention_reads, head_cols, partial_attention, query_tokens
 from engine.instructions.cost import CostInputs, InstrCost
 from engine.instructions.format import Header
 from engine.instructions.op_spec import Buffers, OpSpec
@@ -19,13 +19,18 @@ class AttnPartial:
     computed from context_lens at run time). Cutting a group's heads over several instructions puts
     otherwise idle SMs to work on short contexts, at the price of reading the group's K/V once each."""
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("seq", "kv_group", "split", "num_splits", "head_begin", "head_end")
+    OPERANDS: ClassVar[tuple[str, ...]] = ("seq", "kv_group", "split", "num_splits", "head_begin", "head_end",
+                                           "q_part", "q_parts")
     seq: int
     kv_group: int
     split: int
     num_splits: int
     head_begin: int
     head_end: int
+    # Part q_part of q_parts of the sequence's new tokens (cut at run time as n * k // q_parts): a prompt chunk's
+    # tokens over several instructions, each causal over the same keys.
+    q_part: int = 0
+    q_parts: int = 1
     header: Header = field(default_factory=Header)
 
 
@@ -43,7 +48,7 @@ def execute(i: AttnPartial, b: Buffers) -> None:
 
 def accesses(i: AttnPartial, b: Buffers) -> list[Access]:
     d = b.dims
-    t0, t1 = seq_tokens(b, i.seq)
+    t0, t1 = query_tokens(b, i)
     heads = (i.kv_group * d.gqa + i.head_begin, i.kv_group * d.gqa + i.head_end)
     c = head_cols(d, i)
     cols = (c.start, c.stop)
@@ -58,7 +63,7 @@ def accesses(i: AttnPartial, b: Buffers) -> list[Access]:
 
 def cost(i: AttnPartial, c: CostInputs) -> InstrCost:
     """K and V of the split's keys (at the build-time context length), the queries and outputs of its heads."""
-    q_len, hd = c.tokens_per_seq, c.dims.head_dim
+    q_len, hd = max(1, c.tokens_per_seq // i.q_parts), c.dims.head_dim
     ctx = c.context_lens[i.seq] if i.seq < len(c.context_lens) else q_len
     keys, heads = max(1, ctx // i.num_splits), i.head_end - i.head_begin
     return InstrCost(2 * keys * hd * c.kv_bytes, 2 * q_len * heads * hd * 4, 4 * q_len * heads * keys * hd)

@@ -2,7 +2,7 @@
 
 The result (`Stream`) is a topologically ordered list; `policies.py` assigns it to SMs of the target device. Dependency
 granularity (see docs/INSTRUCTIONS.md §2): QKV blocks signal a per-(layer, KV group) counter, attention
-of (seq, group) waits only for its group, O-proj waits the layer's attention, gate/up waits O-proj,
+of (seq, group) waits only for its group (cut over heads, KV splits and parts of the sequence's queries), O-proj waits the layer's attention, gate/up waits O-proj,
 down of slice j waits only the gate/up blocks of slice j, the next layer's QKV waits all downs,
 LM head waits the last layer, argmax waits LM head.
 
@@ -101,7 +101,7 @@ class _Emitter:
 def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
                      prev_waits: Waits) -> tuple[int, int]:
     """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
-    ctr, ns, nh = emit.ctr, plan.num_splits, len(plan.attn_heads)
+    ctr, ns, nh, nq = emit.ctr, plan.num_splits, len(plan.attn_heads), plan.q_parts
     c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
     for a, b, g in plan.qkv:
         emit(RmsQkvRopeAppend, layer, prev_waits, c_qkv[g], row_begin=a, row_end=b, kv_group=g,
@@ -113,12 +113,13 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
             c_part = c_attn if ns == 1 else ctr(f"ATTN_PART[{layer}][{s}][{g}]")
             for k in range(ns):
                 for h0, h1 in plan.attn_heads:
-                    emit(AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part,
-                         seq=s, kv_group=g, split=k, num_splits=ns, head_begin=h0, head_end=h1)
+                    for qp in range(nq):
+                        emit(AttnPartial, layer, [(c_qkv[g], per_group[g])], c_part, seq=s, kv_group=g, split=k,
+                             num_splits=ns, head_begin=h0, head_end=h1, q_part=qp, q_parts=nq)
             if ns > 1:
-                emit(AttnReduce, layer, [(c_part, ns * nh)], c_attn, seq=s, kv_group=g, num_splits=ns)
+                emit(AttnReduce, layer, [(c_part, ns * nh * nq)], c_attn, seq=s, kv_group=g, num_splits=ns)
     c_o = ctr(f"OPROJ[{layer}]")
-    attn_done = shape.num_seqs * dims.n_kv * (1 if ns > 1 else nh)
+    attn_done = shape.num_seqs * dims.n_kv * (1 if ns > 1 else nh * nq)
     for a, b in plan.o_proj:
         emit(OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
     return c_o, len(plan.o_proj)

@@ -94,6 +94,7 @@ class Plan:
     qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
     num_splits: int
     attn_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group, one attention instruction each
+    q_parts: int  # parts of each sequence's new tokens, one attention instruction each (query_parts)
     o_proj: tuple[tuple[int, int], ...]
     slices: tuple[tuple[int, int], ...]  # MLP K-slices of the intermediate dim
     gate_up: tuple[tuple[int, int, int], ...]  # (i_begin, i_end, slice)
@@ -131,11 +132,12 @@ def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bo
 
 def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
                     max_context_pages: int) -> int:
-    """Enough KV splits to give each SM an attention instruction, never more than the pages in use
+    """Enough KV splits to give each SM an attention instruction (with the query parts), never more than the pages
+    in use
     (rounded up to a power of two so the stream survives many decode steps); 1 on the fused path."""
     if fuses_o_proj(shape, p, max_context_pages):
         return 1
-    want = math.ceil(device.num_sms / (shape.num_seqs * d.n_kv))
+    want = math.ceil(device.num_sms / (shape.num_seqs * d.n_kv * query_parts(d, shape, p, device)))
     pages = 1 << max(0, math.ceil(math.log2(max(1, max_context_pages))))
     cap = p.max_attn_splits if p.max_attn_splits is not None else want
     return max(1, min(want, pages // p.min_pages_per_split, cap))
@@ -143,10 +145,27 @@ def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: Targ
 
 def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
                      num_splits: int) -> list[tuple[int, int]]:
-    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split) allow."""
-    free = device.num_sms // (shape.num_seqs * d.n_kv * num_splits)
+    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split, query part) allow."""
+    free = device.num_sms // (shape.num_seqs * d.n_kv * num_splits * query_parts(d, shape, p, device))
     cap = p.max_attn_head_chunks if p.max_attn_head_chunks is not None else d.gqa
     return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
+
+
+# A query part gets at least this many tokens on average: below it the part's fixed costs (the queries' and keys'
+# first loads) outweigh the parallelism.
+MIN_TOKENS_PER_QUERY_PART = 4
+
+
+def query_parts(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice) -> int:
+    """Parts each sequence's new tokens are cut into for attention (1 for decode steps): up to about
+    `waves * num_sms` attention instructions, each part MIN_TOKENS_PER_QUERY_PART tokens or more on average.
+    Attention walks its tokens one after another, each with its own round trips, so a prompt chunk's tokens are
+    spread first; KV splits and head chunks only take the SMs the parts leave."""
+    per_seq = shape.num_tokens // shape.num_seqs
+    if per_seq <= 1:
+        return 1
+    return max(1, min(per_seq // MIN_TOKENS_PER_QUERY_PART,
+                      math.floor(p.waves * device.num_sms / (shape.num_seqs * d.n_kv))))
 
 
 def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
@@ -245,6 +264,8 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     ns = num_attn_splits(d, shape, p, device, max_context_pages)
     fused = fuses_o_proj(shape, p, max_context_pages)
     heads, rows, copy = _fused_cuts(d, shape, p, device, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
-    return Plan(tuple(embed), tuple(qkv), ns, tuple(attn_head_chunks(d, shape, p, device, ns)), tuple(o_proj),
+    heads_cut = attn_head_chunks(d, shape, p, device, ns)
+    q_parts = 1 if fused else query_parts(d, shape, p, device)
+    return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
                 tuple(rows), tuple(copy))

@@ -1,0 +1,44 @@
+"""Padded steps (engine/cuda/step_padding.py): bucketed counts, and the real sequences' logits unchanged by the
+dummy sequences (on the VM, which runs the same instruction streams as the GPU)."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from engine.backends.vm_backend import VMBackend
+from engine.cuda.step_padding import bucket_up, pad_batch, padded_counts
+from tests.vm.helpers import Scenario, random_weights, small_config
+
+
+def test_buckets_are_powers_of_two_and_their_halves_between() -> None:
+    assert [bucket_up(n) for n in (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 100, 2000)] == \
+        [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 128, 2048]
+
+
+def test_padded_counts_leave_room_for_one_token_per_dummy_sequence() -> None:
+    rng = random.Random(0)
+    for _ in range(5000):
+        S = rng.randint(1, 64)
+        T = S + rng.randint(0, 3000)
+        Tp, Sp = padded_counts(T, S)
+        assert bucket_up(Tp) == Tp and Tp >= T and Sp >= S and Tp - T >= Sp - S
+        assert (Tp == T) == (Sp == S)  # tokens are only added with a dummy sequence to carry them
+        assert Tp < 2 * T + 2
+
+
+def test_dummy_sequences_leave_the_real_logits_unchanged() -> None:
+    cfg = small_config()
+    num_pages, page_size = 64, 8
+    # One page more than the scenario hands out: the spare one (the cuda backend's is past the engine's too).
+    vm = VMBackend(random_weights(cfg, seed=3), num_pages + 1, page_size, num_sms=8, check_races=True)
+    scen = Scenario(cfg, [19, 7, 5, 3, 1], page_size, num_pages, seed=4)
+    spare = num_pages
+    for plan in ([12, 7, 5, 3, 1], [7, 1, 1, 1, 1], [1, 1, 1, 1, 1]):
+        batch, seqs = scen.batch(plan)
+        padded = pad_batch(batch, spare)
+        assert (padded.num_tokens, padded.num_seqs) == padded_counts(batch.num_tokens, batch.num_seqs)
+        want = vm.forward(batch)
+        got = vm.forward(padded)[:batch.num_seqs]
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+        scen.feed(seqs, want.argmax(-1).tolist())
