@@ -62,16 +62,23 @@ class RunStops:
         """K: every row's stop ids padded to the longest (at least one word, so a row always has a record)."""
         return max([1, *(len(r.stop_ids) for r in self.rows)])
 
-    def words(self) -> list[int]:
-        """The int32 words the device starts the run from: no row stopped, none generated."""
-        k = self.ids_per_row
+    def words(self, num_rows: int | None = None) -> list[int]:
+        """The int32 words the device starts the run from: no row stopped, none generated. `num_rows` (>= the rules'
+        rows): the run's rows when padded with dummy rows (engine/cuda/step_padding.py), which start stopped."""
+        k, n = self.ids_per_row, len(self.rows) if num_rows is None else num_rows
+        if n < len(self.rows):
+            raise ValueError(f"RunStops.words: {n} rows for {len(self.rows)} rules")
         out = [0] * RS_HEADER_WORDS
         out[RS_STOPPED_AT], out[RS_RUNNING], out[RS_NUM_ROWS], out[RS_IDS_PER_ROW] = (
-            RS_NOT_STOPPED, len(self.rows), len(self.rows), k)
+            RS_NOT_STOPPED, len(self.rows), n, k)
         for r in self.rows:
             record = [0] * RS_ROW_WORDS
             record[RS_ROW_BUDGET], record[RS_ROW_MIN_COUNT] = r.budget, r.min_count
             out += record + list(r.stop_ids) + [PAD_ID] * (k - len(r.stop_ids))
+        for _ in range(n - len(self.rows)):
+            record = [0] * RS_ROW_WORDS
+            record[RS_ROW_STOPPED], record[RS_ROW_BUDGET] = 1, 1
+            out += record + [PAD_ID] * k
         return out
 
     def stopped_at(self, steps: Sequence[Sequence[int]]) -> int | None:

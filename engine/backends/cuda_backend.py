@@ -234,7 +234,9 @@ class CudaBackend(Backend):
         LOOKAHEAD_CHUNKS chunks behind, so a stop it sees ends the run within that many chunks. With `stops` the
         device also checks each step's ids against the rows' stop rules (csrc/interpreter/run_stop.cuh): once
         every row stopped, the queued steps after it do no work, and their records (not tokens) are never handed
-        over. The planned last step does not advance: its next position may have no page."""
+        over. The planned last step does not advance: its next position may have no page. A run of more sequences
+        than one token group runs padded to a bucketed count (step_padding.py): the dummy rows start stopped, the
+        sampler and the advance kernel take only the real ones, and their ids never reach `on_records`."""
         self.last_run_stop = None
         if (steps == 1 or self.timing or (sampler is None and not self.kernel.fold_advance)
                 or (sampler is not None and not self.embed_in_stream)):
@@ -242,15 +244,18 @@ class CudaBackend(Backend):
         S = batch.num_seqs
         if stops is not None and len(stops.rows) != S:
             raise ValueError(f"stop rules for {len(stops.rows)} rows in a run of {S} sequences")
+        if self._pad_steps and S > self.limits.max_tokens_per_matvec:
+            batch = pad_batch(batch, self._spare_page, whole_table=True)
+        rows = batch.num_seqs  # S, or S and the dummy rows
         ds = self._prepare(batch)
         records = sampler.records if sampler is not None else {
-            "ids": torch.empty((steps, S), dtype=torch.int32, device=self._device)}
+            "ids": torch.empty((steps, rows), dtype=torch.int32, device=self._device)}
         host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
         chunks = -(-steps // READBACK_STEPS)
         errors = torch.empty((chunks, 1), dtype=torch.int32, pin_memory=True)
         # The run's stop state on the device (built once per run), and per chunk its RS_STOPPED_AT word as the chunk's
         # last step left it: the steps after that one did no work.
-        state = torch.tensor(stops.words(), dtype=torch.int32).to(self._device) if stops is not None else None
+        state = torch.tensor(stops.words(rows), dtype=torch.int32).to(self._device) if stops is not None else None
         run_stop = state.data_ptr() if state is not None else 0
         self.last_run_stop = state
         stopped_at = torch.full((chunks, 1), RS_NOT_STOPPED, dtype=torch.int32, pin_memory=True)
@@ -285,7 +290,7 @@ class CudaBackend(Backend):
                 return False
             ran = worked
             chunk = {name: t[first:worked] for name, t in host.items()}
-            chunk["ids"] = chunk["ids"].to(torch.int64)
+            chunk["ids"] = chunk["ids"][:, :S].to(torch.int64)
             return on_records(chunk) and worked == end
 
         while launched < steps and go_on:

@@ -36,10 +36,12 @@ def padded_counts(num_tokens: int, num_seqs: int) -> tuple[int, int]:
     return T, S
 
 
-def pad_batch(batch: StepBatch, spare_page: int) -> StepBatch:
+def pad_batch(batch: StepBatch, spare_page: int, whole_table: bool = False) -> StepBatch:
     """`batch` with dummy sequences appended so its counts are padded_counts'; `batch` itself when they already
     are. Dummy sequences take one token each, the last one the rest; every dummy token is token 0 at position 0,
-    context 1, block table [spare_page] (one column: the table stays as wide as the real sequences')."""
+    context 1, block table [spare_page] (one column: the table stays as wide as the real sequences').
+    `whole_table`: every column of a dummy's table names the spare page, for a run of decode steps that advances
+    the dummies' positions along with the real ones."""
     T, S = padded_counts(batch.num_tokens, batch.num_seqs)
     extra_seqs, extra_tokens = S - batch.num_seqs, T - batch.num_tokens
     if extra_seqs == 0:
@@ -50,7 +52,7 @@ def pad_batch(batch: StepBatch, spare_page: int) -> StepBatch:
     starts = batch.query_start[-1] + torch.cumsum(torch.tensor(per_dummy, dtype=torch.int64), 0).to(dev)
     table = torch.full((extra_seqs, batch.block_tables.shape[1]), -1, dtype=batch.block_tables.dtype,
                        device=batch.block_tables.device)
-    table[:, 0] = spare_page
+    table[:, :table.shape[1] if whole_table else 1] = spare_page
     return StepBatch(
         token_ids=torch.cat([batch.token_ids, torch.zeros(extra_tokens, dtype=batch.token_ids.dtype, device=dev)]),
         positions=torch.cat([batch.positions, torch.zeros(extra_tokens, dtype=batch.positions.dtype, device=dev)]),

@@ -1,5 +1,5 @@
-"""Padded steps (engine/cuda/step_padding.py): bucketed counts, and the real sequences' logits unchanged by the
-dummy sequences (on the VM, which runs the same instruction streams as the GPU)."""
+"""Padded steps (engine/cuda/step_padding.py): bucketed counts, the real sequences' logits unchanged by the dummy
+sequences (on the VM, which runs the same instruction streams as the GPU), and padded runs' dummy rows."""
 from __future__ import annotations
 
 import random
@@ -8,6 +8,8 @@ import torch
 
 from engine.backends.vm_backend import VMBackend
 from engine.cuda.step_padding import bucket_up, pad_batch, padded_counts
+from engine.profiling import decode_batch
+from engine.run_stops import RS_HEADER_WORDS, RS_NUM_ROWS, RS_ROW_STOPPED, RS_ROW_WORDS, RS_RUNNING, RowStop, RunStops
 from tests.vm.helpers import Scenario, random_weights, small_config
 
 
@@ -42,3 +44,21 @@ def test_dummy_sequences_leave_the_real_logits_unchanged() -> None:
         got = vm.forward(padded)[:batch.num_seqs]
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
         scen.feed(seqs, want.argmax(-1).tolist())
+
+
+def test_a_padded_run_gives_its_dummy_rows_whole_tables_of_the_spare_page() -> None:
+    batch = decode_batch(13, 40, 8)
+    padded = pad_batch(batch, 99, whole_table=True)
+    assert (padded.num_tokens, padded.num_seqs) == (16, 16)
+    assert bool((padded.block_tables[13:] == 99).all()) and torch.equal(padded.block_tables[:13], batch.block_tables)
+    assert padded.positions[13:].tolist() == [0, 0, 0] and padded.context_lens[13:].tolist() == [1, 1, 1]
+
+
+def test_dummy_rows_of_a_run_start_stopped() -> None:
+    stops = RunStops((RowStop((2,), 5, 0), RowStop((2, 3), 9, 0)))
+    words = stops.words(4)
+    k = stops.ids_per_row
+    assert words[RS_RUNNING] == 2 and words[RS_NUM_ROWS] == 4
+    rows = [words[RS_HEADER_WORDS + r * (RS_ROW_WORDS + k):][:RS_ROW_WORDS] for r in range(4)]
+    assert [r[RS_ROW_STOPPED] for r in rows] == [0, 0, 1, 1]
+    assert words[RS_HEADER_WORDS:len(stops.words())] == stops.words()[RS_HEADER_WORDS:]  # the real rows' records

@@ -53,3 +53,29 @@ def test_generate_equals_the_kernel_only_loop(tiny_checkpoint: str) -> None:
         follows_reference(weights, prompt, product, PAGE, "product")
         follows_reference(weights, prompt, list(kernel_only), PAGE, "kernel-only")
     assert agree >= n // 2, f"the product path and the kernel-only loop differ from step {agree}"
+
+
+def test_runs_of_more_sequences_than_a_token_group(tiny_checkpoint: str) -> None:
+    """13 sequences: runs and steps padded to 16 rows with dummy sequences (engine/cuda/step_padding.py). Greedy
+    follows the reference; seeded sampling draws the same tokens in runs as step by step (the dummy rows neither
+    take the real rows' draws nor reach the outputs), and no page stays used."""
+    cfg = LlamaConfig.from_dir(tiny_checkpoint)
+    gen = torch.Generator().manual_seed(12)
+    lens = [3 + 5 * i for i in range(13)]
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).tolist() for n in lens]
+    lengths = [9 + 3 * (i % 5) for i in range(13)]
+    greedy = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
+    sampled = [SamplingParams(temperature=1.0, top_p=0.9, seed=100 + i, max_tokens=n, ignore_eos=True)
+               for i, n in enumerate(lengths)]
+    inputs = [{"prompt_token_ids": p} for p in prompts]
+    weights = load_weights(tiny_checkpoint, cfg, dtype=torch.bfloat16, device=torch.device("cuda"), progress=False)
+    draws = []
+    for decode_steps in (16, 1):
+        llm = LLM(tiny_checkpoint, backend="cuda", dtype="bfloat16", progress=False, decode_steps=decode_steps)
+        if decode_steps == 16:
+            for prompt, out, n in zip(prompts, llm.generate(inputs, greedy), lengths):
+                assert len(out.outputs[0].token_ids) == n
+                assert follows_reference(weights, prompt, out.outputs[0].token_ids, PAGE) >= int(0.8 * n)
+        draws.append([o.outputs[0].token_ids for o in llm.generate(inputs, sampled)])
+        assert llm.engine.get_stats().kv_pages_used == 0
+    assert draws[0] == draws[1]
