@@ -79,11 +79,3 @@ class OpSpec:
 def with_header(instr: Instruction, **changes: object) -> Instruction:
     """A copy of `instr` with header fields replaced (used by the builder and mutation tests)."""
     return dataclasses.replace(instr, header=dataclasses.replace(instr.header, **changes))  # type: ignore[type-var]
-
-
-def with_cost(instr: Instruction, cost_ns: int) -> Instruction:
-    """`with_header(instr, cost_ns=...)` without dataclasses.replace's reflection: the stream builder
-    calls it once per instruction of every new batch shape (≈ 10k per Llama-3.2-1B step)."""
-    h = instr.header
-    header = Header(h.instr_id, h.layer, h.waits, h.signal, h.signal_amount, cost_ns)
-    return type(instr)(**{name: getattr(instr, name) for name in instr.OPERANDS}, header=header)

@@ -13,11 +13,11 @@ q and K/V of its group) and signals ATTN_O[l]; gate/up waits all ATTN_O_PROJ of 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.instructions.format import NO_COUNTER, Header, Wait
+from engine.instructions.format import NO_COUNTER, W_COST, Header, Wait
 from engine.instructions.layout import ModelDims, StepShape
 from engine.instructions.op_spec import Instruction
 from engine.instructions.ops.argmax_reduce import ArgmaxReduce
@@ -36,7 +36,8 @@ from engine.scheduler.compiler.step_builder_splits import Plan
 
 @dataclass
 class Stream:
-    """One step's instructions for a StepShape; `instrs[i].header.instr_id == i`, topological order."""
+    """One step's instructions for a StepShape; `instrs[i].header.instr_id == i`, topological order.
+    `cost_ns`: each instruction's cost estimate (the compiler's), which words() writes as word W_COST."""
 
     dims: ModelDims
     shape: StepShape
@@ -44,6 +45,10 @@ class Stream:
     instrs: list[Instruction]
     counter_period: np.ndarray  # int32 [C]: amount each counter receives per step
     counter_names: list[str]
+    cost_ns: np.ndarray | None = None
+    # words() of these very instrs and costs: a large step's stream is tens of thousands of instructions, and the
+    # compiler, the fit check and the backend each read the words
+    _words: tuple[object, object, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_splits(self) -> int:
@@ -54,7 +59,14 @@ class Stream:
         return len(self.plan.lm_head)
 
     def words(self) -> np.ndarray:
-        return OPCODES.encode_many(self.instrs)
+        """int32 [len(instrs), WORDS], read-only (encoded once per instrs list and costs)."""
+        if self._words is None or self._words[0] is not self.instrs or self._words[1] is not self.cost_ns:
+            out = OPCODES.encode_many(self.instrs)
+            if self.cost_ns is not None:
+                out[:, W_COST] = self.cost_ns
+            out.flags.writeable = False
+            self._words = (self.instrs, self.cost_ns, out)
+        return self._words[2]
 
 
 class _Counters:

@@ -17,7 +17,6 @@ import torch
 
 from engine.instructions.cost import InstrCost
 from engine.instructions.layout import ModelDims, StepShape
-from engine.instructions.op_spec import with_cost
 from engine.instructions.registry import OPCODES
 from engine.instructions.step_args import encode_step_args
 from engine.scheduler.compiler.cost_model import CostParams, cost_inputs, time_ns
@@ -44,7 +43,7 @@ class BuildParams:
 
 @dataclass
 class CompiledStream:
-    stream: Stream  # instrs carry their cost estimate (word 29)
+    stream: Stream  # its words carry each instruction's cost estimate (word W_COST)
     device: TargetDevice
     schedule: Schedule
     costs: list[InstrCost]
@@ -88,9 +87,19 @@ def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: Bu
     ctx_pages = -(-int(batch.context_lens.max()) // page_size)
     stream = build_stream(dims, shape, make_plan(dims, shape, params.split, device, ctx_pages))
     inputs = cost_inputs(dims, shape, [int(c) for c in batch.context_lens], params.cost)
-    costs = [OPCODES.cost(i, inputs) for i in stream.instrs]
-    dur = np.array([time_ns(c, params.cost, device) for c in costs])
-    stream.instrs = [with_cost(i, int(round(d))) for i, d in zip(stream.instrs, dur)]
+    # An instruction's cost depends on its opcode and operands only: the same blocks recur in every layer.
+    memo: dict[tuple[object, ...], tuple[InstrCost, float]] = {}
+    costs, durations = [], []
+    for i in stream.instrs:
+        key = (type(i), *(getattr(i, name) for name in i.OPERANDS))
+        hit = memo.get(key)
+        if hit is None:
+            c = OPCODES.cost(i, inputs)
+            hit = memo[key] = (c, time_ns(c, params.cost, device))
+        costs.append(hit[0])
+        durations.append(hit[1])
+    dur = np.array(durations)
+    stream.cost_ns = np.rint(dur).astype(np.int32)
     schedule = make_schedule(params.policy, stream.instrs, dur, params.cost, device)
     tensor = schedule.tensor(stream.words())
     step_args = encode_step_args(batch, shape, page_size)
