@@ -229,27 +229,29 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
     embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed)) if p.embed_in_stream else []
 
-    # A step of several token groups holds each instruction's pages in the ring: at least held_blocks blocks.
-    held = p.held_blocks if p.grouped(shape.num_tokens) else (lambda rows, unit, k: 1)
+    grouped = p.grouped(shape.num_tokens)
+
+    def blocks(units: int, share: float, rows: int, unit: int, k: int) -> int:
+        """About `share` blocks of the op's `units`; in a step of several token groups, at least the blocks whose
+        pages fit the ring (each instruction holds its pages across the groups)."""
+        held = p.held_blocks(rows, unit, k) if grouped else 1
+        return min(units, max(_count(units, share), held))
+
     qa = pow2_align(d.head_dim)  # even: RoPE partners stay in one block; never straddles a head pair
-    per_group = min(d.group_rows // qa,
-                    max(_count(d.group_rows // qa, target / d.n_kv), held(d.group_rows, qa, d.hidden)))
+    per_group = blocks(d.group_rows // qa, target / d.n_kv, d.group_rows, qa, d.hidden)
     qkv = [(a, b, g) for g in range(d.n_kv)
            for a, b in partition(g * d.group_rows, (g + 1) * d.group_rows, per_group, qa)]
 
     ha = pow2_align(d.hidden)
-    o_proj = partition(0, d.hidden, min(d.hidden // ha, max(_count(d.hidden // ha, target),
-                                                             held(d.hidden, ha, d.q_cols))), ha)
+    o_proj = partition(0, d.hidden, blocks(d.hidden // ha, target, d.hidden, ha, d.q_cols), ha)
 
     tile = d.gu_tile
     slices = mlp_slice_cut(d, shape.num_tokens, p)
-    gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)
-               for a, b in partition(lo, hi, min((hi - lo) // tile, max(_count((hi - lo) // tile, target / len(slices)),
-                                                                       held(2 * (hi - lo), 2 * tile, d.hidden))),
-                                     tile)]
+    share = target / len(slices)
+    gate_up = [(a, b, j) for j, (lo, hi) in enumerate(slices)  # 2 weight rows (gate, up) per element
+               for a, b in partition(lo, hi, blocks((hi - lo) // tile, share, 2 * (hi - lo), 2 * tile, d.hidden), tile)]
     widest = max(hi - lo for lo, hi in slices)
-    down_rows = partition(0, d.hidden, min(d.hidden // ha, max(_count(d.hidden // ha, target / len(slices)),
-                                                               held(d.hidden, ha, widest))), ha)
+    down_rows = partition(0, d.hidden, blocks(d.hidden // ha, share, d.hidden, ha, widest), ha)
 
     va = pow2_align(d.vocab)
     lm_blocks = _count(d.vocab // va, target)
