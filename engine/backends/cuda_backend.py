@@ -14,7 +14,7 @@ from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
-from engine.cuda.step_padding import pad_batch
+from engine.cuda.step_padding import pad_batch, padded_counts
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
@@ -208,8 +208,10 @@ class CudaBackend(Backend):
         return status[ds.err_words:].to(torch.int64)
 
     def _padded(self, batch: StepBatch) -> StepBatch:
-        """`batch` padded to a bucketed shape where it has more tokens than one token group (step_padding.py)."""
-        if self._pad_steps and batch.num_tokens > self.limits.max_tokens_per_matvec:
+        """`batch` padded to a bucketed shape where it has more tokens than one token group (step_padding.py) and the
+        padded step still fits the kernel's step."""
+        if (self._pad_steps and batch.num_tokens > self.limits.max_tokens_per_matvec
+                and padded_counts(batch.num_tokens, batch.num_seqs)[0] <= self.max_tokens_per_step):
             return pad_batch(batch, self._spare_page)
         return batch
 
@@ -244,7 +246,8 @@ class CudaBackend(Backend):
         S = batch.num_seqs
         if stops is not None and len(stops.rows) != S:
             raise ValueError(f"stop rules for {len(stops.rows)} rows in a run of {S} sequences")
-        if self._pad_steps and S > self.limits.max_tokens_per_matvec:
+        if (self._pad_steps and S > self.limits.max_tokens_per_matvec
+                and padded_counts(S, S)[0] <= self.max_tokens_per_step):
             batch = pad_batch(batch, self._spare_page, whole_table=True)
         rows = batch.num_seqs  # S, or S and the dummy rows
         ds = self._prepare(batch)
