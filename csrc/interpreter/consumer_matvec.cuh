@@ -241,13 +241,16 @@ __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, const
   return consume_pages<8>(g, sm, ws, nx, instr, pass);
 }
 
-// The weight-streaming MLP ops and the LM head, once their input is in shared memory: the timing mark, and
-// the loader back to its streaming cap (it kept the low one while the input was read: low_cap_inputs).
-__device__ __forceinline__ void streamed_input_ready(const Globals& g, const Shared& sm, const int* w) {
-  if (threadIdx.x == 0) {
+// The weight-streaming MLP ops and the LM head, once a token group's input is in shared memory: on the first group
+// the timing mark and the loader back to its streaming cap (it kept the low one while the input was read:
+// low_cap_inputs), then the group's matvec.
+template <bool B1>
+__device__ __forceinline__ bool streamed_matvec(const Globals& g, const Shared& sm, const TokenGroup& grp, const int* w) {
+  if (grp.pass.first && threadIdx.x == 0) {
     timing_mark(g, w, MARK_INPUT);
     set_low_cap_from(sm, NO_LOW_CAP);
   }
+  return matvec<B1>(g, sm, grp, w);
 }
 
 }  // namespace mk::vm

@@ -14,7 +14,7 @@ from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
-from engine.cuda.step_padding import pad_batch, padded_counts
+from engine.cuda.step_padding import pad_batch
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
@@ -207,13 +207,12 @@ class CudaBackend(Backend):
         ds.check(status)
         return status[ds.err_words:].to(torch.int64)
 
-    def _padded(self, batch: StepBatch) -> StepBatch:
+    def _padded(self, batch: StepBatch, whole_table: bool = False) -> StepBatch:
         """`batch` padded to a bucketed shape where it has more tokens than one token group (step_padding.py) and the
-        padded step still fits the kernel's step."""
-        if (self._pad_steps and batch.num_tokens > self.limits.max_tokens_per_matvec
-                and padded_counts(batch.num_tokens, batch.num_seqs)[0] <= self.max_tokens_per_step):
-            return pad_batch(batch, self._spare_page)
-        return batch
+        padded step still fits the kernel's step; `whole_table`: for a run of decode steps (pad_batch)."""
+        if not self._pad_steps or batch.num_tokens <= self.limits.max_tokens_per_matvec:
+            return batch
+        return pad_batch(batch, self._spare_page, whole_table, max_tokens=self.max_tokens_per_step)
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
@@ -246,9 +245,7 @@ class CudaBackend(Backend):
         S = batch.num_seqs
         if stops is not None and len(stops.rows) != S:
             raise ValueError(f"stop rules for {len(stops.rows)} rows in a run of {S} sequences")
-        if (self._pad_steps and S > self.limits.max_tokens_per_matvec
-                and padded_counts(S, S)[0] <= self.max_tokens_per_step):
-            batch = pad_batch(batch, self._spare_page, whole_table=True)
+        batch = self._padded(batch, whole_table=True)
         rows = batch.num_seqs  # S, or S and the dummy rows
         ds = self._prepare(batch)
         records = sampler.records if sampler is not None else {

@@ -62,3 +62,8 @@ def test_dummy_rows_of_a_run_start_stopped() -> None:
     rows = [words[RS_HEADER_WORDS + r * (RS_ROW_WORDS + k):][:RS_ROW_WORDS] for r in range(4)]
     assert [r[RS_ROW_STOPPED] for r in rows] == [0, 0, 1, 1]
     assert words[RS_HEADER_WORDS:len(stops.words())] == stops.words()[RS_HEADER_WORDS:]  # the real rows' records
+
+
+def test_padding_never_exceeds_the_kernels_step() -> None:
+    batch = decode_batch(13, 40, 8)
+    assert pad_batch(batch, 99, max_tokens=15) is batch and pad_batch(batch, 99, max_tokens=16).num_seqs == 16

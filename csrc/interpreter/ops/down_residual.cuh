@@ -18,8 +18,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& grp) {
     const int t0 = grp.base, n = grp.n;
     load_rows<B1>(g, sm, g.act, g.intermediate, k_begin, n, K, [&](int i) { return t0 + i; });
-    if (grp.pass.first) streamed_input_ready(g, sm, w);
-    if (!matvec<B1>(g, sm, grp, w)) return false;
+    if (!streamed_matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED
     for (int idx = threadIdx.x; idx < n * rows; idx += CONSUMER_THREADS) {
       const int2 ti = token_index<B1>(idx, rows);

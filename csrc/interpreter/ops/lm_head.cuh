@@ -20,8 +20,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   return for_each_token_group<B1>(S, [=, &g, &sm](const TokenGroup& grp) {
     const int s0 = grp.base, n = grp.n;
     load_rows_rmsnorm<B1>(g, sm, g.hidden, n, g.final_norm, [&](int i) { return sa.query_start(s0 + i + 1) - 1; });
-    if (grp.pass.first) streamed_input_ready(g, sm, w);
-    if (!matvec<B1>(g, sm, grp, w)) return false;
+    if (!streamed_matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED
     for (int idx = threadIdx.x; idx < n * rows; idx += CONSUMER_THREADS) {
       const int2 ti = token_index<B1>(idx, rows);

@@ -20,8 +20,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
     const int t0 = grp.base, nt = grp.n;
     load_rows_rmsnorm<B1>(g, sm, g.mid, nt, g.mlp_norm + (long long)layer * g.hidden_size,
                           [&](int i) { return t0 + i; });
-    if (grp.pass.first) streamed_input_ready(g, sm, w);
-    if (!matvec<B1>(g, sm, grp, w)) return false;
+    if (!streamed_matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED
     for (int idx = threadIdx.x; idx < nt * n; idx += CONSUMER_THREADS) {
       const int2 ti = token_index<B1>(idx, n);

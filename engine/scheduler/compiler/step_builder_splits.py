@@ -256,7 +256,7 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     va = pow2_align(d.vocab)
     lm_blocks = _count(d.vocab // va, target)
     # rows x sequences within the out buffer (a token group of them when they run in groups): more blocks
-    rows_out = min(shape.num_seqs, p.token_group) if p.grouped(shape.num_seqs) and p.token_group else shape.num_seqs
+    rows_out = p.token_group if p.grouped(shape.num_seqs) and p.token_group else shape.num_seqs
     if p.max_out_floats is not None:
         units_per_block = max(1, p.max_out_floats // (rows_out * va))
         lm_blocks = min(d.vocab // va, max(lm_blocks, -(-(d.vocab // va) // units_per_block)))
