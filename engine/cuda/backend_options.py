@@ -107,5 +107,5 @@ def parse_kernel_options(items: Iterable[str], flag: str = "--kernel-option") ->
 
 def add_kernel_option_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel-option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a cuda backend option (KernelOptions / SplitParams field or policy, waves, num_sms, pad_steps, "
-                             "timeout_ns; flags take 0 or 1); repeatable; the engine's defaults otherwise")
+                        help="a cuda backend option (KernelOptions / SplitParams field or policy, waves, num_sms, "
+                             "pad_steps, timeout_ns; flags take 0 or 1); repeatable; the engine's defaults otherwise")

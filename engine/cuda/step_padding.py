@@ -39,8 +39,9 @@ def padded_counts(num_tokens: int, num_seqs: int) -> tuple[int, int]:
 def pad_batch(batch: StepBatch, spare_page: int, whole_table: bool = False,
               max_tokens: int | None = None) -> StepBatch:
     """`batch` with dummy sequences appended so its counts are padded_counts'; `batch` itself when they already
-    are, or when the padded step would carry more than `max_tokens` tokens. Dummy sequences take one token each, the last one the rest; every dummy token is token 0 at position 0,
-    context 1, block table [spare_page] (one column: the table stays as wide as the real sequences').
+    are, or when the padded step would carry more than `max_tokens` tokens. Dummy sequences take one token each,
+    the last one the rest; every dummy token is token 0 at position 0, context 1, block table [spare_page] (one
+    column: the table stays as wide as the real sequences').
     `whole_table`: every column of a dummy's table names the spare page, for a run of decode steps that advances
     the dummies' positions along with the real ones."""
     T, S = padded_counts(batch.num_tokens, batch.num_seqs)

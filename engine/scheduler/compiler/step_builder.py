@@ -2,9 +2,9 @@
 
 The result (`Stream`) is a topologically ordered list; `policies.py` assigns it to SMs of the target device. Dependency
 granularity (see docs/INSTRUCTIONS.md §2): QKV blocks signal a per-(layer, KV group) counter, attention
-of (seq, group) waits only for its group (cut over heads, KV splits and parts of the sequence's queries), O-proj waits the layer's attention, gate/up waits O-proj,
-down of slice j waits only the gate/up blocks of slice j, the next layer's QKV waits all downs,
-LM head waits the last layer, argmax waits LM head.
+of (seq, group) waits only for its group (cut over heads, KV splits and parts of the sequence's queries), O-proj
+waits the layer's attention, gate/up waits O-proj, down of slice j waits only the gate/up blocks of slice j, the
+next layer's QKV waits all downs, LM head waits the last layer, argmax waits LM head.
 
 Fused layers (`plan.fused`: opt-in, batch 1, short context) replace attention + O-proj with ATTN_O_PROJ:
 every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
