@@ -5,11 +5,14 @@
 # and/or backend options (`megakernel bench --kernel-option NAME=VALUE`). Trees build in parallel, then the
 # variants run interleaved ROUNDS times; one line per measurement, and a summary, into $OUT/ab.log.
 #   dev/ab_bench.sh "main=." "old=alt" "cap2=.:max_inflight_pages=2"      (ROUNDS=2 default)
-# BENCH_ARGS adds bench options to every run (e.g. BENCH_ARGS="--preset llama-3.1-8b").
+# BENCH_ARGS adds bench options to every run (e.g. BENCH_ARGS="--preset llama-3.1-8b"). ROWS: the bench rows
+# measured per run (default "megakernel"; e.g. ROWS="megakernel megakernel-sampled": sampling's cost over greedy
+# per variant, the summary one line per variant and row).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 ROUNDS=${ROUNDS:-2}
+ROWS=${ROWS:-megakernel}
 root=$PWD
 : > "$OUT/ab.log"  # this invocation only
 declare -A built=()
@@ -25,9 +28,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
     name=${spec%%=*}; rest=${spec#*=}; dir=${rest%%:*}
     opts=(); items=(); [[ $rest == *:* ]] && IFS=: read -r -a items <<< "${rest#*:}"
     for item in "${items[@]}"; do opts+=(--kernel-option "$item"); done
-    ms=$(cd "$root/$dir" && PYTHONPATH="$root/$dir" python3 -m engine.cli bench --skip eager,graph,compile "${opts[@]}" ${BENCH_ARGS:-} 2>&1 \
-         | awk '$1 == "megakernel" && $2 ~ /^[0-9.]+$/ {print $2}')
-    echo "round $r  $name  ${ms:-FAILED} ms/token" | tee -a "$OUT/ab.log"
+    table=$(cd "$root/$dir" && PYTHONPATH="$root/$dir" python3 -m engine.cli bench --skip eager,graph,compile "${opts[@]}" ${BENCH_ARGS:-} 2>&1)
+    for row in $ROWS; do
+      ms=$(awk -v row="$row" '$1 == row && $2 ~ /^[0-9.]+$/ {print $2}' <<< "$table")
+      label=$name; [[ $row != megakernel ]] && label="$name/${row#megakernel-}"
+      echo "round $r  $label  ${ms:-FAILED} ms/token" | tee -a "$OUT/ab.log"
+    done
   done
 done
 echo "--- mean ms/token per variant" | tee -a "$OUT/ab.log"

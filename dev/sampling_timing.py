@@ -2,6 +2,10 @@
 Prints one line per setting:
 
     python -m dev.sampling_timing [vocab] [rows] [SETTING ...] [--kernel-only] [--steps N] [--logits randn|peaked]
+                                  [--pdl]
+
+--pdl launches the kernel with programmatic dependent launch, as the engine's runs of decode steps do (back to back
+here, so each launch's start overlaps the one before it: the per-step time of a loop, not one launch's).
 
 SETTING is any of SETTINGS' names (default: all). Under ncu, time one launch of one setting with
 `ncu -k regex:sample_rows --launch-skip 3 --launch-count 1 --metrics gpu__time_duration.sum
@@ -45,14 +49,14 @@ def make_logits(kind: str, rows: int, vocab: int, dev: torch.device) -> torch.Te
     return logits
 
 
-def time_steps(sampler: RunSampler, logits: torch.Tensor, steps: int) -> float:
+def time_steps(sampler: RunSampler, logits: torch.Tensor, steps: int, pdl: bool) -> float:
     for i in range(WARMUP):
-        sampler.step(logits, i)
+        sampler.step_and_advance(logits, i, pdl=pdl)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
     for i in range(steps):
-        sampler.step(logits, WARMUP + i)
+        sampler.step_and_advance(logits, WARMUP + i, pdl=pdl)
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3 / steps
@@ -66,6 +70,7 @@ def main() -> None:
     parser.add_argument("--kernel-only", action="store_true", help="skip the torch ops (for ncu)")
     parser.add_argument("--steps", type=int, default=50, help="timed steps per setting")
     parser.add_argument("--logits", choices=("randn", "peaked"), default="randn")
+    parser.add_argument("--pdl", action="store_true", help="launch the kernel with PDL")
     args = parser.parse_args()
     unknown = [name for name in args.settings if name not in SETTINGS]
     if unknown:
@@ -81,7 +86,7 @@ def main() -> None:
         for kernel in (module,) if args.kernel_only else (module, None):
             s = RunSampler([p] * args.rows, list(range(args.rows)), [history] * args.rows, [0] * args.rows,
                            WARMUP + args.steps, noise, dev, kernel=kernel)
-            times.append(time_steps(s, logits, args.steps))
+            times.append(time_steps(s, logits, args.steps, args.pdl))
         torch_ops = "" if args.kernel_only else f"   torch ops {times[1]:8.1f} us"
         print(f"{name:14s} vocab {args.vocab} rows {args.rows}: kernel {times[0]:8.1f} us{torch_ops}", flush=True)
 

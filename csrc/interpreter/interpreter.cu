@@ -209,17 +209,21 @@ void sample_rows(const py::dict& d, int rows, uintptr_t stream) {
   a.seen = ptr_field<uint8_t>(d, "seen", /*optional=*/true);
   a.out_ids = ptr_field<int>(d, "out_ids");
   a.out_valid = ptr_field<uint8_t>(d, "out_valid");
-  a.run_stop = ptr_field<const int>(d, "run_stop", /*optional=*/true);
+  a.run_stop = ptr_field<int>(d, "run_stop", /*optional=*/true);
   a.run_step = a.run_stop ? scalar_field<int>(d, "run_step") : 0;
+  a.step_args = ptr_field<int>(d, "step_args", /*optional=*/true);
+  a.step_error = a.step_args ? ptr_field<int>(d, "step_error") : nullptr;
   if (a.vocab < 1 || a.logits_stride < a.vocab) throw std::invalid_argument("sample_rows: bad vocab or stride");
   if ((a.counts == nullptr) != (a.seen == nullptr))
     throw std::invalid_argument("sample_rows: counts and seen come together");
   if (a.vocab > SAMPLE_MAX_VOCAB) throw std::invalid_argument("sample_rows: vocab exceeds SAMPLE_MAX_VOCAB");
+  if (a.run_stop && a.run_step < 0) throw std::invalid_argument("sample_rows: 'run_step' must be >= 0");
   const size_t smem = sample_smem_bytes(a.vocab);
   MK_CUDA_CHECK(cudaFuncSetAttribute(&mk::sampling::sample_rows, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  mk::sampling::sample_rows<<<rows * CLUSTER_BLOCKS, SAMPLE_THREADS, smem, reinterpret_cast<cudaStream_t>(stream)>>>(a);
-  MK_CUDA_CHECK(cudaGetLastError());
+  const bool pdl = d.contains("pdl") && d["pdl"].cast<int>() != 0;
+  mk::tk::launch_maybe_pdl(&mk::sampling::sample_rows, dim3(rows * CLUSTER_BLOCKS), dim3(SAMPLE_THREADS), smem,
+                           reinterpret_cast<cudaStream_t>(stream), pdl, a);
 }
 
 }  // namespace
@@ -234,7 +238,8 @@ PYBIND11_MODULE(mk_interpreter, m) {
         "run's stop state, run_stop.cuh) check the ids, and do nothing once the run stopped at an earlier step.");
   m.def("sample_rows", &sample_rows, py::arg("fields"), py::arg("rows"), py::arg("stream"),
         "One sampling step over `rows` logits rows (csrc/interpreter/sampling/sample_rows.cuh); fields maps each SampleArgs "
-        "member to a device pointer (int) or a scalar.");
+        "member to a device pointer (int) or a scalar; with step_args (and step_error) it also advances the decode "
+        "step's args from the drawn ids (the advance kernel's work); pdl=1 launches it with PDL.");
   m.def("encode_w_o_map", &encode_w_o_map, py::arg("dst"), py::arg("w_o"), py::arg("layers"), py::arg("hidden"),
         py::arg("n_heads"), py::arg("head_dim"),
         "Write W_o's tensor map for the fused op's panel pages to dst (device, 128 bytes); False if head_dim is "

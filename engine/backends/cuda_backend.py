@@ -21,7 +21,7 @@ from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.run_stops import RS_NOT_STOPPED, RS_STOPPED_AT, RunStops, worked_end
-from engine.sampling.run_sampler import RunSampler
+from engine.sampling.run_sampler import RunSampler, StepAdvance
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
@@ -228,8 +228,9 @@ class CudaBackend(Backend):
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
                      sampler: RunSampler | None = None, stops: RunStops | None = None) -> int:
         """Decode steps queued back to back on the GPU. Greedy: each step's ARGMAX_REDUCE writes its ids to a
-        history row and advances the step args in place (csrc/interpreter/advance.cuh). Sampled: `sampler` draws
-        from the step's logits on the GPU and a one-block kernel advances the step args from its ids. Either way
+        history row and advances the step args in place (csrc/interpreter/advance.cuh). Sampled: `sampler`'s kernel
+        draws from the step's logits on the GPU and advances the step args from its ids in the same launch (where the
+        sampler runs torch ops instead, a one-block kernel advances them). Either way
         the host never waits between two steps: records come back in chunks of READBACK_STEPS steps (after the
         error word, so nothing of a failed step is handed out) while later steps run, and the host stays at most
         LOOKAHEAD_CHUNKS chunks behind, so a stop it sees ends the run within that many chunks. With `stops` the
@@ -262,6 +263,7 @@ class CudaBackend(Backend):
         pending: deque[tuple[int, int, int, torch.cuda.Event]] = deque()
         stream = torch.cuda.current_stream(self._device).cuda_stream
         launched, begin, ran, go_on = 0, 0, 0, True
+        history: torch.Tensor | None = None
 
         def read_back() -> None:
             """Queue the copy of steps [begin, launched), the error word and the run's stop word to the host."""
@@ -302,9 +304,13 @@ class CudaBackend(Backend):
                     ids.copy_(ds.out_tokens)
             else:
                 self._launch(ds, run_stop=run_stop, run_step=launched)
-                sampler.step(ds.acts["logits"][:S], launched, run_stop)
-                if not last:
-                    self.module.advance(ds.step_args.data_ptr(), ids.data_ptr(), records["ids"].data_ptr(), launched,
+                advance = None if last else StepAdvance(ds.step_args.data_ptr(), ds.status.data_ptr())
+                _ids, advanced = sampler.step_and_advance(ds.acts["logits"][:S], launched, run_stop, advance,
+                                                          pdl=self.kernel.pdl)
+                if advance is not None and not advanced:  # sampled by torch ops: the advance kernel feeds them back
+                    if history is None:  # the kernel's history rows are the padded step's (rows, not S)
+                        history = torch.empty((steps, rows), dtype=torch.int32, device=self._device)
+                    self.module.advance(ds.step_args.data_ptr(), ids.data_ptr(), history.data_ptr(), launched,
                                         ds.status.data_ptr(), S, stream, run_stop=run_stop)
             launched += 1
             if launched % READBACK_STEPS == 0 or launched == steps:

@@ -4,6 +4,7 @@ backend hands back in chunks. The host is not between two steps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -30,6 +31,15 @@ class NoiseTables:
         if device not in self._by_device:
             self._by_device[device] = token_hashes(self.vocab, device)
         return self._by_device[device]
+
+
+@dataclass(frozen=True)
+class StepAdvance:
+    """The on-device decode loop's next step, for a sampling launch that also advances it from its ids (the advance
+    kernel's work, csrc/interpreter/advance.cuh): device addresses of the step args and of the step's error word."""
+
+    step_args: int
+    error: int
 
 
 class RunSampler:
@@ -73,9 +83,16 @@ class RunSampler:
     def step(self, logits: torch.Tensor, index: int, run_stop: int = 0) -> torch.Tensor:
         """Sample step `index` of the run from `logits`. `run_stop`: the device address of the run's stop state
         (csrc/interpreter/run_stop.cuh): the kernel does nothing once every row stopped at an earlier step."""
+        return self.step_and_advance(logits, index, run_stop)[0]
+
+    def step_and_advance(self, logits: torch.Tensor, index: int, run_stop: int = 0, advance: StepAdvance | None = None,
+                         pdl: bool = False) -> tuple[torch.Tensor, bool]:
+        """`step`, and whether the same launch also advanced `advance`'s step from the ids (only the kernel does;
+        else the caller advances it). `pdl`: launch the kernel with programmatic dependent launch (after a kernel
+        step that allows it: csrc/tk/grid_dependency.cuh)."""
         logits = logits[:, :self.token_hash.numel()]
         if self.kernel is not None and logits.dtype == torch.float32 and logits.stride(1) == 1:
-            return self._kernel_step(logits, index, run_stop)
+            return self._kernel_step(logits, index, run_stop, advance, pdl), advance is not None
         try:
             ids, valid = sample_step(logits, self.tensors, self.counters, self.penalties, self.token_hash)
         except Exception:  # noqa: BLE001 - find the row(s) to blame: each row alone
@@ -91,16 +108,22 @@ class RunSampler:
             rec["lp_chosen"][index] = chosen
             rec["lp_top_values"][index] = values
             rec["lp_top_ids"][index] = top_ids
-        return rec["ids"][index]
+        return rec["ids"][index], False
 
-    def _kernel_step(self, logits: torch.Tensor, index: int, run_stop: int) -> torch.Tensor:
-        """The step in one launch of `sample_rows` (it records the ids, validity, penalties and counters itself)."""
+    def _kernel_step(self, logits: torch.Tensor, index: int, run_stop: int, advance: StepAdvance | None,
+                     pdl: bool) -> torch.Tensor:
+        """The step in one launch of `sample_rows` (it records the ids, validity, penalties and counters itself, and
+        advances `advance`'s step)."""
         rec = self.records
         ids = rec["ids"][index]
-        stop = {"run_stop": run_stop, "run_step": index} if run_stop else {}
+        extra: dict[str, int] = {"pdl": int(pdl)}
+        if run_stop:
+            extra.update(run_stop=run_stop, run_step=index)
+        if advance is not None:
+            extra.update(step_args=advance.step_args, step_error=advance.error)
         self.kernel.sample_rows(  # type: ignore[union-attr]
             {**self._fields, "logits": logits.data_ptr(), "logits_stride": logits.stride(0),
-             "out_ids": ids.data_ptr(), "out_valid": rec["valid"][index].data_ptr(), **stop},
+             "out_ids": ids.data_ptr(), "out_valid": rec["valid"][index].data_ptr(), **extra},
             ids.numel(), torch.cuda.current_stream(logits.device).cuda_stream)
         if "lp_chosen" in rec:
             chosen, values, top_ids = step_logprobs(logits, ids.long(), rec["valid"][index], rec["lp_top_ids"].shape[2])

@@ -20,6 +20,9 @@ struct SliceStats {  // one thread's share of the first pass
 struct Penalty {
   double rep, freq, pres;
   __device__ __forceinline__ float apply(float l, int count, uint8_t seen) const {
+    // A token neither in the prompt nor generated keeps its finite logit exactly (d - f * 0 - p * 0 == d for finite
+    // f, p), and a non-finite one marks the row invalid whatever it becomes: most of a row skips the float64 work.
+    if (count == 0 && seen == 0) return l;
     double d = l;
     if (seen) d = d > 0 ? d / rep : d * rep;
     d = d - freq * count - pres * (count > 0 ? 1.0 : 0.0);

@@ -9,10 +9,14 @@
 //   temperature / min-p            + one scaled draw pass, 1 barrier
 //   top-k <= FAST_TOP_K (+ top-p)  + a candidate pass, 1 barrier; block 0 finishes alone (topk_finish.cuh)
 //   top-p alone, larger top-k      + radix passes over the whole row, 1 barrier each, + the draw, 1 barrier
+// In an on-device decode loop (SampleArgs::step_args) the thread that writes a row's id also advances the row's
+// step args, as the advance kernel would after this one (../advance.cuh): one launch per sampled step, not two.
 #pragma once
 
 #include <cstdint>
 
+#include "../../tk/grid_dependency.cuh"
+#include "../advance.cuh"
 #include "../run_stop.cuh"
 #include "block_select.cuh"
 #include "cluster_reduce.cuh"
@@ -57,6 +61,12 @@ __device__ tk::value_index draw_slice(const float* xs, int n, int begin, uint32_
 // sample_smem_bytes(vocab).
 __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_THREADS, 1)
     sample_rows(const SampleArgs a) {
+  // Launched with PDL (after a megakernel step that lets its dependents launch at its start), the blocks take SMs
+  // as the step's blocks exit and wait here for it to finish; everything below reads what it or earlier launches
+  // wrote. Letting the next step launch now puts its blocks on the SMs this launch leaves free, where they wait
+  // for it in turn (every block of this launch is resident by then: no block of it waits for their SMs).
+  tk::allow_dependent_grids();
+  tk::wait_prerequisite_grids();
   // A step of a run whose rows all stopped at an earlier step: nothing to draw (the word was written by an earlier
   // launch, so every block of every cluster decides the same, before any barrier).
   if (mk::vm::run_stopped_before(a.run_stop, a.run_step)) return;
@@ -127,6 +137,13 @@ __global__ void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(SAMPLE_
     if (a.counts && valid) {
       a.counts[static_cast<long long>(s) * V + id] += 1;
       a.seen[static_cast<long long>(s) * V + id] = 1;
+    }
+    // The advance kernel's work (advance_decode), for this row: every reader of the step args in the step has
+    // finished (the step did, before this launch read its logits), and the next step reads them only after this
+    // launch ends.
+    if (a.step_args && !mk::vm::step_failed(a.step_error)) {
+      mk::vm::advance_step_args(a.step_args, s, id, a.step_error);
+      if (a.run_stop) mk::vm::note_run_token(a.run_stop, s, id, a.run_step);
     }
   }
 }

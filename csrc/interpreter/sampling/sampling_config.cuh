@@ -49,8 +49,14 @@ struct SampleArgs {
   uint8_t* seen;               // [rows, vocab] prompt or output holds the token, or null
   int* out_ids;                // [rows]
   uint8_t* out_valid;          // [rows]: 0 where the row's logits were not all finite (its id is then 0)
-  const int* run_stop;         // the run's stop state (../run_stop.cuh), or null
+  int* run_stop;               // the run's stop state (../run_stop.cuh), or null
   int run_step;                // this launch's step of the run (with run_stop)
+  // The on-device decode loop's next step (../advance.cuh), or null: each row's drawn id becomes its next input
+  // token and its position moves one forward, checked against the run's stop state, by the thread that writes the
+  // id, so no advance kernel runs between this launch and the next step.
+  int* step_args;
+  int* step_error;             // with step_args, the step's error word: set, the ids feed nothing; a missing KV
+                               // page for the next position is reported there
 };
 
 // Tokens per block: ceil(vocab / CLUSTER_BLOCKS) rounded up to SLICE_ALIGN (the last blocks may get fewer or none).
