@@ -76,6 +76,9 @@ class LLMEngine:
             raise ValueError(f"the cuda megakernel runs bfloat16 weights; dtype {cfg.dtype!r} needs backend 'torch'")
         self.backend_name = self.choice.name
         weights_device = self.choice.device if self.choice.name != "vm" else torch.device("cpu")
+        if self.choice.name == "cuda":  # a shape the megakernel cannot run fails here, before the weights load
+            from engine.backends.cuda_backend import check_model_shape
+            check_model_shape(self.config)
         weights = load_weights(model, self.config, dtype=cfg.torch_dtype, device=weights_device,
                                progress=cfg.progress)
         # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.

@@ -72,7 +72,7 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
   const int P = (C + ps - 1) / ps;
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);
   const int warp = tk::warp_id(), lane = tk::lane_id();
-  const float scale = 1.0f / sqrtf((float)hd);
+  const float scale = attn_scale(g);
   const int stride_h = hd + 2, stride_w = NH * stride_h;
   float* merge = sm.x;  // [warp][h][hd + 2]: o[hd], m, l
   float* q_sh = sm.x + NUM_CONSUMER_WARPS * stride_w;  // [h][hd]: this token's queries (shared: saves registers)

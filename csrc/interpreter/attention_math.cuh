@@ -8,6 +8,7 @@
 #include "code_size.cuh"
 
 #include "../tk/shared_vec.cuh"
+#include "bf16_unpack.cuh"
 #include "state.cuh"
 
 namespace mk::vm {
@@ -17,11 +18,17 @@ namespace mk::vm {
 // registers grow with keys and dims. 8 keys for head_dim <= 64 measured 0.9 % slower on the 1B shape (H200,
 // with the ring pages on this fold too: 0.868 vs 0.860 ms/token), 2 keys 3 % slower: a step is a chain of
 // shuffles and exps, so fewer keys per step means more steps.
+// head_dim 256 takes 2: its double-buffered K/V registers then match head_dim 128's (4 keys x 4 dims).
 template <int DPL>
-inline constexpr int KEYS_PER_STEP = 4;
+inline constexpr int KEYS_PER_STEP = DPL <= 4 ? 4 : 2;
+
+// Dims per lane of the head dims the kernel runs (engine/instructions/head_padding.py LANE_HEAD_DIMS: 32 x DPL).
+template <int DPL>
+inline constexpr bool LANE_DIMS_OK = DPL == 1 || DPL == 2 || DPL == 4 || DPL == 8;
 
 template <int DPL>
 __device__ __forceinline__ void unpack_head_dims(uint32_t lo, uint32_t hi, float (&v)[DPL]) {
+  static_assert(DPL <= 4, "8 dims per lane unpack a 16-byte word: bf16x8_to_float");
   if constexpr (DPL == 1) {
     v[0] = __bfloat162float(__ushort_as_bfloat16((unsigned short)lo));
   } else {
@@ -31,10 +38,14 @@ __device__ __forceinline__ void unpack_head_dims(uint32_t lo, uint32_t hi, float
       const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hi));
       v[2] = b.x; v[3] = b.y;
     } else {
-      static_assert(DPL == 2, "head_dim must be 32, 64 or 128");
+      static_assert(DPL == 2, "head_dim must be 32, 64, 128 or 256");
     }
   }
 }
+
+// The softmax scale 1/sqrt(head_dim) of the checkpoint's head dim: a stored head may be wider, its extra dims zero
+// (engine/instructions/head_padding.py), which changes no score.
+__device__ __forceinline__ float attn_scale(const Globals& g) { return 1.0f / sqrtf((float)g.model_head_dim); }
 
 // A lane's DPL dims of a K or V row in global memory (written by other SMs: bypass L1).
 template <int DPL>
@@ -43,9 +54,12 @@ __device__ __forceinline__ void load_head_dims(const bf16* p, float (&v)[DPL]) {
     unpack_head_dims<DPL>(__ldcg(reinterpret_cast<const unsigned short*>(p)), 0, v);
   } else if constexpr (DPL == 2) {
     unpack_head_dims<DPL>(__ldcg(reinterpret_cast<const unsigned int*>(p)), 0, v);
-  } else {
+  } else if constexpr (DPL == 4) {
     const uint2 raw = __ldcg(reinterpret_cast<const uint2*>(p));
     unpack_head_dims<DPL>(raw.x, raw.y, v);
+  } else {
+    static_assert(DPL == 8, "head_dim must be 32, 64, 128 or 256");
+    bf16x8_to_float(__ldcg(reinterpret_cast<const uint4*>(p)), v);
   }
 }
 
@@ -56,9 +70,12 @@ __device__ __forceinline__ void load_head_dims_shared(uint32_t addr, float (&v)[
     unpack_head_dims<DPL>(tk::load_shared_u16(addr), 0, v);
   } else if constexpr (DPL == 2) {
     unpack_head_dims<DPL>(tk::load_shared_u32(addr), 0, v);
-  } else {
+  } else if constexpr (DPL == 4) {
     const uint2 raw = tk::load_shared_u2(addr);
     unpack_head_dims<DPL>(raw.x, raw.y, v);
+  } else {
+    static_assert(DPL == 8, "head_dim must be 32, 64, 128 or 256");
+    bf16x8_to_float(tk::load_shared_u4(addr), v);
   }
 }
 

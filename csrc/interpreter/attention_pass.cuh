@@ -26,7 +26,7 @@ template <int DPL>
 __device__ __forceinline__ void fold_pass(float* slot, uint32_t q_addr, int NH, float scale, uint32_t k_addr,
                                           uint32_t v_addr, int nvalid) {
   constexpr int HD = 32 * DPL, CHUNKS = HD / 8, ROW = HD * 2;  // 8-dim (16-byte) chunks per row; row bytes
-  static_assert(DPL == 1 || DPL == 2 || DPL == 4, "head_dim must be 32, 64 or 128");
+  static_assert(LANE_DIMS_OK<DPL>, "head_dim must be 32, 64, 128 or 256");
   const int lane = tk::lane_id(), key = lane / DPL, part = lane % DPL;
   const bool valid = key < nvalid;
   // This lane's 4 chunks of its key: chunk (j * DPL + part + DPL * key) % CHUNKS. The rotation by key puts

@@ -36,7 +36,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   const int keep_from = w[W_SLOT_NUM_PAGES] - g.defer_free_pages;  // stream positions held past the release
   const int key0 = w[W_SLOT_KV_PAGE_LO] * ps, ring_end = w[W_SLOT_KV_RING_END], new_key = w[W_SLOT_KV_NEW_KEY];
   const int warp = tk::warp_id(), lane = tk::lane_id();
-  const float scale = 1.0f / sqrtf((float)hd);
+  const float scale = attn_scale(g);
   const int stride_w = NH * (hd + 2), chunk = ps * hd * 2;  // chunk: bytes of one KV page's keys
   float* merge = sm.x;                                      // [warp][h][hd + 2] (attention_math.cuh)
   float* q_sh = sm.x + NUM_CONSUMER_WARPS * stride_w;       // [h][hd]

@@ -82,7 +82,8 @@ struct Globals {
   int layers;
   int n_heads;
   int n_kv;
-  int head_dim;
+  int head_dim;        // the stored width of a head (32 x dims per lane); every buffer and the KV cache use it
+  int model_head_dim;  // the checkpoint's head dim (<= head_dim, the rest zero): the softmax scale
   int vocab;
   int kv_num_pages;
   int gu_tile;

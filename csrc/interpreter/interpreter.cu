@@ -127,7 +127,7 @@ Globals globals_from_dict(const py::dict& d) {
   g.run_step = g.run_stop ? scalar_field<int>(d, "run_step") : 0;
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
-  MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
+  MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(model_head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
   MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
   MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(chain_cap_ahead);

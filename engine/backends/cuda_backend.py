@@ -25,6 +25,7 @@ from engine.sampling.run_sampler import RunSampler, StepAdvance
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
+from models.llama.config import LlamaConfig
 from models.llama.kv_cache import PagedKVCache
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
@@ -44,6 +45,12 @@ READBACK_STEPS = 4
 # ... and keeps at most this many chunks queued ahead of the host: a stop (EOS, a stop string, a request waiting
 # for a seat) ends the run at most this many chunks later, and the GPU still never waits for the host.
 LOOKAHEAD_CHUNKS = 2
+
+
+def check_model_shape(config: LlamaConfig) -> None:
+    """Raises UnsupportedOnGPU (one line naming the field) for a model shape the megakernel cannot run: from the
+    config alone, so the engine refuses it before the weights load."""
+    InterpreterLimits.of(load_extension("mk_interpreter")).check_model(ModelDims.from_config(config))
 
 
 class CudaBackend(Backend):
@@ -109,7 +116,8 @@ class CudaBackend(Backend):
                 self._kernel_buffers["w_o_map"] = w_o_map
         # One page past the engine's: the dummy sequences of padded steps write and read their K/V there.
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages + 1, page_size=page_size,
-                                        dtype=torch.bfloat16, device=self._device)
+                                        dtype=torch.bfloat16, device=self._device,
+                                        head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
         self._spare_page = num_pages
         self._pad_steps = pad_steps and self.max_tokens_per_step > self.limits.max_tokens_per_matvec
         self.page_size = page_size

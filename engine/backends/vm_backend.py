@@ -29,7 +29,8 @@ class VMBackend(Backend):
         self.dims = ModelDims.from_config(self.config)
         dtype = weight_dtype or weights.dtype
         self.packed = pack_weights(weights, dtype)
-        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=dtype)
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=dtype,
+                                        head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
         self.target = TargetDevice(num_sms=num_sms)
         self.params = BuildParams.of(policy, **split_kw)
         self.cache = StreamCache(self.dims, page_size, self.params, self.target)

@@ -8,6 +8,7 @@ from types import ModuleType
 import numpy as np
 
 from engine.instructions import registry as op
+from engine.instructions.head_padding import LANE_HEAD_DIMS
 from engine.instructions.layout import ModelDims, pow2_align
 from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 
@@ -102,8 +103,9 @@ class InterpreterLimits:
         return self.consumer_warps * heads * (head_dim + 2) + heads * head_dim
 
     def check_model(self, d: ModelDims) -> None:
-        if d.head_dim not in (32, 64, 128):
-            raise UnsupportedOnGPU(f"head_dim {d.head_dim}: the megakernel supports 32, 64 and 128")
+        if d.head_dim not in LANE_HEAD_DIMS:  # stored_head_dim pads every head dim up to the widest one
+            raise UnsupportedOnGPU(f"head_dim {d.model_head_dim}: the megakernel runs head dims up to "
+                                   f"{LANE_HEAD_DIMS[-1]} (stored as {', '.join(map(str, LANE_HEAD_DIMS))})")
         if d.gqa > self.max_gqa:
             raise UnsupportedOnGPU(f"GQA ratio {d.gqa} (heads {d.n_heads} / kv heads {d.n_kv}) exceeds {self.max_gqa}")
         for name, k in (("hidden_size", d.hidden), ("n_heads*head_dim", d.q_cols)):

@@ -20,6 +20,9 @@ from engine.cuda.kernel_options import KernelOptions
 from engine.instructions.layout import ModelDims, StepShape
 
 VARIANT_GENERAL, VARIANT_BATCH1_SPLIT, VARIANT_BATCH1_FUSED = 0, 1, 2  # config.cuh KernelVariant
+# The batch-1 variants' attention paths (ops/attn_partial.cuh, ops/attn_o_proj.cuh): head_dim 256's would spill
+# their registers, so its batch-1 steps run the general kernel.
+BATCH1_MAX_HEAD_DIM = 128
 VARIANT_NAMES = {VARIANT_GENERAL: "general", VARIANT_BATCH1_SPLIT: "batch1-split", VARIANT_BATCH1_FUSED: "batch1-fused"}
 
 
@@ -31,6 +34,7 @@ def kernel_variant(shape: StepShape, dims: ModelDims, page_size: int, fused: boo
     one_token = shape.num_tokens == 1 and shape.num_seqs == 1
     kv_page_fits = 2 * page_size * dims.head_dim * 2 <= ring_page_bytes  # bf16 keys and values of one KV page
     mma = kernel.mma_matvec and rows_take_mma
-    if not (kernel.batch1_kernel and one_token and kernel.attn_kv_ring and kv_page_fits and mma):
+    head_ok = dims.head_dim <= BATCH1_MAX_HEAD_DIM
+    if not (kernel.batch1_kernel and one_token and kernel.attn_kv_ring and kv_page_fits and mma and head_ok):
         return VARIANT_GENERAL
     return VARIANT_BATCH1_FUSED if fused else VARIANT_BATCH1_SPLIT

@@ -72,7 +72,7 @@ def partial_attention(i: AttentionTask, b: Buffers) -> tuple[int, int, torch.Ten
     rows = key_pos % ps
     k = b.k_cache[layer, pages, i.kv_group, rows].to(torch.float32)  # [nk, hd]
     v = b.v_cache[layer, pages, i.kv_group, rows].to(torch.float32)
-    scores = (q @ k.T) * hd ** -0.5  # [G, n, nk]
+    scores = (q @ k.T) * d.model_head_dim ** -0.5  # [G, n, nk]: the checkpoint's scale (padded dims add 0)
     visible = key_pos[None, :] <= a.positions[q0:q1][:, None]  # [n, nk]
     scores = scores.masked_fill(~visible[None], float("-inf"))
     m = scores.amax(dim=-1, keepdim=True) if key_pos.numel() else torch.full((G, n, 1), float("-inf"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.instructions.head_padding import stored_head_dim
 from models.llama.config import LlamaConfig
 
 # ---- step-args header (int32 words at the start of the step-args buffer) -----------------------------
@@ -32,7 +33,9 @@ def pow2_align(n: int, cap: int = 16) -> int:
 
 @dataclass(frozen=True)
 class ModelDims:
-    """Model sizes the interpreter needs, derived from a LlamaConfig (nothing model-specific is baked in)."""
+    """Model sizes the interpreter needs, derived from a LlamaConfig (nothing model-specific is baked in).
+    `head_dim` is the stored width of a head (every buffer, the KV cache, the kernel); `model_head_dim` the
+    checkpoint's (the softmax scale, the RoPE frequencies), zero-padded to head_dim (head_padding.py); 0: the same."""
 
     hidden: int
     intermediate: int
@@ -42,11 +45,19 @@ class ModelDims:
     head_dim: int
     vocab: int
     eps: float
+    model_head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.model_head_dim == 0:
+            object.__setattr__(self, "model_head_dim", self.head_dim)
+        if not 0 < self.model_head_dim <= self.head_dim:
+            raise ValueError(f"ModelDims: model_head_dim {self.model_head_dim} must be in (0, head_dim {self.head_dim}]")
 
     @staticmethod
     def from_config(c: LlamaConfig) -> ModelDims:
         return ModelDims(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                         c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps)
+                         c.num_key_value_heads, stored_head_dim(c.head_dim), c.vocab_size, c.rms_norm_eps,
+                         c.head_dim)
 
     @property
     def gqa(self) -> int:
@@ -81,7 +92,7 @@ def rope_perm(head_dim: int) -> np.ndarray:
 
 
 def qkv_row_map(d: ModelDims) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every packed W_qkv row: (kind 0=q 1=k 2=v, head index (q head or kv head), original dim)."""
+    """For every packed W_qkv row: (kind 0=q 1=k 2=v, head index (q head or kv head), dim in the stored head)."""
     kinds, heads, dims = [], [], []
     perm = rope_perm(d.head_dim)
     for g in range(d.n_kv):

@@ -6,22 +6,41 @@
   (2i, 2i+1): RoPE is then a pairwise rotation inside any even-aligned row block.
 - w_gate_up [L, 2I, H]: tiles of `gu_tile` gate rows followed by the same `gu_tile` up rows.
 - w_o, w_down, norms, embed, lm_head: HF layout, stacked over layers; lm_head aliases embed when tied.
+- A head dim the kernel does not run is stored zero-padded (head_padding.py): hd above is the stored width,
+  the padded rows of w_qkv and columns of w_o are zero, rope_inv_freq is zero past the checkpoint's pairs.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from engine.instructions.head_padding import model_dims_of_stored, stored_source_index
 from engine.instructions.layout import ModelDims, qkv_row_map
 from models.llama.rope import inv_freq
 from models.llama.weights import LlamaWeights
 
 
 def qkv_source_rows(d: ModelDims) -> np.ndarray:
-    """src[r] = row of cat(q_proj, k_proj, v_proj) stored at packed W_qkv row r."""
+    """src[r] = row of cat(q_proj, k_proj, v_proj) stored at packed W_qkv row r; -1: a padded dim (zero row)."""
     kind, head, dim = qkv_row_map(d)
-    base = np.where(kind == 0, 0, np.where(kind == 1, d.q_cols, d.q_cols + d.n_kv * d.head_dim))
-    return base + head * d.head_dim + dim
+    mhd = d.model_head_dim
+    base = np.where(kind == 0, 0, np.where(kind == 1, d.n_heads * mhd, (d.n_heads + d.n_kv) * mhd))
+    model_dim = model_dims_of_stored(d.head_dim, mhd)[dim]
+    return np.where(model_dim < 0, -1, base + head * mhd + model_dim)
+
+
+def o_source_cols(d: ModelDims) -> np.ndarray:
+    """src[c] = column of o_proj stored at W_o column c; -1: a padded dim (zero column)."""
+    return stored_source_index(d.n_heads, d.head_dim, d.model_head_dim)
+
+
+def take_padded(t: torch.Tensor, src: np.ndarray, dim: int) -> torch.Tensor:
+    """t's rows (dim 0) or columns (dim 1) at `src`, zeros where src is -1 (t itself where src is every index in
+    order: no copy of W_o for an unpadded head dim)."""
+    if np.array_equal(src, np.arange(t.shape[dim])):
+        return t
+    zero = torch.zeros_like(t.narrow(dim, 0, 1))
+    return torch.cat([t, zero], dim=dim).index_select(dim, torch.from_numpy(np.where(src < 0, t.shape[dim], src)))
 
 
 def gate_up_source_rows(d: ModelDims) -> np.ndarray:
@@ -36,21 +55,24 @@ def pack_weights(weights: LlamaWeights, dtype: torch.dtype = torch.float32) -> d
     """Every buffer of `layout.weight_specs`, contiguous, in `dtype` (rope_inv_freq stays float32)."""
     cfg = weights.config
     d = ModelDims.from_config(cfg)
-    qsrc = torch.from_numpy(qkv_source_rows(d))
+    qsrc, osrc = qkv_source_rows(d), o_source_cols(d)
     gsrc = torch.from_numpy(gate_up_source_rows(d))
     cast = lambda t: t.to(dtype).contiguous()  # noqa: E731
     layers = weights.layers
     embed = cast(weights.embed_tokens)
     tied = weights.lm_head is weights.embed_tokens
+    freq = torch.zeros(d.head_dim // 2, dtype=torch.float32)
+    freq[:d.model_head_dim // 2] = inv_freq(cfg).to(torch.float32)
     return {
         "embed": embed,
         "attn_norm": cast(torch.stack([lw.input_layernorm for lw in layers])),
-        "w_qkv": cast(torch.stack([torch.cat([lw.q_proj, lw.k_proj, lw.v_proj])[qsrc] for lw in layers])),
-        "w_o": cast(torch.stack([lw.o_proj for lw in layers])),
+        "w_qkv": cast(torch.stack([take_padded(torch.cat([lw.q_proj, lw.k_proj, lw.v_proj]), qsrc, 0)
+                                   for lw in layers])),
+        "w_o": cast(torch.stack([take_padded(lw.o_proj, osrc, 1) for lw in layers])),
         "mlp_norm": cast(torch.stack([lw.post_attention_layernorm for lw in layers])),
         "w_gate_up": cast(torch.stack([torch.cat([lw.gate_proj, lw.up_proj])[gsrc] for lw in layers])),
         "w_down": cast(torch.stack([lw.down_proj for lw in layers])),
         "final_norm": cast(weights.norm),
         "lm_head": embed if tied else cast(weights.lm_head),
-        "rope_inv_freq": inv_freq(cfg).to(torch.float32).contiguous(),
+        "rope_inv_freq": freq,
     }

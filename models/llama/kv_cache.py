@@ -32,10 +32,13 @@ class PagedKVCache:
         page_size: int,
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
+        head_dim: int | None = None,
     ) -> PagedKVCache:
+        """`head_dim`: the width of a stored head, where a backend stores heads wider than the config's (zero-padded
+        dims: engine/instructions/head_padding.py); default the config's."""
         if num_pages <= 0 or page_size <= 0:
             raise ValueError(f"PagedKVCache.allocate: num_pages={num_pages} and page_size={page_size} must be > 0")
-        shape = (config.num_hidden_layers, num_pages, config.num_key_value_heads, page_size, config.head_dim)
+        shape = (config.num_hidden_layers, num_pages, config.num_key_value_heads, page_size, head_dim or config.head_dim)
         return PagedKVCache(torch.zeros(shape, dtype=dtype, device=device),
                             torch.zeros(shape, dtype=dtype, device=device))
 

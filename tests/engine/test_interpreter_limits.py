@@ -10,6 +10,7 @@ import pytest
 
 from engine.cuda.limits import InterpreterLimits, UnsupportedOnGPU
 from engine.instructions import registry as op
+from engine.instructions.head_padding import LANE_HEAD_DIMS, stored_head_dim
 from engine.instructions.layout import ModelDims
 from engine.instructions.ops.attn_o_proj import AttnOProj
 from engine.instructions.registry import Opcode
@@ -237,3 +238,25 @@ def test_a_grouped_block_larger_than_the_ring_is_a_clear_error() -> None:
     cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8), H100)
     with pytest.raises(UnsupportedOnGPU, match="keeps them in the ring"):
         _grouping_limits().fit_stream(cs.words, 128, 1, d, bf16_x=True)
+
+
+@pytest.mark.parametrize("hd", [64, 80, 96, 100, 128, 256])
+def test_every_llama_head_dim_is_stored_in_one_the_kernel_runs(hd: int) -> None:
+    d = ModelDims(hidden=2048, intermediate=8192, layers=2, n_heads=16, n_kv=4, head_dim=stored_head_dim(hd),
+                  vocab=512, eps=1e-5, model_head_dim=hd)
+    _limits().check_model(d)
+
+
+def test_a_head_dim_past_the_widest_lane_width_is_refused_naming_the_field() -> None:
+    d = ModelDims(hidden=2048, intermediate=8192, layers=2, n_heads=4, n_kv=4, head_dim=stored_head_dim(512),
+                  vocab=512, eps=1e-5)
+    with pytest.raises(UnsupportedOnGPU, match=r"^head_dim 512: the megakernel runs head dims up to 256"):
+        _limits().check_model(d)
+
+
+def test_lane_head_dims_are_the_kernels_attention_paths() -> None:
+    """Each stored head dim has its dims-per-lane path in both attention opcodes (32: the fallthrough)."""
+    ops = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "ops"
+    for name in ("attn_partial.cuh", "attn_o_proj.cuh"):
+        dispatched = {int(n) for n in re.findall(r"g\.head_dim == (\d+)\) return", (ops / name).read_text())}
+        assert dispatched | {32} == set(LANE_HEAD_DIMS), name

@@ -2,6 +2,7 @@
 one sequence's one new token with its attention on the KV ring, so anything else must get the general kernel."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -35,6 +36,14 @@ def test_attention_off_the_ring_runs_the_general_kernel() -> None:
     # 64 tokens x 64 dims x (K + V) x bf16 = 16 KB fits a ring page; 128 tokens do not (kv_stream.cuh's kvpp_max = 0)
     assert kernel_variant(one, DIMS, 64, False, OPTS, PAGE, True) == VARIANT_BATCH1_SPLIT
     assert kernel_variant(one, DIMS, 128, False, OPTS, PAGE, True) == VARIANT_GENERAL
+
+
+@pytest.mark.parametrize("head_dim,batch1", [(80, True), (100, True), (128, True), (256, False)])
+def test_head_dims_past_the_batch1_variants_run_the_general_kernel(head_dim: int, batch1: bool) -> None:
+    """The batch-1 variants' attention holds stored head dims up to 128 (80 and 100 are stored as 128)."""
+    d = ModelDims.from_config(dataclasses.replace(preset_config("llama-3.2-1b"), head_dim=head_dim))
+    got = kernel_variant(StepShape(1, 1, 16), d, 16, False, OPTS, PAGE, True)
+    assert got == (VARIANT_BATCH1_SPLIT if batch1 else VARIANT_GENERAL)
 
 
 def test_rows_off_the_tensor_cores_run_the_general_kernel() -> None:

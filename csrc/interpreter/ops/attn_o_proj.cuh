@@ -82,7 +82,10 @@ template <bool B1>
 __device__ __forceinline__ bool op_attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   if (g.head_dim == 64) return attn_o_proj<2, B1>(g, sm, w);
   if (g.head_dim == 128) return attn_o_proj<4, B1>(g, sm, w);
-  return attn_o_proj<1, B1>(g, sm, w);  // head_dim 32 (the host rejects anything else)
+  if constexpr (!B1) {  // the batch-1 variants hold head dims up to 128: a fourth path spilled their registers
+    if (g.head_dim == 256) return attn_o_proj<8, B1>(g, sm, w);
+  }
+  return attn_o_proj<1, B1>(g, sm, w);  // head_dim 32 (the host stores others in one of these: head_padding.py)
 }
 
 template <>
