@@ -69,17 +69,19 @@ class EngineConfig:
         return getattr(torch, self.dtype)
 
 
-def kv_bytes_per_page(config: LlamaConfig, page_size: int, dtype: torch.dtype) -> int:
+def kv_bytes_per_page(config: LlamaConfig, page_size: int, dtype: torch.dtype, head_dim: int | None = None) -> int:
+    """`head_dim`: the width of the backend's stored heads where wider than the config's (the vm and cuda backends
+    pad some head dims: engine/instructions/head_padding.py)."""
     elem = dtype.itemsize
-    return 2 * config.num_hidden_layers * config.num_key_value_heads * page_size * config.head_dim * elem
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * page_size * (head_dim or config.head_dim) * elem
 
 
 def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device,
-                  reserve_bytes: int = 0) -> tuple[int, int]:
+                  reserve_bytes: int = 0, head_dim: int | None = None) -> tuple[int, int]:
     """Returns (num_pages, max_model_len) for this engine. `reserve_bytes` of free GPU memory are kept
     back for what the backend allocates after the KV cache is sized (e.g. the cuda backend's packed
-    copy of the weights)."""
-    per_page = kv_bytes_per_page(model, cfg.page_size, cfg.torch_dtype)
+    copy of the weights); `head_dim` as in kv_bytes_per_page."""
+    per_page = kv_bytes_per_page(model, cfg.page_size, cfg.torch_dtype, head_dim)
     want_len = cfg.max_model_len or model.max_position_embeddings
     if want_len > model.max_position_embeddings:
         raise ValueError(

@@ -30,6 +30,7 @@ from engine.decode_runs import DecodeRuns, Failed, Sampled, kernel_samples
 from engine.detokenizer import OutputText
 from engine.engine_config import EngineConfig, size_kv_cache
 from engine.errors import EngineFatalError, RequestError
+from engine.instructions.head_padding import stored_head_dim
 from engine.outputs import RequestMetrics, RequestOutput
 from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
@@ -83,7 +84,9 @@ class LLMEngine:
                                progress=cfg.progress)
         # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.
         reserve = weights.num_bytes() if self.choice.name == "cuda" else 0
-        self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve)
+        # The instruction-stream backends store heads in the kernel's widths (engine/instructions/head_padding.py).
+        stored = stored_head_dim(self.config.head_dim) if self.choice.name in ("vm", "cuda") else None
+        self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve, stored)
         options: dict[str, object] = {}
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy

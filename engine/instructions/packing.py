@@ -40,7 +40,8 @@ def take_padded(t: torch.Tensor, src: np.ndarray, dim: int) -> torch.Tensor:
     if np.array_equal(src, np.arange(t.shape[dim])):
         return t
     zero = torch.zeros_like(t.narrow(dim, 0, 1))
-    return torch.cat([t, zero], dim=dim).index_select(dim, torch.from_numpy(np.where(src < 0, t.shape[dim], src)))
+    index = torch.from_numpy(np.where(src < 0, t.shape[dim], src)).to(t.device)
+    return torch.cat([t, zero], dim=dim).index_select(dim, index)
 
 
 def gate_up_source_rows(d: ModelDims) -> np.ndarray:

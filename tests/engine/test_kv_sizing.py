@@ -1,6 +1,8 @@
 """KV-cache sizing on a GPU from --gpu-memory-utilization, against a faked device memory report."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -34,3 +36,10 @@ def test_too_small_a_utilization_is_one_clear_error(monkeypatch: pytest.MonkeyPa
 def test_utilization_outside_0_1_is_refused(value: float) -> None:
     with pytest.raises(ValueError, match="gpu_memory_utilization must be in"):
         EngineConfig(model="m", gpu_memory_utilization=value)
+
+
+def test_stored_heads_size_the_pages() -> None:
+    """A backend that stores heads padded (head_dim 80 in 128: engine/instructions/head_padding.py) sizes its pages
+    at the stored width."""
+    cfg = dataclasses.replace(MODEL, head_dim=80)
+    assert kv_bytes_per_page(cfg, 16, torch.bfloat16, 128) == kv_bytes_per_page(cfg, 16, torch.bfloat16) * 128 // 80
