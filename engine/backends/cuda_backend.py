@@ -9,7 +9,8 @@ from dataclasses import replace
 import torch
 
 from engine.backends.base import Backend, OnRecords
-from engine.cuda.device_stream import DEFAULT_TIMEOUT_NS, DeviceStream, KernelFields, launch
+from engine.cuda.device_stream import DeviceStream, KernelFields, launch
+from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
@@ -142,8 +143,10 @@ class CudaBackend(Backend):
         return torch.device("cpu")
 
     def launch_fields(self, ds: DeviceStream) -> KernelFields:
-        return ds.fields(self._kernel_buffers, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
-                         self.kernel)
+        fields = ds.fields(self._kernel_buffers, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
+                           self.kernel)
+        fields["timeout_ns"] = max(self.timeout_ns, ds.timeout_ns)  # the step's allowance (engine/cuda/watchdog.py)
+        return fields
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
         last_error: Exception | None = None
@@ -178,6 +181,8 @@ class CudaBackend(Backend):
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
         self.load_inputs(ds)
+        products = attention_products(batch.query_start, batch.context_lens, self.dims.n_heads, self.dims.head_dim)
+        ds.timeout_ns = step_timeout_ns(self.timeout_ns, products, self.num_sms)
         self.last = ds
         return ds
 

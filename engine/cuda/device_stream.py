@@ -22,7 +22,6 @@ KernelFields = dict[str, int | float | list[int]]  # Globals by member name (csr
 
 COUNTER_HEADROOM = 1 << 30
 PROGRESS_WORDS = 8  # csrc/interpreter/opcodes.cuh  # re-zero counters before epoch * period could overflow int32
-DEFAULT_TIMEOUT_NS = 2_000_000_000
 
 
 @dataclass
@@ -43,6 +42,7 @@ class DeviceStream:
     ring_pages: int  # weight-ring pages this stream runs with (engine/cuda/limits.py fit_stream)
     variant: int = 0  # the kernel variant it runs (engine/cuda/variant.py; 0: the general kernel)
     epoch: int = 0
+    timeout_ns: int = 0  # the watchdog's limit for the step last prepared on it (engine/cuda/watchdog.py); 0: the default
     timing: torch.Tensor | None = None
     progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
     _base_fields: KernelFields | None = field(default=None, repr=False)

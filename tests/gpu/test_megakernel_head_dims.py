@@ -18,7 +18,7 @@ from engine.cuda.variant import BATCH1_MAX_HEAD_DIM, VARIANT_GENERAL
 from models.llama.config import LlamaConfig
 from models.llama.init_random import random_state_dict
 from models.llama.weights import weights_from_state_dict
-from tests.gpu.mk_helpers import pair, small, steps_match_vm
+from tests.gpu.mk_helpers import pair, small, steps_match_vm, vm_tolerance
 from tests.vm.helpers import Scenario, random_weights
 
 pytestmark = pytest.mark.gpu
@@ -45,6 +45,13 @@ def test_batched_steps_match_vm(hd: int) -> None:
     steps_match_vm(vm, gpu, scen, [[8, 0], [None, 3], [1, None]] + [[1, 1]] * 4, f"hd{hd}", check_kv=True)
 
 
+def _batch1_tolerance(name: str) -> float:
+    """Logits of these shapes (8 query heads of up to 256 dims on a 512-wide model: q up to 4x the hidden size)
+    differ from the fp32 VM by up to 3.6e-2 (H200; head_dim 128 on the unpadded kernel too); a wrong head, split
+    or key is off by O(1)."""
+    return 5e-2 if name == "logits" else vm_tolerance(name)
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["split", "fused"])
 @pytest.mark.parametrize("hd", HEAD_DIMS)
 def test_batch1_decode_matches_vm(hd: int, fused: bool) -> None:
@@ -52,7 +59,8 @@ def test_batch1_decode_matches_vm(hd: int, fused: bool) -> None:
     cfg = _config(hd)
     vm, gpu = pair(random_weights(cfg, seed=hd + 1), "lpt", fuse_o_proj=fused)
     scen = Scenario(cfg, [40], page_size=16, num_pages=64, seed=2)
-    steps_match_vm(vm, gpu, scen, [[None]] + [[1]] * 5, f"hd{hd}-{'fused' if fused else 'split'}", check_kv=True)
+    steps_match_vm(vm, gpu, scen, [[None]] + [[1]] * 5, f"hd{hd}-{'fused' if fused else 'split'}",
+                   _batch1_tolerance, check_kv=True, skip=("attn_out",) if fused else ())
     assert gpu.last is not None
     if gpu.dims.head_dim > BATCH1_MAX_HEAD_DIM:  # the batch-1 variants would record a variant mismatch
         assert gpu.last.variant == VARIANT_GENERAL
