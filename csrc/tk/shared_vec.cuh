@@ -49,6 +49,14 @@ __device__ __forceinline__ void ldmatrix_x4_shared(uint32_t (&d)[4], uint32_t ad
                : "r"(addr));
 }
 
+// ... each 8x8 matrix transposed: lane l receives elements (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4) of the matrix
+// whose row r starts at the address lane 8 m + r of matrix m gave (a k-major B fragment from rows that run along n).
+__device__ __forceinline__ void ldmatrix_x4_trans_shared(uint32_t (&d)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(addr));
+}
+
 // Predicated forms: zeros when `pred` is false, and no branch either way (a guarded load that the
 // compiler turns into a branch serialises the loads around it).
 __device__ __forceinline__ uint4 load_shared_u4_if(uint32_t addr, bool pred) {

@@ -157,7 +157,8 @@ class CudaBackend(Backend):
             if cs.backend_state is None:
                 try:
                     ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
-                                                        self.kernel.max_ring_pages, self.kernel.mma_matvec)
+                                                        self.kernel.max_ring_pages, self.kernel.mma_matvec,
+                                                        self.kernel.attn_tiles)
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False

@@ -58,6 +58,10 @@ DEFAULT_MMA_MATVEC = True
 # Only the fused path reads it. 1B on an H200: the fused op with row copies 0.884 ms/token against 0.821 split;
 # with panel pages (and the ring attention) 0.806-0.808 against 0.815 split.
 DEFAULT_W_O_PANELS = True
+# A prompt chunk's attention (16 or more (token, head) rows of one task) on the tensor cores, keys and values
+# copied into shared memory once per tile for all of the task's queries (csrc/interpreter/attention_tiles.cuh);
+# off: every query walks the keys on the CUDA cores, one query after another (attention_global.cuh).
+DEFAULT_ATTN_TILES = True
 # Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
 # take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
 # between steps that the host queued back to back (the bench's on-device loop). With fold_advance below:
@@ -89,6 +93,7 @@ class KernelOptions:
     attn_kv_ring: bool = DEFAULT_ATTN_KV_RING
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
     mma_matvec: bool = DEFAULT_MMA_MATVEC
+    attn_tiles: bool = DEFAULT_ATTN_TILES
     w_o_panels: bool = DEFAULT_W_O_PANELS
     pdl: bool = DEFAULT_PDL
     fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (CudaBackend.decode_steps, bench)
@@ -122,4 +127,4 @@ class KernelOptions:
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
                 "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
-                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "pdl": int(self.pdl)}
+                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl)}

@@ -12,6 +12,9 @@ from engine.instructions.head_padding import LANE_HEAD_DIMS
 from engine.instructions.layout import ModelDims, pow2_align
 from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 
+# Head dims whose many-query attention runs on the tensor cores (ops/attn_partial.cuh: 2 and 4 dims per lane).
+ATTN_TILE_HEAD_DIMS = (64, 128)
+
 
 PANEL_WIDTHS = (64, 128, 256)  # panel_pages.cuh panel_k_ok: W_o slices (heads * head_dim) taken as panel pages
 
@@ -49,13 +52,18 @@ class InterpreterLimits:
     # Tokens per step when x holds a whole token group (config.cuh MAX_TOKENS_PER_STEP; token_groups.cuh); 0: a
     # step is one token group
     max_tokens_per_step: int = 0
+    # The tensor-core many-query attention's shared rows (attention_tiles.cuh: a round's queries and two K / V
+    # buffers) and their skew; 0 rows: the kernel has no tile path
+    attn_tile_rows: int = 0
+    attn_tile_skew: int = 8
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
         return InterpreterLimits(module.PAGE_BYTES, module.X_FLOATS, module.OUT_FLOATS,
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
                                  module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK,
-                                 module.SHORT_ROW_MAX_K, module.X_ROW_SKEW, module.MAX_TOKENS_PER_STEP)
+                                 module.SHORT_ROW_MAX_K, module.X_ROW_SKEW, module.MAX_TOKENS_PER_STEP,
+                                 module.ATTN_TILE_ROWS, module.ATTN_TILE_SKEW)
 
     def x_floats_at(self, ring_pages: int) -> int:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
@@ -153,14 +161,22 @@ class InterpreterLimits:
         slices = mlp_slice_count(d, mlp_slices)
         return -(-d.intermediate // (slices * d.gu_tile)) * d.gu_tile
 
+    def attn_tile_floats(self, head_dim: int) -> int:
+        """x floats the tensor-core many-query attention needs at this head dim (attention_tiles.cuh
+        tile_scratch_bytes), 0 where the kernel runs that head dim on the CUDA cores only."""
+        if not self.attn_tile_rows or head_dim not in ATTN_TILE_HEAD_DIMS:
+            return 0
+        return self.attn_tile_rows * (head_dim + self.attn_tile_skew) * 2 // 4
+
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
-                   max_ring_pages: int | None = None, bf16_x: bool = False) -> int:
+                   max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False) -> int:
         """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
         page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
         the widest input (batch-1 decode needs a few thousand floats, so its ring grows), at most
         `max_ring_pages` (an experiment knob; never below the smallest ring). `bf16_x`: the kernel keeps
-        batch-1 x of tensor-core matvecs in bf16 (KernelOptions.mma_matvec), half the floats."""
-        x_need = 1
+        batch-1 x of tensor-core matvecs in bf16 (KernelOptions.mma_matvec), half the floats. `attn_tiles`
+        (KernelOptions.attn_tiles): a step with a prompt chunk keeps x room for the tensor-core attention."""
+        x_need = self.attn_tile_floats(d.head_dim) if attn_tiles and num_tokens > num_seqs else 1
         for w in words:
             code = int(w[0])
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens

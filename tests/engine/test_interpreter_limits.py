@@ -2,6 +2,7 @@
 (csrc/interpreter/config.cuh, parsed here, so the test follows the kernel's constants)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -260,3 +261,36 @@ def test_lane_head_dims_are_the_kernels_attention_paths() -> None:
     for name in ("attn_partial.cuh", "attn_o_proj.cuh"):
         dispatched = {int(n) for n in re.findall(r"g\.head_dim == (\d+)\) return", (ops / name).read_text())}
         assert dispatched | {32} == set(LANE_HEAD_DIMS), name
+
+
+_TILES = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "attention_tiles.cuh"
+
+
+def _tile_limits() -> InterpreterLimits:
+    """_limits() with the tensor-core attention's scratch rows (attention_tiles.cuh, parsed)."""
+    t = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", _TILES.read_text())}
+    warps = int(re.search(r"NUM_CONSUMER_WARPS = (\d+);", CONFIG.read_text()).group(1))  # type: ignore[union-attr]
+    rows = t["TILE_ROWS"] * warps + 4 * t["TILE_KEYS"]
+    return dataclasses.replace(_limits(), attn_tile_rows=rows, attn_tile_skew=t["TILE_SKEW"])
+
+
+@pytest.mark.parametrize("hd", [64, 128])
+def test_a_prompt_chunk_keeps_x_room_for_the_tensor_core_attention(hd: int) -> None:
+    """A 512-wide model's prompt chunk needs little x for its matvecs, so its ring would grow; with attn_tiles the
+    x left must still hold the tile path's scratch (the kernel falls back to the CUDA cores otherwise)."""
+    d = ModelDims(hidden=512, intermediate=1024, layers=2, n_heads=8, n_kv=2, head_dim=hd, vocab=1000, eps=1e-5)
+    batch = StepBatch.build([list(range(1, 9))], [32], [list(range(3))], page_size=16)  # 8 tokens x 4 heads
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=1), H100)
+    lim = _tile_limits()
+    plain = lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d)
+    tiles = lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d, attn_tiles=True)
+    assert tiles <= plain and lim.x_floats_at(tiles) >= lim.attn_tile_floats(hd) > 0
+    assert lim.x_floats_at(plain) < lim.attn_tile_floats(hd) or plain == tiles
+
+
+def test_decode_steps_keep_their_ring_with_attn_tiles() -> None:
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    batch = decode_batch(1, 33, 16)
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8), H100)
+    lim = _tile_limits()
+    assert lim.fit_stream(cs.words, 1, 1, d, attn_tiles=True) == lim.fit_stream(cs.words, 1, 1, d) == lim.max_ring_pages

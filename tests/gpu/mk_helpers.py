@@ -67,11 +67,11 @@ def vm_tolerance(name: str) -> float:
 
 def steps_match_vm(vm: VMBackend, gpu: CudaBackend, scen: Scenario, plans: list[list[int | None]], label: str,
                    tolerance: Callable[[str], float] = vm_tolerance, check_kv: bool = False,
-                   skip: tuple[str, ...] = ()) -> None:
+                   skip: tuple[str, ...] = (), kv_tolerance: float = 2e-2) -> None:
     """Run each plan (tokens per sequence, as Scenario.batch takes them) through both backends: every buffer
     within tolerance(name) of the VM's (relative), the KV caches within 2e-2 when check_kv, and the same
     greedy ids wherever the VM's winner is clear; then feed the VM's tokens back. `skip`: buffers the step does not
-    write."""
+    write; `kv_tolerance`: the caches' (the tensor-core attention's bf16 products reach later layers' K and V)."""
     for step, plan in enumerate(plans):
         batch, seqs = scen.batch(plan)
         ref_logits = vm.forward(batch)
@@ -84,7 +84,8 @@ def steps_match_vm(vm: VMBackend, gpu: CudaBackend, scen: Scenario, plans: list[
             err = rel_err(gpu.last.acts[name], vm_bufs.get(name))
             assert err < tolerance(name), f"{label}: {name} differs (rel {err:.2e}) at step {step}"
         if check_kv:
-            assert kv_err(gpu, vm) < 2e-2
+            err = kv_err(gpu, vm)
+            assert err < kv_tolerance, f"{label}: KV cache differs (rel {err:.2e}) at step {step}"
         clear = clear_winners(ref_logits)
         assert torch.equal(gpu_tokens.cpu()[clear], vm_tokens[clear]), f"{label}: greedy ids differ at step {step}"
         scen.feed(seqs, vm_tokens.tolist())

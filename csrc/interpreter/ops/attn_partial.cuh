@@ -1,10 +1,12 @@
 // ops/attn_partial.cuh: ATTN_PARTIAL (engine/instructions/ops/attn_partial.py), split-KV decode/prefill
 // attention of some query heads of one KV group: keys from the page ring on one-token steps (attention_ring.cuh),
-// else from global memory (attention_global.cuh).
+// else from global memory: a prompt chunk's many queries on the tensor cores (attention_tiles.cuh), a few on the
+// CUDA cores (attention_global.cuh).
 #pragma once
 
 #include "../attention_global.cuh"
 #include "../attention_ring.cuh"
+#include "../attention_tiles.cuh"
 #include "../op_traits.cuh"
 #include "../state.cuh"
 
@@ -36,6 +38,12 @@ __device__ bool attn_partial(const Globals& g, const Shared& sm, const int* w) {
     return variant_mismatch(g, w);
   } else {
     const AttnTask task{w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10]};
+    if constexpr (DPL == 2 || DPL == 4) {  // head_dim 64, 128: many queries on the tensor cores
+      if (takes_tiles(g, sm, task, 32 * DPL)) {
+        attend_tiles<DPL>(g, sm, w, task, partial_output(g, w));
+        return true;
+      }
+    }
     attend<DPL, true>(g, sm, w, task, partial_output(g, w));
     return true;
   }
