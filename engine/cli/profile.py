@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.cuda.backend_options import add_kernel_option_argument
 from engine.engine_config import EngineConfig
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS
 from profiler.record import RAW_NAME, ProfileFormatError, ProfileRecord, load_npz, raw_path
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"SMs to schedule for (vm only; default {DEFAULT_SIMULATED_SMS}, an H100's or H200's)")
     p.add_argument("--page-size", type=_positive_int, default=EngineConfig.page_size, help="KV page size (tokens)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    add_kernel_option_argument(p)  # the same A/B knobs as bench (SplitParams fields also shape VM timelines)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -30,3 +30,15 @@ def test_vm_profile_then_rerender(tmp_path, capsys):
     assert "dependency waits excluded" in (live / "summary.txt").read_text()
     assert main(["--from", str(live / "raw.npz"), "--out", str(again)]) == 0
     assert (again / "summary.json").read_text() == (live / "summary.json").read_text()
+
+
+def test_kernel_options_reach_the_vm_timeline(tmp_path, capsys):
+    """--kernel-option (as on bench): a SplitParams field changes the stream the VM profiles, and the record says so;
+    an unknown option is a one-line error naming the flag."""
+    out = tmp_path / "opt"
+    assert main(["--preset", "tiny", "--backend", "vm", "--out", str(out), "--kernel-option", "min_pages_per_split=1"]) == 0
+    assert "min_pages_per_split=1" in str(load_npz(out / "raw.npz").meta["kernel_options"])
+    capsys.readouterr()
+    assert main(["--preset", "tiny", "--backend", "vm", "--out", str(tmp_path / "bad"), "--kernel-option", "nope=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--kernel-option" in err and len(err.strip().splitlines()) == 1
