@@ -113,6 +113,20 @@ def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
     assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 1000) == 17  # capped by SMs
 
 
+@pytest.mark.parametrize("seqs", [1, 2, 3, 4, 16])
+def test_whole_wave_splits_give_no_sm_two_attention_instructions(seqs: int) -> None:
+    """attn_splits_whole_wave: a long context's splits times the (sequence, group) tasks stay within the SMs (the
+    rounded-up default gives a few SMs two: 17 x 8 = 136 on 132)."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    shape = StepShape(seqs, seqs, 16)
+    p = SplitParams(min_pages_per_split=8)
+    whole = num_attn_splits(d, shape, replace(p, attn_splits_whole_wave=True), H100, 2000)
+    assert whole * seqs * d.n_kv <= H100.num_sms or whole == 1
+    assert whole <= num_attn_splits(d, shape, p, H100, 2000)
+    if seqs == 1:
+        assert whole == H100.num_sms // d.n_kv == 16
+
+
 def test_fused_path_takes_short_batch1_contexts_unsplit() -> None:
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     one, two = StepShape(1, 1, 16), StepShape(2, 2, 16)
