@@ -102,7 +102,8 @@ def _serve(args: argparse.Namespace) -> int:
         from engine.warm_up import warm_up
         engine = LLMEngine(args.model_dir, **engine_kwargs(args))
         if engine.backend_name == "cuda":  # its step shapes' instruction streams are built on first use
-            log.info("warming up: one throwaway request builds a first request's instruction streams")
+            log.info("warming up: throwaway requests (alone and several at once) build the instruction streams of "
+                     "common step shapes")
             log.info("warmed up in %.1f s", warm_up(engine))
         log.info("ready: %s (backend %s, max_model_len %d) as %r on %s", args.model, engine.backend_name,
                  engine.max_model_len, opts.served_model_name, url)

@@ -32,3 +32,21 @@ def test_warm_up_refuses_an_engine_with_requests(tiny_checkpoint: str) -> None:
     engine.add_request("r", {"prompt_token_ids": [1, 2, 3]}, SamplingParams(max_tokens=2))
     with pytest.raises(RuntimeError, match="already has requests"):
         warm_up(engine)
+
+
+def test_warm_up_runs_each_concurrency_up_to_the_seats(tiny_checkpoint: str) -> None:
+    """Several requests at once per level (capped by max_num_seqs), and the engine is left as it was."""
+    engine = LLMEngine(tiny_checkpoint, backend="torch", max_num_seqs=3)
+    seen: list[int] = []
+    step = engine.step
+
+    def counting_step() -> list:
+        seen.append(engine.get_stats().num_running + engine.get_stats().num_waiting)
+        return step()
+
+    engine.step = counting_step  # type: ignore[method-assign]
+    assert warm_up(engine, prompt_len=12, concurrency=(1, 2, 8)) > 0
+    assert max(seen) == 3  # 8 capped at the 3 seats
+    stats = engine.get_stats()
+    assert not engine.has_unfinished_requests() and stats.kv_pages_used == 0 and stats.steps == 0
+
