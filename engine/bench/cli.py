@@ -22,7 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-len", type=int, default=BenchConfig.prompt_len)
     p.add_argument("--new-tokens", type=int, default=BenchConfig.new_tokens)
     p.add_argument("--batch", type=int, default=BenchConfig.batch,
-                   help="sequences decoded together (the kernel-only row runs at batch 1 only)")
+                   help="sequences decoded together (the kernel-only row runs at batch 1 only); with --prefill-len, "
+                        "prompts prefilled together")
+    p.add_argument("--prefill-len", type=int, default=BenchConfig.prefill_len, metavar="L",
+                   help="time to first token of --batch prompts of L tokens (LLM.generate, max_tokens=1) against a "
+                        "same-run compiled PyTorch prefill and a large matmul's TFLOP/s, instead of the decode bench")
     p.add_argument("--skip", default="", help="comma list of baselines to skip: eager,graph,compile")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (cuda when available)")
@@ -74,7 +78,16 @@ def run_cli(args: argparse.Namespace) -> int:
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
-        kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check)
+        kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len)
+    if config.prefill_len:
+        from engine.bench.prefill_bench import format_prefill_table, run_prefill_bench, write_prefill_json
+
+        pre = run_prefill_bench(config, messages=tuple(messages),
+                                progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
+        print(format_prefill_table(pre))
+        if args.json:
+            print(f"wrote {write_prefill_json(pre, args.json)}")
+        return 0
     result = run_bench(config, messages=tuple(messages),
                        progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     print(format_table(result))

@@ -39,6 +39,9 @@ class BenchConfig:
     kernel_options: tuple[str, ...] = ()
     # After the timed runs, each row's max |logprob - fp32 reference| on its own tokens (engine/bench/logprob_error.py)
     logprob_check: bool = True
+    # > 0: time to first token of `batch` prompts of this many tokens instead of the decode bench
+    # (engine/bench/prefill_bench.py)
+    prefill_len: int = 0
 
     def validate(self) -> None:
         from engine.bench.model_source import parse_dtype
@@ -48,6 +51,8 @@ class BenchConfig:
             raise ValueError(f"batch must be in [1, {MAX_BATCH}], got {self.batch}")
         if self.prompt_len < 1 or self.new_tokens < 1:
             raise ValueError(f"prompt_len ({self.prompt_len}) and new_tokens ({self.new_tokens}) must be >= 1")
+        if self.prefill_len < 0:
+            raise ValueError(f"prefill_len must be >= 0, got {self.prefill_len}")
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
         unknown = sorted(set(self.skip_baselines) - set(SKIP_ALIASES))
