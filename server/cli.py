@@ -67,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=BenchConfig.api_key)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--output", default=None, help="also write the JSON results to this file")
+    p.add_argument("--sweep", default=None, metavar="N,N,...",
+                   help="run at each of these concurrencies in turn (e.g. 1,8,32,128; each with at least N prompts) "
+                        "and print one row per level instead of one report")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="with --sweep: write output tok/s and TTFT p50/p99 against concurrency to this PNG")
     p.set_defaults(func=_bench_serve)
 
 
@@ -155,6 +160,20 @@ def _bench_serve(args: argparse.Namespace) -> int:
                       input_len=args.input_len, output_len=args.output_len, range_ratio=args.range_ratio,
                       request_rate=args.request_rate, max_concurrency=args.max_concurrency, seed=args.seed,
                       ignore_eos=args.ignore_eos, api_key=args.api_key, temperature=args.temperature)
+    if args.plot and not args.sweep:
+        raise ValueError("--plot needs --sweep (a plot of one concurrency level is one point)")
+    if args.sweep:
+        from server.bench_sweep import format_sweep, parse_levels, plot_sweep, run_sweep
+
+        rows = asyncio.run(run_sweep(cfg, parse_levels(args.sweep)))
+        text = json.dumps({"sweep": rows}, indent=2)
+        if args.output:
+            with open(args.output, "w") as f:
+                f.write(text + "\n")
+        print(text if args.json else format_sweep(rows))
+        if args.plot:
+            print(f"wrote {plot_sweep(rows, args.plot, title=f'{cfg.input_len} in / {cfg.output_len} out')}")
+        return 0 if all(r["completed"] > 0 for r in rows) else 1
     summary = asyncio.run(run_benchmark(cfg))
     text = json.dumps(summary, indent=2)
     if args.output:

@@ -5,6 +5,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server_testlib import MODEL_NAME, ServerThread
@@ -67,3 +68,26 @@ def test_cli_registers_subcommands() -> None:
     assert args.port == 9 and args.api_key == "k" and args.backend == "auto"
     args = parser.parse_args(["bench-serve", "--num-prompts", "3", "--json", "--max-concurrency", "2"])
     assert args.num_prompts == 3 and args.json and args.ignore_eos
+
+
+def test_bench_serve_sweep_table_json_and_plot(server: ServerThread, tmp_path) -> None:
+    """--sweep: one summary per concurrency (each level with at least that many prompts), a table and a PNG."""
+    from server.bench_sweep import format_sweep, parse_levels, plot_sweep, run_sweep
+
+    cfg = BenchConfig(base_url=server.url, num_prompts=2, input_len=8, output_len=3, seed=1)
+    rows = asyncio.run(run_sweep(cfg, parse_levels("1,3")))
+    assert [r["concurrency"] for r in rows] == [1, 3]
+    assert [r["completed"] for r in rows] == [2, 3] and all(r["failed"] == 0 for r in rows)
+    table = format_sweep(rows)
+    assert "TTFT p99" in table and len(table.splitlines()) == 4
+    png = plot_sweep(rows, tmp_path / "sweep.png", title="t")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.dumps({"sweep": rows})
+
+
+@pytest.mark.parametrize("text", ["", "0,8", "1,x"])
+def test_sweep_levels_must_be_positive_integers(text: str) -> None:
+    from server.bench_sweep import parse_levels
+
+    with pytest.raises(ValueError, match="--sweep"):
+        parse_levels(text)

@@ -1,0 +1,77 @@
+"""`megakernel bench-serve --sweep 1,8,32,128`: the serving benchmark at each concurrency in turn, one table and a
+PNG of output throughput and time to first token against concurrency (what a capacity plan reads: where TTFT starts
+to climb, and how far throughput still grows).
+
+Each level runs the same seeded request mix (bench_serve.BenchConfig) with max_concurrency = the level and at least
+as many prompts as the level, so every level fills its slots at least once.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from server.bench_serve import BenchConfig, run_benchmark
+
+SWEEP_COLUMNS = (("output_throughput", "out tok/s", "{:.0f}"), ("median_ttft_ms", "TTFT p50", "{:.1f}"),
+                 ("p99_ttft_ms", "TTFT p99", "{:.1f}"), ("median_tpot_ms", "TPOT p50", "{:.2f}"),
+                 ("p99_tpot_ms", "TPOT p99", "{:.2f}"), ("median_itl_ms", "ITL p50", "{:.2f}"),
+                 ("p99_itl_ms", "ITL p99", "{:.2f}"), ("failed", "failed", "{}"))
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """'1,8,32' -> (1, 8, 32); ValueError (naming --sweep) for anything but positive integers."""
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--sweep {text!r}: expected comma-separated positive integers") from None
+    if not levels or any(n < 1 for n in levels):
+        raise ValueError(f"--sweep {text!r}: expected comma-separated positive integers")
+    return levels
+
+
+async def run_sweep(cfg: BenchConfig, levels: tuple[int, ...]) -> list[dict[str, Any]]:
+    """One summary (bench_serve.summarize's) per level, in order, each with its `concurrency`."""
+    out = []
+    for n in levels:
+        level = dataclasses.replace(cfg, max_concurrency=n, num_prompts=max(cfg.num_prompts, n))
+        summary = await run_benchmark(level)
+        summary["concurrency"] = n
+        out.append(summary)
+    return out
+
+
+def format_sweep(rows: list[dict[str, Any]]) -> str:
+    head = f"{'concurrency':>11}" + "".join(f"{title:>11}" for _key, title, _fmt in SWEEP_COLUMNS)
+    lines = ["============ Serving Sweep (ms) ============", head]
+    for r in rows:
+        lines.append(f"{r['concurrency']:>11}" + "".join(f"{fmt.format(r[key]):>11}" for key, _t, fmt in SWEEP_COLUMNS))
+    return "\n".join(lines)
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """Output tok/s and TTFT (p50, p99) against concurrency, side by side, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["concurrency"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(xs, [r["output_throughput"] for r in rows], marker="o")
+    left.set(xlabel="concurrency", ylabel="output tokens / s", title="throughput", xscale="log")
+    right.plot(xs, [r["median_ttft_ms"] for r in rows], marker="o", label="p50")
+    right.plot(xs, [r["p99_ttft_ms"] for r in rows], marker="s", label="p99")
+    right.set(xlabel="concurrency", ylabel="ms", title="time to first token", xscale="log")
+    right.legend()
+    for ax in (left, right):
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
