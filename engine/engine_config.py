@@ -48,6 +48,10 @@ class EngineConfig:
     # logits and the allocator's slack.
     gpu_memory_utilization: float = 0.9
     progress: bool = True
+    # One step of look-ahead (engine/lookahead.py): the next step is scheduled and launched while the current one
+    # runs, so prompt chunks and steps with requests arriving do not put the host between two steps. Off until it is
+    # measured and checked on a GPU (the cuda backend's feed of the previous step's ids stays on the device).
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -57,6 +61,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(f"async_scheduling must be a bool, got {self.async_scheduling!r}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.max_model_len is not None and self.max_model_len < 2:

@@ -2,7 +2,8 @@
 postprocess. Requests join and leave the running batch between steps. Where the host has nothing to do
 between two tokens (decodes, no seat wanted), one step runs several decode steps on the device
 (engine/decode_runs.py); a request with prompt_logprobs has its prompt scored one token per step
-(engine/prompt_scoring.py).
+(engine/prompt_scoring.py). With `async_scheduling` the next step is scheduled and launched while the current one
+runs, and the current one is postprocessed behind it (engine/lookahead.py).
 
 Request isolation is a design rule here: one bad request never breaks the engine.
 - Everything that can fail for one request (request id, prompt checks and tokenisation, sampling
@@ -31,6 +32,7 @@ from engine.detokenizer import OutputText
 from engine.engine_config import EngineConfig, size_kv_cache
 from engine.errors import EngineFatalError, RequestError
 from engine.instructions.head_padding import stored_head_dim
+from engine.lookahead import LookAhead, StepHooks
 from engine.outputs import RequestMetrics, RequestOutput
 from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
@@ -107,6 +109,10 @@ class LLMEngine:
         self._noise = NoiseTables(self.config.vocab_size)
         self._runs = DecodeRuns(self.backend, self.scheduler, self._requests, self._apply, cfg.decode_steps,
                                 cfg.page_size, self.backend_name, self._noise, self.config.eos_token_ids)
+        self._ahead = LookAhead(self.backend, self.scheduler, self._requests, self._runs, self._noise, cfg.page_size,
+                                self.backend_name, StepHooks(self._schedule, self._finish_at_length, self._run_plan,
+                                                             self._postprocess, self._fail, self._count_step)
+                                ) if cfg.async_scheduling else None
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
         self._preemptions = 0
@@ -181,13 +187,29 @@ class LLMEngine:
             raise EngineFatalError(f"engine step {self._steps} failed: {type(exc).__name__}: {exc}") from exc
 
     def _step(self) -> list[RequestOutput]:
-        plan = self.scheduler.schedule()
-        self._preemptions += len(plan.preempted)
-        now = time.monotonic()
-        outputs = [self._guarded_finish(self._requests[seq.seq_id], "length", None, now)
-                   for seq in plan.finished if seq.seq_id in self._requests]
+        if self._ahead is not None:  # one step of look-ahead (engine/lookahead.py)
+            return self._ahead.step()
+        plan = self._schedule()
+        outputs = self._finish_at_length(plan, time.monotonic())
         if plan.is_empty:
             return outputs
+        return outputs + self._run_plan(plan)
+
+    def _schedule(self) -> SchedulerOutput:
+        plan = self.scheduler.schedule()
+        self._preemptions += len(plan.preempted)
+        return plan
+
+    def _finish_at_length(self, plan: SchedulerOutput, now: float) -> list[RequestOutput]:
+        """The final outputs of the sequences the scheduler retired at their length limit."""
+        return [self._guarded_finish(self._requests[seq.seq_id], "length", None, now)
+                for seq in plan.finished if seq.seq_id in self._requests and self._requests[seq.seq_id].seq is seq]
+
+    def _count_step(self) -> None:
+        self._steps += 1
+
+    def _run_plan(self, plan: SchedulerOutput) -> list[RequestOutput]:
+        """Run a scheduled plan: a run of decode steps where it may be one, else one step."""
         self._steps += 1
         steps, tables = self._runs.steps_for(plan), None
         while steps > 1:  # a cache too full for the whole run still gets a shorter one
@@ -197,11 +219,11 @@ class LLMEngine:
             steps //= 2
         if tables is not None:
             try:
-                return outputs + self._runs.run(plan, tables, steps, self.output_sink)
+                return self._runs.run(plan, tables, steps, self.output_sink)
             finally:
                 self._steps += max(0, self._runs.last_run_steps - 1)
         sampled, failed = self._run(plan)
-        return outputs + self._apply(plan, sampled, failed, time.monotonic())
+        return self._apply(plan, sampled, failed, time.monotonic())
 
     def _apply(self, plan: SchedulerOutput, sampled: Sampled, failed: Failed, now: float) -> list[RequestOutput]:
         """Finish the step's failed requests, record its sampled tokens with the scheduler, then stop checks and

@@ -86,7 +86,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 page_size=args.page_size, num_pages=args.num_pages, seed=args.seed, decode_steps=args.decode_steps,
-                revision=args.revision, gpu_memory_utilization=args.gpu_memory_utilization)
+                revision=args.revision, gpu_memory_utilization=args.gpu_memory_utilization,
+                async_scheduling=args.async_scheduling)
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:

@@ -7,6 +7,7 @@ from types import ModuleType
 
 import torch
 
+from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.run_stops import RunStops
 from engine.sampling.results import to_host
 from engine.sampling.run_sampler import Records, RunSampler
@@ -37,6 +38,17 @@ class Backend(ABC):
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         """Int64 argmax token id per sequence; backends that argmax on device override this."""
         return torch.argmax(self.forward(batch), dim=-1)
+
+    def launch_step(self, batch: StepBatch, greedy: bool, feed: TokenFeed | None = None) -> StepHandle:
+        """Start one step of `batch` (greedy: the handle holds the argmax ids; else its logits), with `feed`'s slots
+        taken from the previous step's ids (engine/backends/step_feed.py). Here the step runs before this returns,
+        its feed read on the host where the ids live elsewhere: correct for every backend. A backend that queues
+        steps on a device overrides it to return before the step ran and to feed it there."""
+        if feed is not None:
+            batch = feed.apply(batch)
+        if greedy:
+            return StepHandle(ids=self.greedy(batch))
+        return StepHandle(logits=self.forward(batch))
 
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
                      sampler: RunSampler | None = None, stops: RunStops | None = None) -> int:

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
               seed=args.seed, decode_steps=args.decode_steps, revision=args.revision,
               gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens)
+              max_num_batched_tokens=args.max_num_batched_tokens,
+              async_scheduling=args.async_scheduling)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, ignore_eos=args.ignore_eos)
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 `sample_batch`, one step for a batch of requests (a row that cannot sample fails alone)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -61,6 +61,25 @@ def step_results(records: Records, step: int, params: Sequence[SamplingParams],
 
 def to_host(records: Records) -> Records:
     return {name: t.cpu() for name, t in records.items()}
+
+
+def start_to_host(records: Records) -> Callable[[], Records]:
+    """Queue the copy of `records` to the host now and return what waits for it. A GPU's records go to pinned
+    buffers in stream order behind the work queued so far, so waiting for them never waits for work queued later
+    (the engine's next step, launched ahead)."""
+    if all(t.device.type != "cuda" for t in records.values()):
+        host = {name: t.clone() for name, t in records.items()}
+        return lambda: host
+    host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
+    for name, t in records.items():
+        host[name].copy_(t, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+
+    def wait() -> Records:
+        event.synchronize()
+        return host
+    return wait
 
 
 def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: Sequence[int],
