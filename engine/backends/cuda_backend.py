@@ -9,7 +9,9 @@ from dataclasses import replace
 import torch
 
 from engine.backends.base import Backend, OnRecords
+from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.cuda.device_stream import DeviceStream, KernelFields, launch
+from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fusion import fused_split_defaults
@@ -172,8 +174,9 @@ class CudaBackend(Backend):
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))
 
-    def _prepare(self, batch: StepBatch) -> DeviceStream:
-        """The compiled stream of `batch`'s shape with `batch`'s inputs on the device, ready to launch."""
+    def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None) -> DeviceStream:
+        """The compiled stream of `batch`'s shape with `batch`'s inputs on the device (`feed`'s slots from the previous
+        step's ids there), ready to launch."""
         if batch.num_tokens > self.max_tokens_per_step:
             raise ValueError(f"step of {batch.num_tokens} tokens exceeds the megakernel's "
                              f"{self.max_tokens_per_step} tokens per step (the engine caps its token budget)")
@@ -181,7 +184,7 @@ class CudaBackend(Backend):
         ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
-        self.load_inputs(ds)
+        self.load_inputs(ds, feed)
         products = attention_products(batch.query_start, batch.context_lens, self.dims.n_heads, self.dims.head_dim)
         ds.timeout_ns = step_timeout_ns(self.timeout_ns, products, self.num_sms)
         self.last = ds
@@ -210,9 +213,12 @@ class CudaBackend(Backend):
         self._launch(ds)
         return ds
 
-    def load_inputs(self, ds: DeviceStream) -> None:
-        """The stream's step args to the device, and its embedding rows into hidden where it has no EMBED."""
+    def load_inputs(self, ds: DeviceStream, feed: TokenFeed | None = None) -> None:
+        """The stream's step args to the device (with `feed`'s token slots), and its embedding rows into hidden where
+        it has no EMBED."""
         ds.upload_step_args()
+        if feed is not None and feed.src:
+            ds.feed_tokens(feed.ids, *feed.index(self._device))
         if not self.embed_in_stream:
             ds.embed_inputs(self.weights["embed"])
 
@@ -237,6 +243,18 @@ class CudaBackend(Backend):
     @torch.inference_mode()
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         return self._finish(self.run(self._padded(batch)))[:batch.num_seqs]
+
+    @torch.inference_mode()
+    def launch_step(self, batch: StepBatch, greedy: bool, feed: TokenFeed | None = None) -> StepHandle:
+        """One step queued on the GPU; the host does not wait for it. The step-args upload is a blocking copy, so it
+        starts once the step before (and its sampling) ran: `feed`'s index copy of that step's ids into this step's
+        token slots is then stream-ordered behind it by construction. What the host overlaps is the scheduling and
+        batch building before it, and the previous step's postprocessing after it."""
+        if self.timing or feed is not None and feed.ids.device != self._device:
+            return super().launch_step(batch, greedy, feed)
+        ds = self._prepare(self._padded(batch), feed)  # padding appends dummy rows: the fed slots stay where they are
+        self._launch(ds)
+        return LaunchedStep(ds, batch.num_seqs, greedy)
 
     @torch.inference_mode()
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,

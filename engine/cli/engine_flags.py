@@ -26,4 +26,5 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="most decode steps run back to back on the device while no waiting request could "
                         "take a seat (1: a host round trip per token)")
     p.add_argument("--async-scheduling", action="store_true", default=EngineConfig.async_scheduling,
-                   help="schedule and launch the next step while the current one runs (one step of look-ahead)")
+                   help="schedule and launch the next step while the current one runs (one step of look-ahead; "
+                        "checked against the engine without it on the CPU backends, not yet measured on a GPU)")

@@ -88,6 +88,12 @@ class DeviceStream:
                                   "launch parameter built once per stream)")
         self.step_args.copy_(self.compiled.step_args, non_blocking=False)
 
+    def feed_tokens(self, ids: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Token slots `dst` of the uploaded step args take `ids[src]` (device tensors), in stream order: a step
+        launched before the host knew those tokens (engine/backends/step_feed.py)."""
+        off = int(self.compiled.step_args[SA_OFF_TOKEN_IDS])
+        self.step_args[off + dst] = ids[src].to(self.step_args.dtype)
+
     def embed_inputs(self, embed: torch.Tensor) -> None:
         """hidden = the embedding rows of the step's tokens, read from the device's step args (for a stream without
         EMBED: SplitParams.embed_in_stream)."""
