@@ -42,8 +42,10 @@ OutputSink = Callable[[list[RequestOutput]], None]
 
 
 def kernel_samples(states: list[RequestState]) -> bool:
-    """Whether the kernel's own argmax serves every row (greedy, no logprobs, no penalties): only ids come back."""
-    return all(s.params.is_greedy and s.params.logprobs is None and not s.params.has_penalties for s in states)
+    """Whether the kernel's own argmax serves every row (greedy, no logprobs, no penalties, no stop ids held back
+    by min_tokens: that argmax sees every token): only ids come back."""
+    return all(s.params.is_greedy and s.params.logprobs is None and not s.params.has_penalties
+               and not s.params.holds_stops(s.seq.num_output_tokens) for s in states)
 
 
 class DecodeRuns:
@@ -77,11 +79,12 @@ class DecodeRuns:
         return max(1, steps)
 
     def stops_for(self, chunks: Sequence[ScheduledChunk]) -> RunStops:
-        """The stop rules of a run over `chunks` (decodes): the host's EOS, stop-id and length checks
+        """The stop rules of a run over `chunks` (decodes): the host's EOS, stop-id, min_tokens and length checks
         (LLMEngine._postprocess) from each sequence's count of tokens before the run."""
-        return run_stops([self.requests[c.seq_id].params for c in chunks], self.eos_ids,
-                         [c.seq.num_output_tokens for c in chunks],
-                         [self.scheduler.max_seq_len - c.seq.num_tokens for c in chunks])
+        params = [self.requests[c.seq_id].params for c in chunks]
+        return run_stops(params, self.eos_ids, [c.seq.num_output_tokens for c in chunks],
+                         [self.scheduler.max_seq_len - c.seq.num_tokens for c in chunks],
+                         [p.min_tokens for p in params])
 
     def _seat_wanted(self) -> bool:
         """Whether a waiting request could be admitted if the run ended: someone waits and a seat is free (with
@@ -136,7 +139,7 @@ class DecodeRuns:
             if not kernel_samples(states):
                 sampler = RunSampler(params, [s.noise_key for s in states],
                                      [s.history for s in states], [c.seq.num_output_tokens for c in chunks], steps,
-                                     self.noise, self.backend.device, self.backend.sampling_kernel)
+                                     self.noise, self.backend.device, self.backend.sampling_kernel, self.eos_ids)
             self.last_run_steps = self.backend.decode_steps(batch, steps, self.page_size, take, sampler,
                                                             stops=self.stops_for(chunks))
         except EngineFatalError:

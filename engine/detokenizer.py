@@ -80,12 +80,17 @@ class OutputText:
 
     The engine feeds every generated token to `add` and calls `finish` when the request ends for any
     other reason than a stop string; `visible()` is what a client may be shown at that point.
+
+    min_tokens as vLLM's detokenizer has it: a stop string counts only where it ends in the text of a token after
+    the first min_tokens (it may start earlier), so none ends the request before it has min_tokens tokens.
     """
 
     def __init__(self, tokenizer: Any, prompt_ids: list[int], params: SamplingParams):
         self._detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids, params.skip_special_tokens)
         self._stops = params.stop
         self._include_stop = params.include_stop_str_in_output
+        self._min_tokens = params.min_tokens
+        self._tokens = 0  # generated tokens fed so far
         self.text = ""  # everything decoded so far; cut at a matched stop string
         self.finished = False
 
@@ -93,6 +98,7 @@ class OutputText:
         """Feed one generated id. Returns the stop string it completed (the text is then cut), or None."""
         delta = self._detokenizer.add(token_id)
         self.text += delta
+        self._tokens += 1
         return self._cut_at_stop(len(delta))
 
     def finish(self) -> str | None:
@@ -111,6 +117,8 @@ class OutputText:
         return visible_text(self.text, () if self._include_stop else self._stops, self.finished)
 
     def _cut_at_stop(self, delta_len: int) -> str | None:
+        if self._tokens <= self._min_tokens:  # text of the first min_tokens tokens ends no stop string
+            return None
         hit = find_stop(self.text, delta_len, self._stops)
         if hit is None:
             return None

@@ -270,7 +270,7 @@ class LLMEngine:
         # On the logits' device (the GPU for cuda): only ids and requested logprobs cross to the host.
         result = sample_batch(logits, [s.params for s in states], [s.noise_key for s in states],
                               [s.history for s in states], [s.seq.num_output_tokens for s in states], self._noise,
-                              self.backend.sampling_kernel)
+                              self.backend.sampling_kernel, self.config.eos_token_ids)
         sampled: Sampled = {}
         for s, tok, lp, error in zip(states, result.token_ids, result.logprobs, result.errors):
             if error is not None or tok is None:
@@ -290,9 +290,12 @@ class LLMEngine:
         stop_string = state.output_text.add(token)
         if stop_string is not None:
             return self._finish(state, "stop", stop_string, now)
-        if not params.ignore_eos and token in self.config.eos_token_ids:
+        # Below min_tokens no stop id ends a request (the sampler also keeps them from being drawn): vLLM's
+        # check_stop, counting the new token, as the device's run rules (engine/run_stops.py) do.
+        held = params.holds_stops(seq.num_output_tokens)
+        if not held and not params.ignore_eos and token in self.config.eos_token_ids:
             return self._finish(state, "stop", None, now)
-        if token in params.stop_token_ids:
+        if not held and token in params.stop_token_ids:
             return self._finish(state, "stop", token, now)
         if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.scheduler.max_seq_len:
             return self._finish(state, "length", None, now)

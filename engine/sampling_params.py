@@ -36,7 +36,9 @@ class SamplingParams:
     and generated tokens (HF/vLLM; 1 = off). `logprobs=k` returns, per generated token, the chosen
     token's raw log-probability plus the top k; `prompt_logprobs=k` the same for every prompt token after the first
     (the prompt is then computed one token per step). `include_stop_str_in_output` keeps a matched stop string
-    at the end of the text.
+    at the end of the text. `min_tokens` (vLLM's): until a request has that many tokens, its EOS ids (even with
+    ignore_eos) and stop_token_ids cannot be sampled and no stop id or stop string ends it (engine/sampling/
+    min_tokens.py).
     """
 
     n: int = 1
@@ -48,6 +50,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     max_tokens: int = 16
+    min_tokens: int = 0
     stop: tuple[str, ...] = field(default_factory=tuple)
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
@@ -64,7 +67,7 @@ class SamplingParams:
         for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
                      "repetition_penalty"):
             object.__setattr__(self, name, _real(name, getattr(self, name)))
-        for name in ("n", "top_k", "max_tokens"):
+        for name in ("n", "top_k", "max_tokens", "min_tokens"):
             object.__setattr__(self, name, _integer(name, getattr(self, name)))
         for name in ("seed", "logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
@@ -93,6 +96,10 @@ class SamplingParams:
             raise RequestError(f"repetition_penalty must be > 0 (1 disables it), got {self.repetition_penalty}")
         if self.max_tokens < 1:
             raise RequestError(f"max_tokens must be an int >= 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise RequestError(f"min_tokens must be an int >= 0, got {self.min_tokens}")
+        if self.min_tokens > self.max_tokens:
+            raise RequestError(f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise RequestError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
         if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
@@ -108,6 +115,10 @@ class SamplingParams:
     def effective_temperature(self) -> float:
         """The temperature the sampler divides by (only meaningful when not greedy)."""
         return max(self.temperature, MIN_TEMPERATURE)
+
+    def holds_stops(self, generated: int) -> bool:
+        """Whether a request with `generated` tokens is still below min_tokens: its next token cannot be a stop id."""
+        return generated < self.min_tokens
 
     @property
     def has_penalties(self) -> bool:

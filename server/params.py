@@ -64,25 +64,32 @@ def _base_kwargs(req: _SamplingFields, logprobs: int | None, vocab_size: int) ->
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, min_p=req.min_p,
         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
-        repetition_penalty=req.repetition_penalty, stop=_stops(req), stop_token_ids=list(req.stop_token_ids or []),
+        repetition_penalty=req.repetition_penalty, min_tokens=req.min_tokens, stop=_stops(req), stop_token_ids=list(req.stop_token_ids or []),
         include_stop_str_in_output=req.include_stop_str_in_output, ignore_eos=req.ignore_eos, logprobs=logprobs,
         skip_special_tokens=req.skip_special_tokens)
 
 
 def sampling_params(req: _SamplingFields, logprobs: int | None, vocab_size: int) -> list[SamplingParams]:
     """One validated SamplingParams per choice (max_tokens still a placeholder: it depends on the
-    prompt's length, see `per_prompt`). n > 1 fans out with seed + i so the choices differ but a
-    seeded request stays reproducible."""
+    prompt's length, see `per_prompt`, and as large as min_tokens until then). n > 1 fans out with seed + i so the
+    choices differ but a seeded request stays reproducible."""
     kwargs = _base_kwargs(req, logprobs, vocab_size)
+    placeholder = max(1, req.min_tokens)
     try:
-        return [SamplingParams(**kwargs, max_tokens=1, seed=None if req.seed is None else _choice_seed(req.seed, i))
+        return [SamplingParams(**kwargs, max_tokens=placeholder,
+                               seed=None if req.seed is None else _choice_seed(req.seed, i))
                 for i in range(req.n)]
     except ValueError as exc:
         raise bad_request(str(exc), engine_error_param(str(exc))) from None
 
 
 def per_prompt(choices: list[SamplingParams], max_tokens: list[int]) -> list[list[SamplingParams]]:
-    """The choices' params for each prompt, with that prompt's max_tokens."""
+    """The choices' params for each prompt, with that prompt's max_tokens; a min_tokens above it is a 400 (as
+    vLLM's: the default max_tokens counts too)."""
+    for mt in max_tokens:
+        for p in choices:
+            if p.min_tokens > mt:
+                raise bad_request(f"min_tokens must be <= max_tokens ({mt}), got {p.min_tokens}", "min_tokens")
     return [[dataclasses.replace(p, max_tokens=mt) for p in choices] for mt in max_tokens]
 
 

@@ -3,7 +3,7 @@
 Requests are validated strictly (a string where a number belongs is a 400, not silently coerced)
 and unknown fields are ignored, as the OpenAI API and vLLM do, so clients that send extra keys keep
 working. Ranges follow the OpenAI API reference; vLLM extras (`top_k`, `min_p`,
-`repetition_penalty`, `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
+`repetition_penalty`, `ignore_eos`, `stop_token_ids`, `min_tokens`, `skip_special_tokens`,
 `include_stop_str_in_output`) are accepted on both endpoints. Every string a client sends must be
 encodable as UTF-8 (a lone surrogate such as "\\ud800" is a 400 naming the field, not a tokenizer crash).
 """
@@ -49,6 +49,7 @@ class _SamplingFields(_Request):
 
     model: Text | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+    min_tokens: int = Field(default=0, ge=0)  # vLLM's; at most the request's max_tokens (params.per_prompt)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)

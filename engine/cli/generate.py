@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
     p.add_argument("--top-p", type=float, default=SamplingParams.top_p)
     p.add_argument("--top-k", type=int, default=SamplingParams.top_k)
+    p.add_argument("--min-tokens", type=int, default=SamplingParams.min_tokens,
+                   help="tokens to generate before EOS or a stop id may end a prompt's output")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--chat", action="store_true", help="wrap each prompt as a user chat message")
     p.set_defaults(func=run)
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
               max_num_batched_tokens=args.max_num_batched_tokens,
               async_scheduling=args.async_scheduling)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, ignore_eos=args.ignore_eos)
+                            top_k=args.top_k, min_tokens=args.min_tokens, ignore_eos=args.ignore_eos)
     start = time.perf_counter()
     if args.chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)

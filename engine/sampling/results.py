@@ -84,11 +84,12 @@ def start_to_host(records: Records) -> Callable[[], Records]:
 
 def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: Sequence[int],
                  histories: Sequence[TokenHistory] | None = None, counters: Sequence[int] | None = None,
-                 noise: NoiseTables | None = None, kernel: ModuleType | None = None) -> SampleResult:
+                 noise: NoiseTables | None = None, kernel: ModuleType | None = None,
+                 eos_ids: Sequence[int] = ()) -> SampleResult:
     """Sample one token per row of `logits` [S, V] (on any device) with each row's params, noise key, token
     history (penalties) and counter (its number of generated tokens; default 0); with `kernel` on a GPU in one
-    launch of its `sample_rows`. Raises only for a malformed
-    call; a row's own failure lands in `errors[row]`."""
+    launch of its `sample_rows`. A row whose counter is below its min_tokens cannot draw `eos_ids` or its
+    stop_token_ids. Raises only for a malformed call; a row's own failure lands in `errors[row]`."""
     S = len(params)
     histories = list(histories) if histories is not None else [TokenHistory((), ())] * S
     counters = list(counters) if counters is not None else [0] * S
@@ -96,7 +97,7 @@ def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], keys: S
         raise ValueError(f"logits {tuple(logits.shape)} vs {S} params / {len(keys)} keys / {len(histories)} "
                          f"histories / {len(counters)} counters")
     sampler = RunSampler(params, keys, histories, counters, 1, noise or NoiseTables(logits.shape[1]),
-                         logits.device, kernel)
+                         logits.device, kernel, eos_ids)
     sampler.step(logits, 0)
     return step_results(to_host(sampler.chunk(0, 1)), 0, params, sampler.failures)
 

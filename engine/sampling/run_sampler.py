@@ -10,6 +10,7 @@ from types import ModuleType
 import torch
 
 from engine.sampling.filters import sample_step, step_logprobs
+from engine.sampling.min_tokens import MinTokensMask
 from engine.sampling.noise import token_hashes
 from engine.sampling.penalties import PenaltyState, TokenHistory
 from engine.sampling.tensors import SamplingTensors
@@ -45,11 +46,12 @@ class StepAdvance:
 class RunSampler:
     """Samples step after step of one batch: `step(logits, i)` returns the int32 ids [S] (on the device) and
     records them (and validity, logprobs) at index i. `counters` is each row's number of generated tokens before
-    the first step; penalties see every token sampled in the run."""
+    the first step; penalties see every token sampled in the run; a row below its min_tokens cannot draw its stop
+    ids (`eos_ids` and its stop_token_ids: engine/sampling/min_tokens.py)."""
 
     def __init__(self, params: Sequence[SamplingParams], keys: Sequence[int], histories: Sequence[TokenHistory],
                  counters: Sequence[int], steps: int, noise: NoiseTables, device: torch.device,
-                 kernel: ModuleType | None = None) -> None:
+                 kernel: ModuleType | None = None, eos_ids: Sequence[int] = ()) -> None:
         """`kernel`: the CUDA extension with `sample_rows` (csrc/interpreter/sampling/sample_rows.cuh), which
         samples a step in one launch on a GPU; without it (or off the GPU) the step is whole-batch torch ops."""
         vocab = noise.vocab
@@ -59,6 +61,8 @@ class RunSampler:
         self.tensors = SamplingTensors.build(list(params), list(keys), vocab, device)
         self.penalties = PenaltyState.build(histories, vocab, device) if self.tensors.any_penalties else None
         self.counters = torch.tensor(list(counters), dtype=torch.int64, device=device)
+        # None when no row has min_tokens left to wait for: the steps then run exactly as without it.
+        self.min_tokens = MinTokensMask.build(self.params, eos_ids, list(counters), vocab, device)
         self.token_hash = noise.on(device)
         S, k = len(params), min(self.tensors.logprobs_k, vocab)
         self.records: Records = {"ids": torch.empty((steps, S), dtype=torch.int32, device=device),
@@ -91,12 +95,17 @@ class RunSampler:
         else the caller advances it). `pdl`: launch the kernel with programmatic dependent launch (after a kernel
         step that allows it: csrc/tk/grid_dependency.cuh)."""
         logits = logits[:, :self.token_hash.numel()]
-        if self.kernel is not None and logits.dtype == torch.float32 and logits.stride(1) == 1:
-            return self._kernel_step(logits, index, run_stop, advance, pdl), advance is not None
+        # What the rows draw from (stop ids masked below min_tokens; the counters are the device's own, so this is
+        # one queued op with no host sync); logprobs still come from the raw `logits`.
+        drawn = self.min_tokens.apply(logits, self.counters) if self._masks(index) else logits
+        if self.kernel is not None and drawn.dtype == torch.float32 and drawn.stride(1) == 1:
+            # A masking op sits between the model's step and this launch: no programmatic dependent launch after it.
+            return (self._kernel_step(drawn, logits, index, run_stop, advance, pdl and drawn is logits),
+                    advance is not None)
         try:
-            ids, valid = sample_step(logits, self.tensors, self.counters, self.penalties, self.token_hash)
+            ids, valid = sample_step(drawn, self.tensors, self.counters, self.penalties, self.token_hash)
         except Exception:  # noqa: BLE001 - find the row(s) to blame: each row alone
-            ids, valid = self._row_by_row(logits, index)
+            ids, valid = self._row_by_row(drawn, index)
         if self.penalties is not None:
             self.penalties.record(ids)
         self.counters += 1
@@ -110,10 +119,14 @@ class RunSampler:
             rec["lp_top_ids"][index] = top_ids
         return rec["ids"][index], False
 
-    def _kernel_step(self, logits: torch.Tensor, index: int, run_stop: int, advance: StepAdvance | None,
-                     pdl: bool) -> torch.Tensor:
-        """The step in one launch of `sample_rows` (it records the ids, validity, penalties and counters itself, and
-        advances `advance`'s step)."""
+    def _masks(self, index: int) -> bool:
+        """Whether step `index` may mask a stop id: some row is still below its min_tokens there."""
+        return self.min_tokens is not None and index < self.min_tokens.steps
+
+    def _kernel_step(self, drawn: torch.Tensor, logits: torch.Tensor, index: int, run_stop: int,
+                     advance: StepAdvance | None, pdl: bool) -> torch.Tensor:
+        """The step in one launch of `sample_rows` from `drawn` (it records the ids, validity, penalties and counters
+        itself, and advances `advance`'s step); logprobs from the raw `logits`."""
         rec = self.records
         ids = rec["ids"][index]
         extra: dict[str, int] = {"pdl": int(pdl)}
@@ -122,9 +135,9 @@ class RunSampler:
         if advance is not None:
             extra.update(step_args=advance.step_args, step_error=advance.error)
         self.kernel.sample_rows(  # type: ignore[union-attr]
-            {**self._fields, "logits": logits.data_ptr(), "logits_stride": logits.stride(0),
+            {**self._fields, "logits": drawn.data_ptr(), "logits_stride": drawn.stride(0),
              "out_ids": ids.data_ptr(), "out_valid": rec["valid"][index].data_ptr(), **extra},
-            ids.numel(), torch.cuda.current_stream(logits.device).cuda_stream)
+            ids.numel(), torch.cuda.current_stream(drawn.device).cuda_stream)
         if "lp_chosen" in rec:
             chosen, values, top_ids = step_logprobs(logits, ids.long(), rec["valid"][index], rec["lp_top_ids"].shape[2])
             rec["lp_chosen"][index] = chosen
