@@ -56,11 +56,11 @@ def find_stop(text: str, delta_len: int, stops: tuple[str, ...]) -> tuple[int, s
     """Earliest stop string that ends inside the last `delta_len` chars: (start index, stop)."""
     if not stops or delta_len == 0:
         return None
-    longest = max(len(s) for s in stops)
-    window_start = max(0, len(text) - delta_len - longest + 1)
     best: tuple[int, str] | None = None
     for stop in stops:
-        pos = text.find(stop, window_start)
+        # Each stop's own window (as vLLM's): text before the delta may hold a match that ended earlier but was not
+        # searched then (min_tokens), and it must not count now.
+        pos = text.find(stop, max(0, len(text) - delta_len - len(stop) + 1))
         if pos != -1 and (best is None or pos < best[0]):
             best = (pos, stop)
     return best
