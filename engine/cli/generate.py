@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from models.llama.config import LlamaConfig
     from models.llama.weights import check_checkpoint
 
+    # A bad sampling flag fails first, before anything loads.
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, min_tokens=args.min_tokens, ignore_eos=args.ignore_eos)
     # A bad checkpoint fails here, from config.json and the safetensors headers, in milliseconds:
     # before the tokenizer, the backend and the weights are loaded.
     check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
@@ -41,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
               gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens,
               async_scheduling=args.async_scheduling)
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, min_tokens=args.min_tokens, ignore_eos=args.ignore_eos)
     start = time.perf_counter()
     if args.chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)

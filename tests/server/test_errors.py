@@ -51,6 +51,10 @@ BAD_COMPLETIONS: list[tuple[str, Any, str | None]] = [
     ("min_p above one", {**GOOD, "min_p": 1.5}, "min_p"),
     ("n x prompts never servable", {**GOOD, "n": 128, "prompt": ["a"] * 9}, "n"),
     ("logit_bias", {**GOOD, "logit_bias": {"5": 1.0}}, "logit_bias"),
+    ("min_tokens negative", {**GOOD, "min_tokens": -1}, "min_tokens"),
+    ("min_tokens string", {**GOOD, "min_tokens": "3"}, "min_tokens"),
+    ("min_tokens above max_tokens", {**GOOD, "min_tokens": 3}, "min_tokens"),
+    ("min_tokens above the default max_tokens", {**GOOD, "max_tokens": None, "min_tokens": 17}, "min_tokens"),
 ]
 
 BAD_CHAT: list[tuple[str, Any, str | None]] = [
@@ -63,6 +67,9 @@ BAD_CHAT: list[tuple[str, Any, str | None]] = [
     ("max_completion_tokens negative", {**CHAT, "max_completion_tokens": -1}, "max_completion_tokens"),
     ("top_logprobs without logprobs", {**CHAT, "top_logprobs": 2}, "top_logprobs"),
     ("json response_format", {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
+    ("min_tokens negative", {**CHAT, "min_tokens": -2}, "min_tokens"),
+    ("min_tokens above max_tokens", {**CHAT, "min_tokens": 3}, "min_tokens"),
+    ("min_tokens above max_completion_tokens", {**CHAT, "max_completion_tokens": 4, "min_tokens": 5}, "min_tokens"),
 ]
 
 
