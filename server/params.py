@@ -64,9 +64,9 @@ def _base_kwargs(req: _SamplingFields, logprobs: int | None, vocab_size: int) ->
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, min_p=req.min_p,
         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
-        repetition_penalty=req.repetition_penalty, min_tokens=req.min_tokens, stop=_stops(req), stop_token_ids=list(req.stop_token_ids or []),
+        repetition_penalty=req.repetition_penalty, stop=_stops(req), stop_token_ids=list(req.stop_token_ids or []),
         include_stop_str_in_output=req.include_stop_str_in_output, ignore_eos=req.ignore_eos, logprobs=logprobs,
-        skip_special_tokens=req.skip_special_tokens)
+        skip_special_tokens=req.skip_special_tokens, min_tokens=req.min_tokens)
 
 
 def sampling_params(req: _SamplingFields, logprobs: int | None, vocab_size: int) -> list[SamplingParams]:

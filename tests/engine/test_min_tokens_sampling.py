@@ -36,8 +36,8 @@ def _logits(rows: int, favourite: int, others: tuple[int, ...] = ()) -> torch.Te
 
 
 # ---------------------------------------------------------------- validation
-@pytest.mark.parametrize("kw", [dict(min_tokens=-1), dict(min_tokens=1.0), dict(min_tokens=True),
-                                dict(min_tokens="2"), dict(min_tokens=17, max_tokens=16), dict(min_tokens=2, max_tokens=1)])
+@pytest.mark.parametrize("kw", [dict(min_tokens=-1), dict(min_tokens=1.0), dict(min_tokens=True), dict(min_tokens="2"),
+                                dict(min_tokens=17, max_tokens=16), dict(min_tokens=2, max_tokens=1)])
 def test_bad_min_tokens_is_one_line_naming_the_field(kw: dict[str, object]) -> None:
     with pytest.raises(RequestError) as info:
         SamplingParams(**kw)  # type: ignore[arg-type]
