@@ -99,7 +99,7 @@ class LookAhead:
     # ---------------------------------------------------------------- how
     def _launch(self, plan: SchedulerOutput, prev: InFlight | None) -> InFlight:
         try:
-            return launch_step(self.backend, plan, prev, self.requests, self.noise, self.page_size)
+            return launch_step(self.backend, plan, prev, self.requests, self.noise, self.page_size, self.runs.eos_ids)
         except Exception as exc:  # noqa: BLE001 - the whole step's forward: no single request to blame
             raise EngineFatalError(f"the {self.backend_name} backend's step launched ahead failed: "
                                    f"{type(exc).__name__}: {exc}") from exc

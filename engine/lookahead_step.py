@@ -3,7 +3,7 @@ the device, its sampling queued right behind it, its records on their way to the
 each row's token or failure."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -61,8 +61,10 @@ def token_feed(plan: SchedulerOutput, prev: InFlight | None) -> TokenFeed | None
 
 
 def launch_step(backend: Backend, plan: SchedulerOutput, prev: InFlight | None,
-                requests: Mapping[str, RequestState], noise: NoiseTables, page_size: int) -> InFlight:
-    """Start `plan` on the backend (fed from `prev`), queue its sampling and the copy of its records to the host."""
+                requests: Mapping[str, RequestState], noise: NoiseTables, page_size: int,
+                eos_ids: Sequence[int] = ()) -> InFlight:
+    """Start `plan` on the backend (fed from `prev`), queue its sampling and the copy of its records to the host;
+    `eos_ids`: the model's, which rows below their min_tokens cannot draw (engine/sampling/min_tokens.py)."""
     chunks = plan.chunks
     rows = [i for i, c in enumerate(chunks) if c.samples]
     states = [requests[chunks[i].seq_id] for i in rows]
@@ -83,7 +85,7 @@ def launch_step(backend: Backend, plan: SchedulerOutput, prev: InFlight | None,
         # as in a step without look-ahead, so seeded noise draws the same tokens.
         sampler = RunSampler([s.params for s in states], [s.noise_key for s in states], [s.history for s in states],
                              [s.seq.num_output_tokens for s in states], 1, noise, backend.device,
-                             backend.sampling_kernel)
+                             backend.sampling_kernel, eos_ids)
         ids = sampler.step(logits, 0)
         records = sampler.chunk(0, 1)
     else:

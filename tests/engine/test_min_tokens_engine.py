@@ -130,3 +130,18 @@ def test_generate_cli_takes_min_tokens(eos_checkpoint: str, capsys: pytest.Captu
                  "--prompt", "Hello", "--max-tokens", "5", "--min-tokens", "6"]) == 2
     assert "min_tokens" in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_look_ahead_holds_eos_back_as_the_engine_without_it(eos_checkpoint: str, sampled: bool) -> None:
+    """async_scheduling (engine/lookahead.py): the same tokens and finish reasons with min_tokens as without it."""
+    base = SamplingParams(temperature=0.9, seed=5, max_tokens=10) if sampled else SamplingParams(temperature=0.0,
+                                                                                                 max_tokens=10)
+    params = [dataclasses.replace(base, min_tokens=6), base, dataclasses.replace(base, min_tokens=3),
+              dataclasses.replace(base, min_tokens=10)]
+    want = _llm(eos_checkpoint).generate(PROMPTS, params)
+    ahead = LLM(eos_checkpoint, backend="torch", dtype="float32", progress=False, max_num_seqs=4, decode_steps=1,
+                num_pages=64, async_scheduling=True)
+    got = ahead.generate(PROMPTS, params)
+    assert [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in got] == \
+        [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in want]
