@@ -56,3 +56,14 @@ def test_prefill_bench_rows_on_the_cpu(tmp_path) -> None:
 def test_prefill_len_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="prefill_len"):
         BenchConfig(device="cpu", preset="tiny", prefill_len=-1).validate()
+
+
+def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys) -> None:
+    from engine.bench.cli import main
+
+    out = tmp_path / "prefill.json"
+    assert main(["--prefill-len", "16", "--batch", "2", "--device", "cpu", "--repeats", "1", "--skip", "compile",
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "prefill: 2 x 16 tokens" in printed and "engine-torch" in printed
+    assert json.loads(out.read_text())["config"]["batch"] == 2
