@@ -79,20 +79,19 @@ def run_cli(args: argparse.Namespace) -> int:
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
         kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len)
-    if config.prefill_len:
+    def progress(msg: str) -> None:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    if config.prefill_len:  # time to first token instead of decode
         from engine.bench.prefill_bench import format_prefill_table, run_prefill_bench, write_prefill_json
 
-        pre = run_prefill_bench(config, messages=tuple(messages),
-                                progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
-        print(format_prefill_table(pre))
-        if args.json:
-            print(f"wrote {write_prefill_json(pre, args.json)}")
-        return 0
-    result = run_bench(config, messages=tuple(messages),
-                       progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
-    print(format_table(result))
+        run, table, write = run_prefill_bench, format_prefill_table, write_prefill_json
+    else:
+        run, table, write = run_bench, format_table, write_json
+    result = run(config, messages=tuple(messages), progress=progress)
+    print(table(result))  # type: ignore[arg-type]
     if args.json:
-        print(f"wrote {write_json(result, args.json)}")
+        print(f"wrote {write(result, args.json)}")  # type: ignore[arg-type]
     return 0
 
 
