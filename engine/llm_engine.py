@@ -111,7 +111,7 @@ class LLMEngine:
                                 cfg.page_size, self.backend_name, self._noise, self.config.eos_token_ids)
         self._ahead = LookAhead(self.backend, self.scheduler, self._requests, self._runs, self._noise, cfg.page_size,
                                 self.backend_name, StepHooks(self._schedule, self._finish_at_length, self._run_plan,
-                                                             self._postprocess, self._fail, self._count_step)
+                                                             self._guarded_postprocess, self._fail, self._count_step)
                                 ) if cfg.async_scheduling else None
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
@@ -235,11 +235,16 @@ class LLMEngine:
             state = self._requests.get(seq_id)
             if state is None:  # aborted while the step ran
                 continue
-            try:
-                outputs.append(self._postprocess(state, token, logprob, now))
-            except Exception as exc:  # noqa: BLE001 - this request's own failure
-                outputs.append(self._fail(state, f"postprocessing failed: {type(exc).__name__}: {exc}", now))
+            outputs.append(self._guarded_postprocess(state, token, logprob, now))
         return outputs
+
+    def _guarded_postprocess(self, state: RequestState, token: int, logprob: dict[int, float] | None,
+                             now: float) -> RequestOutput:
+        """_postprocess, where a failure finishes this request alone (finish_reason "error")."""
+        try:
+            return self._postprocess(state, token, logprob, now)
+        except Exception as exc:  # noqa: BLE001 - this request's own failure
+            return self._fail(state, f"postprocessing failed: {type(exc).__name__}: {exc}", now)
 
     def _run(self, plan: SchedulerOutput) -> tuple[Sampled, dict[str, str]]:
         """Forward the step and sample. Returns (seq_id -> (token, logprobs), seq_id -> error message)."""

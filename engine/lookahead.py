@@ -38,7 +38,8 @@ from engine.sequence import SequenceStatus
 class StepHooks:
     """The engine's own parts of a step: `schedule` (preemptions counted), `finish_at_length` (the outputs of
     plan.finished), `run_plan` (a scheduled plan without look-ahead: a run of decode steps or one step, the step
-    counted), `postprocess` / `fail` (one request's token / failure), `count_step`."""
+    counted), `postprocess` (one request's token: its stop checks and output, a failure finishing it alone) /
+    `fail` (one request's failure), `count_step`."""
 
     schedule: Callable[[], SchedulerOutput]
     finish_at_length: Callable[[SchedulerOutput, float], list[RequestOutput]]
@@ -132,10 +133,7 @@ class LookAhead:
             state = self.requests[sid]
             held = step.placeholders.get(sid)
             resolve(state.seq, held[1] if held is not None and held[0] is state.seq else None, token)
-            try:
-                outputs.append(self.hooks.postprocess(state, token, logprob, now))
-            except Exception as exc:  # noqa: BLE001 - this request's own failure
-                outputs.append(self.hooks.fail(state, f"postprocessing failed: {type(exc).__name__}: {exc}", now))
+            outputs.append(self.hooks.postprocess(state, token, logprob, now))
         return outputs
 
     def _live(self, plan: SchedulerOutput) -> SchedulerOutput:
