@@ -48,6 +48,15 @@ def kernel_samples(states: list[RequestState]) -> bool:
                and not s.params.holds_stops(s.seq.num_output_tokens) for s in states)
 
 
+def states_sampler(states: Sequence[RequestState], steps: int, backend: Backend, noise: NoiseTables,
+                   eos_ids: Sequence[int]) -> RunSampler:
+    """A RunSampler of `steps` steps for these requests, from their current counts of generated tokens (their
+    noise counters and min_tokens), on the backend's device with its sampling kernel."""
+    return RunSampler([s.params for s in states], [s.noise_key for s in states], [s.history for s in states],
+                      [s.seq.num_output_tokens for s in states], steps, noise, backend.device,
+                      backend.sampling_kernel, eos_ids)
+
+
 class DecodeRuns:
     """The engine's runs of decode steps. `apply` is the engine's bookkeeping of one step's sampled tokens and
     failures (scheduler, stop checks, outputs); `requests` its live requests (a finished one leaves it); `eos_ids`
@@ -137,9 +146,7 @@ class DecodeRuns:
                                     [list(t) for t in tables], device=self.backend.batch_device,
                                     page_size=self.page_size)
             if not kernel_samples(states):
-                sampler = RunSampler(params, [s.noise_key for s in states],
-                                     [s.history for s in states], [c.seq.num_output_tokens for c in chunks], steps,
-                                     self.noise, self.backend.device, self.backend.sampling_kernel, self.eos_ids)
+                sampler = states_sampler(states, steps, self.backend, self.noise, self.eos_ids)
             self.last_run_steps = self.backend.decode_steps(batch, steps, self.page_size, take, sampler,
                                                             stops=self.stops_for(chunks))
         except EngineFatalError:

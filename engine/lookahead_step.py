@@ -10,7 +10,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.backends.step_feed import StepHandle, TokenFeed
-from engine.decode_runs import Failed, Sampled, kernel_samples
+from engine.decode_runs import Failed, Sampled, kernel_samples, states_sampler
 from engine.request_state import RequestState
 from engine.sampling.results import start_to_host, step_results
 from engine.sampling.run_sampler import NoiseTables, Records, RunSampler
@@ -83,9 +83,7 @@ def launch_step(backend: Backend, plan: SchedulerOutput, prev: InFlight | None,
         logits = handle.logits[torch.tensor(rows, dtype=torch.int64, device=handle.logits.device)]
         # Counters: each request's generated tokens before this one, placeholders of the step before included,
         # as in a step without look-ahead, so seeded noise draws the same tokens.
-        sampler = RunSampler([s.params for s in states], [s.noise_key for s in states], [s.history for s in states],
-                             [s.seq.num_output_tokens for s in states], 1, noise, backend.device,
-                             backend.sampling_kernel, eos_ids)
+        sampler = states_sampler(states, 1, backend, noise, eos_ids)
         ids = sampler.step(logits, 0)
         records = sampler.chunk(0, 1)
     else:
