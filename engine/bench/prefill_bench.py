@@ -66,14 +66,7 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, repeats: int
     n = MATMUL_SIZE["cuda" if device.type == "cuda" else "cpu"]
     a = torch.randn((n, n), device=device).to(dtype)
     b = torch.randn((n, n), device=device).to(dtype)
-    torch.matmul(a, b)
-    times = []
-    for _ in range(repeats):
-        timer = DeviceTimer(device)
-        timer.start()
-        torch.matmul(a, b)
-        times.append(timer.stop())
-    return 2.0 * n ** 3 / statistics.median(times) / 1e12
+    return 2.0 * n ** 3 / _median_seconds(lambda: torch.matmul(a, b), device, repeats) / 1e12
 
 
 def _median_seconds(run: Callable[[], object], device: torch.device, repeats: int) -> float:
