@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-prefill] [bench-long] [profile]
 #   (default: all but bench-fast, bench-batch, bench-prefill and bench-long; bench-batch runs `bench --batch N` for N
 #   in $BATCHES, default 8 32; bench-prefill `bench --prefill-len L` for L in $PREFILL_LENS, default 512 2048;
-#   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=1` (the kernel-only row takes
+#   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=0` (the kernel-only row takes
 #   --kernel-option))
 # Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.
 set -uo pipefail
@@ -40,8 +40,8 @@ for part in $parts; do
                    done ;;
     bench-long) run bench-long $PY -m engine.cli bench --prompt-len 8000 --new-tokens 64 --skip eager,compile \
                   --json "$OUT/bench_long.json"
-                run bench-long-wave $PY -m engine.cli bench --prompt-len 8000 --new-tokens 64 --skip eager,compile \
-                  --kernel-option attn_splits_whole_wave=1 --json "$OUT/bench_long_wave.json" ;;
+                run bench-long-roundup $PY -m engine.cli bench --prompt-len 8000 --new-tokens 64 --skip eager,compile \
+                  --kernel-option attn_splits_whole_wave=0 --json "$OUT/bench_long_roundup.json" ;;
     profile) run profile $PY -m engine.cli profile --backend cuda --preset llama-3.2-1b --prompt-len 32 --steps 1 --out "$OUT/profile"
              run profile-raw test -s "$OUT/profile/raw.npz"  # kept: re-render anywhere with `profile --from DIR`
              rm -f "$OUT/profile/trace.json" "$OUT/profile/summary.json" ;;

@@ -110,19 +110,19 @@ def test_min_pages_per_split_keeps_short_contexts_unsplit() -> None:
     assert num_attn_splits(d, shape, unfused, H100, 3) == 4  # default: split every page bucket
     assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 3) == 1
     assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 10) == 2  # 16-page bucket / 8
-    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 1000) == 17  # capped by SMs
+    assert num_attn_splits(d, shape, replace(unfused, min_pages_per_split=8), H100, 1000) == 16  # one wave of SMs
 
 
 @pytest.mark.parametrize("seqs", [1, 2, 3, 4, 16])
 def test_whole_wave_splits_give_no_sm_two_attention_instructions(seqs: int) -> None:
-    """attn_splits_whole_wave: a long context's splits times the (sequence, group) tasks stay within the SMs (the
-    rounded-up default gives a few SMs two: 17 x 8 = 136 on 132)."""
+    """attn_splits_whole_wave (the default): a long context's splits times the (sequence, group) tasks stay within
+    the SMs (rounded up, a few SMs get two: 17 x 8 = 136 on 132)."""
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     shape = StepShape(seqs, seqs, 16)
     p = SplitParams(min_pages_per_split=8)
-    whole = num_attn_splits(d, shape, replace(p, attn_splits_whole_wave=True), H100, 2000)
+    whole = num_attn_splits(d, shape, p, H100, 2000)
     assert whole * seqs * d.n_kv <= H100.num_sms or whole == 1
-    assert whole <= num_attn_splits(d, shape, p, H100, 2000)
+    assert whole <= num_attn_splits(d, shape, replace(p, attn_splits_whole_wave=False), H100, 2000)
     if seqs == 1:
         assert whole == H100.num_sms // d.n_kv == 16
 
