@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One GPU run: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
 # decode benchmark and a profile; logs and JSON go to $OUT (default ./out). Parts are selectable:
-#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-prefill] [bench-long] [profile]
-#   (default: all but bench-fast, bench-batch, bench-prefill and bench-long; bench-batch runs `bench --batch N` for N
+#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-prefill] [bench-long] [bench-long32k] [profile]
+#   (default: all but the bench-* parts other than bench; bench-batch runs `bench --batch N` for N
 #   in $BATCHES, default 8 32; bench-prefill `bench --prefill-len L` for L in $PREFILL_LENS, default 512 2048;
 #   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=0` (the kernel-only row takes
-#   --kernel-option))
+#   --kernel-option); bench-long32k: 32k-context batch-1 decode of the 1B and 8B shapes and one 32k sequence decoded
+#   with fifteen of 1k (the long-context issue's targets))
 # Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,12 @@ for part in $parts; do
                   --json "$OUT/bench_long.json"
                 run bench-long-roundup $PY -m engine.cli bench --prompt-len 8000 --new-tokens 64 --skip eager,compile \
                   --kernel-option attn_splits_whole_wave=0 --json "$OUT/bench_long_roundup.json" ;;
+    bench-long32k) run bench-long32k $PY -m engine.cli bench --prompt-len 32000 --new-tokens 64 --skip eager,compile \
+                     --json "$OUT/bench_long32k.json"
+                   run bench-long32k-8b $PY -m engine.cli bench --preset llama-3.1-8b --prompt-len 32000 --new-tokens 64 \
+                     --skip eager,compile --json "$OUT/bench_long32k_8b.json"
+                   run bench-mixed $PY -m engine.cli bench --prompt-lens 32000,1000x15 --new-tokens 64 \
+                     --json "$OUT/bench_mixed.json" ;;
     profile) run profile $PY -m engine.cli profile --backend cuda --preset llama-3.2-1b --prompt-len 32 --steps 1 --out "$OUT/profile"
              run profile-raw test -s "$OUT/profile/raw.npz"  # kept: re-render anywhere with `profile --from DIR`
              rm -f "$OUT/profile/trace.json" "$OUT/profile/summary.json" ;;

@@ -21,24 +21,28 @@ from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
 
 
-def rotations(prompt: Sequence[int], n: int) -> list[list[int]]:
-    """n distinct prompts of the prompt's length: the prompt rotated by 0, 1, ... (as distinct as its tokens)."""
+def rotations(prompt: Sequence[int], n: int, lengths: Sequence[int] = ()) -> list[list[int]]:
+    """n distinct prompts: the prompt rotated by 0, 1, ... (as distinct as its tokens), of the prompt's length or of
+    `lengths` (the prompt repeated where one is longer)."""
     p = list(prompt)
-    return [p[i % len(p):] + p[:i % len(p)] for i in range(n)]
+    sizes = list(lengths) or [len(p)] * n
+    return [[p[(i + k) % len(p)] for k in range(sizes[i])] for i in range(n)]
 
 
 def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int], new_tokens: int,
-                 batch: int, backend: str = "cuda", sampled: bool = False) -> tuple[Sequence[int], float]:
-    """An engine runner (engine/bench/engines.py) for `batch` sequences: (request 0's first `new_tokens`
-    tokens, seconds per decode step of the whole batch)."""
+                 batch: int, backend: str = "cuda", sampled: bool = False,
+                 lengths: Sequence[int] = ()) -> tuple[Sequence[int], float]:
+    """An engine runner (engine/bench/engines.py) for `batch` sequences (of the prompt's length, or of `lengths`):
+    (request 0's first `new_tokens` tokens, seconds per decode step of the whole batch)."""
     if new_tokens < 2:
         raise ValueError("the batch rows time decode steps after the first token: --new-tokens must be >= 2")
-    prompts = rotations(prompt_ids, batch)
+    prompts = rotations(prompt_ids, batch, lengths)
+    longest = max(len(p) for p in prompts)
     # Room for the requests admitted first to keep decoding until the last one has its new_tokens (a run of decode
     # steps may overshoot by EngineConfig.decode_steps).
-    spare = len(prompt_ids) * batch + new_tokens + 2 * EngineConfig.decode_steps
-    max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + spare + 1)
-    params = bench_params(sampled, max_tokens=max_len - len(prompt_ids) - 1)
+    spare = sum(len(p) for p in prompts) + new_tokens + 2 * EngineConfig.decode_steps
+    max_len = min(config.max_position_embeddings, longest + new_tokens + spare + 1)
+    params = bench_params(sampled, max_tokens=max_len - longest - 1)
     with bench_llm(weights, backend, max_num_seqs=batch, max_model_len=max_len) as llm:
         # Warm-up: the same window once, so every step shape the timed window meets (prompt chunks mixed with
         # decodes, then the runs of decodes at each context bucket) has its instruction stream built and cached: a

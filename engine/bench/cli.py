@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=BenchConfig.batch,
                    help="sequences decoded together (the kernel-only row runs at batch 1 only); with --prefill-len, "
                         "prompts prefilled together")
+    p.add_argument("--prompt-lens", type=parse_prompt_lens, default=(), metavar="L,L,...",
+                   help="sequences of these prompt lengths decoded together instead of --batch prompts of --prompt-len "
+                        "(LxN: N of length L; e.g. 32000,1000x15): the product rows only")
     p.add_argument("--prefill-len", type=int, default=BenchConfig.prefill_len, metavar="L",
                    help="time to first token of --batch prompts of L tokens (LLM.generate, max_tokens=1) against a "
                         "same-run compiled PyTorch prefill and a large matmul's TFLOP/s, instead of the decode bench")
@@ -42,6 +45,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="after the timed runs, each row's max |logprob - fp32 reference| on its own tokens")
     add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
+
+
+def parse_prompt_lens(text: str) -> tuple[int, ...]:
+    """`--prompt-lens`: comma-separated lengths, `LxN` for N sequences of L tokens."""
+    lengths: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        length, times, count = part.partition("x")
+        try:
+            lengths += [int(length)] * (int(count) if times else 1)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a length or LxN: {part!r}") from None
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"prompt lengths must be >= 1: {text!r}")
+    return tuple(lengths)
 
 
 def resolve_device_and_preset(device: str, preset: str | None, has_cuda: bool) -> tuple[str, str, str | None]:
@@ -74,11 +91,16 @@ def run_cli(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     messages += import_plugins([*DEFAULT_ENGINE_PLUGINS, *args.engine_module])
     skip = frozenset(s.strip() for s in args.skip.split(",") if s.strip())
+    if args.prompt_lens:  # the sequences' count and the first one's length
+        if args.batch not in (1, len(args.prompt_lens)):
+            raise ValueError(f"--batch {args.batch} and --prompt-lens of {len(args.prompt_lens)} sequences disagree")
+        args.batch, args.prompt_len = len(args.prompt_lens), args.prompt_lens[0]
     config = BenchConfig(
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
         batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
-        kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len)
+        kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len,
+        prompt_lens=args.prompt_lens)
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

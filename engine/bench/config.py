@@ -42,6 +42,17 @@ class BenchConfig:
     # > 0: time to first token of `batch` prompts of this many tokens instead of the decode bench
     # (engine/bench/prefill_bench.py)
     prefill_len: int = 0
+    # Sequences of these prompt lengths decoded together (e.g. one long context among short ones); `batch` is their
+    # count and `prompt_len` the first one's (sequence 0, whose tokens the rows report). Empty: `batch` prompts of
+    # `prompt_len` tokens. The PyTorch baselines decode equal-length batches only: they are skipped when lengths differ.
+    prompt_lens: tuple[int, ...] = ()
+
+    def lengths(self) -> tuple[int, ...]:
+        """Every sequence's prompt length."""
+        return self.prompt_lens or (self.prompt_len,) * self.batch
+
+    def mixed_lengths(self) -> bool:
+        return len(set(self.lengths())) > 1
 
     def validate(self) -> None:
         from engine.bench.model_source import parse_dtype
@@ -53,6 +64,12 @@ class BenchConfig:
             raise ValueError(f"prompt_len ({self.prompt_len}) and new_tokens ({self.new_tokens}) must be >= 1")
         if self.prefill_len < 0:
             raise ValueError(f"prefill_len must be >= 0, got {self.prefill_len}")
+        if self.prompt_lens:
+            if min(self.prompt_lens) < 1 or (self.batch, self.prompt_len) != (len(self.prompt_lens), self.prompt_lens[0]):
+                raise ValueError(f"prompt_lens {list(self.prompt_lens)}: each >= 1, with batch their count and prompt_len "
+                                 f"the first (got batch {self.batch}, prompt_len {self.prompt_len})")
+            if self.prefill_len:
+                raise ValueError("prompt_lens is for the decode bench, not with prefill_len")
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
         unknown = sorted(set(self.skip_baselines) - set(SKIP_ALIASES))

@@ -60,11 +60,12 @@ class Floor:
 
 
 def decode_floor(config: LlamaConfig, dtype_bytes: int, prompt_len: int, new_tokens: int,
-                 bandwidth_gbps: float, batch: int = 1) -> Floor:
-    """The floor of one decode step of `batch` sequences: the weights once, every sequence's KV (its
-    `seconds_per_token` is then per step)."""
+                 bandwidth_gbps: float, batch: int = 1, prompt_lens: tuple[int, ...] = ()) -> Floor:
+    """The floor of one decode step of `batch` sequences of `prompt_len` tokens (or of sequences of `prompt_lens`):
+    the weights once, every sequence's KV (its `seconds_per_token` is then per step)."""
     if bandwidth_gbps <= 0:
         raise ValueError(f"decode_floor: bandwidth_gbps must be > 0, got {bandwidth_gbps}")
     weight = weight_params_read_per_token(config) * dtype_bytes
-    kv = batch * kv_bytes_per_context_token(config, dtype_bytes) * mean_decode_context(prompt_len, new_tokens)
+    contexts = sum(mean_decode_context(p, new_tokens) for p in (prompt_lens or (prompt_len,) * batch))
+    kv = kv_bytes_per_context_token(config, dtype_bytes) * contexts
     return Floor(weight_bytes=weight, kv_bytes=kv, bandwidth_gbps=bandwidth_gbps)

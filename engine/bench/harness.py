@@ -146,7 +146,8 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
     if engines is None:
-        engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch))
+        engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch,
+                                          config.prompt_lens if config.mixed_lengths() else ()))
         if config.batch == 1:
             engines.update(DEFAULT_REGISTRY.runners())
         elif DEFAULT_REGISTRY.runners():
@@ -166,11 +167,12 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     progress(f"copy bandwidth {bandwidth.gbps:.0f} GB/s; preparing weights")
     weights, model_desc = load_bench_weights(config.model_dir, config.preset, dtype, device, config.seed)
     cfg = weights.config
-    if config.prompt_len + config.new_tokens > cfg.max_position_embeddings:
-        raise ValueError(f"prompt_len + new_tokens = {config.prompt_len + config.new_tokens} exceeds "
+    longest = max(config.lengths())
+    if longest + config.new_tokens > cfg.max_position_embeddings:
+        raise ValueError(f"prompt_len + new_tokens = {longest + config.new_tokens} exceeds "
                          f"max_position_embeddings={cfg.max_position_embeddings}")
     floor = decode_floor(cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
-                         bandwidth.gbps, config.batch)
+                         bandwidth.gbps, config.batch, config.prompt_lens)
     gen = torch.Generator().manual_seed(config.seed + 1)
     prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()
     # Sequence 0 decodes the prompt itself; at --batch N the others its rotations (as the engine rows do).
@@ -180,8 +182,9 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     skipped = config.skipped()
     model: StaticLlama | None = None  # built on first use: it holds fused copies of the weights
     for name in BASELINES:
-        if name in skipped:
-            runs.append(RunResult(name, "skipped", reason="skipped by request"))
+        if name in skipped or config.mixed_lengths():
+            reason = "skipped by request" if name in skipped else "the PyTorch baselines decode equal-length batches"
+            runs.append(RunResult(name, "skipped", reason=reason))
             continue
         if model is None:
             model = StaticLlama(weights, config.prompt_len + config.new_tokens, config.batch)

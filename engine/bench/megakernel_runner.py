@@ -101,19 +101,20 @@ class MegakernelRunner:
         return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 
-def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1) -> dict[str, EngineRunner]:
+def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1,
+                       lengths: tuple[int, ...] = ()) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
     engine/bench/generate_runner.py, engine defaults), `megakernel-sampled`, the same with top-p / top-k / a penalty
     sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
     `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere `engine-torch`:
     `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
-    (engine/bench/batch_runner.py)."""
+    (engine/bench/batch_runner.py), of the prompt's length or of `lengths`."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:
-            return {"engine-torch": partial(batch_runner, batch=batch, backend="torch")}
-        return {"megakernel": partial(batch_runner, batch=batch),
-                "megakernel" + SAMPLED_SUFFIX: partial(batch_runner, batch=batch, sampled=True)}
+            return {"engine-torch": partial(batch_runner, batch=batch, backend="torch", lengths=lengths)}
+        return {"megakernel": partial(batch_runner, batch=batch, lengths=lengths),
+                "megakernel" + SAMPLED_SUFFIX: partial(batch_runner, batch=batch, sampled=True, lengths=lengths)}
     if not on_gpu:  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch")}
     return {"megakernel": generate_runner, "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True),

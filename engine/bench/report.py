@@ -38,7 +38,8 @@ def format_table(result: BenchResult) -> str:
     head = [
         f"megakernel bench  {result.date}",
         f"device: {result.device_name}   torch {result.torch_version}   dtype {c.dtype}",
-        f"model: {result.model}   batch {c.batch}, prompt {c.prompt_len}, {c.new_tokens} new tokens (greedy)",
+        f"model: {result.model}   batch {c.batch}, prompt "
+        f"{c.prompt_len if not c.prompt_lens else ','.join(map(str, c.prompt_lens))}, {c.new_tokens} new tokens (greedy)",
         f"copy bandwidth: {bw.gbps:.0f} GB/s ({bw.buffer_bytes / 2**20:.0f} MiB buffer, best of {bw.trials})",
         f"floor: {f.bytes_per_token / 1e9:.3f} GB/token (weights {f.weight_bytes / 1e9:.3f} GB + KV "
         f"{f.kv_bytes / 1e6:.2f} MB) / bandwidth = {f.seconds_per_token * 1e3:.3f} ms/token",

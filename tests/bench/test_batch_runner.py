@@ -43,3 +43,44 @@ def test_a_batched_static_model_decodes_each_sequence_as_alone(tiny_weights: Lla
     for b, p in enumerate(prompts):
         alone = StaticLlama(tiny_weights, 7 + 5)
         assert batched.history[b, 6:11].tolist() == generate(alone, alone.forward, torch.tensor(p), 5)[0]
+
+
+def test_rotations_of_other_lengths_repeat_the_prompt() -> None:
+    assert rotations([1, 2, 3], 3, [5, 2, 3]) == [[1, 2, 3, 1, 2], [2, 3], [3, 1, 2]]
+
+
+def test_mixed_lengths_floor_counts_each_sequence_kv() -> None:
+    cfg = preset_config("llama-3.2-1b")
+    mixed = decode_floor(cfg, 2, 32000, 64, 4000.0, batch=16, prompt_lens=(32000,) + (1000,) * 15)
+    long, short = decode_floor(cfg, 2, 32000, 64, 4000.0), decode_floor(cfg, 2, 1000, 64, 4000.0)
+    assert mixed.weight_bytes == long.weight_bytes
+    assert mixed.kv_bytes == pytest.approx(long.kv_bytes + 15 * short.kv_bytes)
+
+
+def test_mixed_lengths_bench_on_the_cpu() -> None:
+    """`--prompt-lens`: the product rows decode sequences of several lengths together; the equal-length PyTorch
+    baselines are skipped with the reason; sequence 0 (the first length) is the one whose tokens are checked."""
+    config = BenchConfig(preset="tiny", device="cpu", batch=3, prompt_len=9, prompt_lens=(9, 4, 4), new_tokens=4,
+                         repeats=1)
+    result = run_bench(config)
+    rows = {r.name: r for r in result.rows}
+    assert rows["eager"].status == "skipped" and "equal-length" in rows["eager"].reason
+    engine = rows["engine-torch"]
+    assert engine.status == "ok" and len(engine.tokens) == 4
+    assert engine.max_logprob_error is not None and engine.max_logprob_error < 0.05
+    one = decode_floor(preset_config("tiny"), 2, 9, 4, 1.0, prompt_lens=(9,)).kv_bytes / (9 + 1.5)  # per token
+    assert result.floor.kv_bytes == pytest.approx(one * ((9 + 1.5) + 2 * (4 + 1.5)))
+    with pytest.raises(ValueError, match="prompt_lens"):
+        BenchConfig(preset="tiny", device="cpu", batch=2, prompt_len=9, prompt_lens=(9, 4, 4)).validate()
+
+
+def test_the_prompt_lens_flag() -> None:
+    import argparse
+
+    from engine.bench.cli import parse_prompt_lens
+
+    assert parse_prompt_lens("32000,1000x15") == (32000,) + (1000,) * 15
+    assert parse_prompt_lens("8,8") == (8, 8)
+    for bad in ("", "0", "12,ax3", "5x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_prompt_lens(bad)
