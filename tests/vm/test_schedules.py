@@ -204,3 +204,23 @@ def test_an_out_cap_cuts_more_lm_head_blocks_and_fused_head_ranges() -> None:
     assert len(fused_head_ranges(d, SplitParams(fused_head_chunks=1, max_out_floats=1024), 8)) == 2
     with pytest.raises(ValueError, match="max_out_floats"):
         SplitParams(max_out_floats=0)
+
+
+def test_stream_compiles_pause_the_garbage_collector_and_restore_it() -> None:
+    import gc
+
+    from engine.scheduler.compiler.step_builder_cache import gc_paused
+
+    was = gc.isenabled()
+    try:
+        for start in (True, False):
+            (gc.enable if start else gc.disable)()
+            with gc_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() == start
+        gc.enable()
+        with pytest.raises(RuntimeError), gc_paused():
+            raise RuntimeError("a failed compile")
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

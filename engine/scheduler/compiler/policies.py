@@ -56,7 +56,8 @@ def critical_path(instrs: list[Instruction], dur: np.ndarray, sync_ns: float) ->
     for i, ins in enumerate(instrs):
         for w in ins.header.waits:
             consumers.setdefault(w.counter, []).append(i)
-    rank = np.zeros(len(instrs))
+    rank = [0.0] * len(instrs)  # Python floats: numpy's per-element access dominated this loop
+    durs = dur.tolist()
     # Every signaller of c sees the same consumers: their best rank is computed once per counter, as
     # soon as all of them are ranked (in built streams consumers follow all signallers of c).
     tail_of: dict[int, float] = {}
@@ -69,8 +70,8 @@ def critical_path(instrs: list[Instruction], dur: np.ndarray, sync_ns: float) ->
             tail = max((rank[j] for j in consumers.get(c, [])), default=0.0) + (sync_ns if c in consumers else 0.0)
             if first_consumer.get(c, -1) > i:
                 tail_of[c] = tail
-        rank[i] = dur[i] + tail
-    return rank
+        rank[i] = durs[i] + tail
+    return np.array(rank)
 
 
 def list_schedule(instrs: list[Instruction], dur: np.ndarray, p: CostParams,
@@ -83,16 +84,18 @@ def list_schedule(instrs: list[Instruction], dur: np.ndarray, p: CostParams,
     each signal touches only the waits it completes (this runs once per new batch shape, on the
     serving path)."""
     n = len(instrs)
-    rank = critical_path(instrs, dur, p.sync_ns)
+    # Python lists, not arrays: the loop below reads and writes one element at a time, which numpy makes slow.
+    rank = critical_path(instrs, dur, p.sync_ns).tolist()
+    durs = dur.tolist()
     waiting_on: dict[int, dict[int, list[int]]] = {}  # counter -> target -> waiting instructions
-    unmet = np.zeros(n, np.int64)
+    unmet = [0] * n
     for i, ins in enumerate(instrs):
         for w in ins.header.waits:
             waiting_on.setdefault(w.counter, {}).setdefault(w.target, []).append(i)
         unmet[i] = len(ins.header.waits)
     signalled: dict[int, int] = {}
     latest_end: dict[int, float] = {}
-    ready_at = np.zeros(n)
+    ready_at = [0.0] * n
     pending: list[tuple[float, float, int]] = [(0.0, -rank[i], i) for i in range(n) if unmet[i] == 0]
     heapq.heapify(pending)
     available: list[tuple[float, int]] = []
@@ -108,7 +111,7 @@ def list_schedule(instrs: list[Instruction], dur: np.ndarray, p: CostParams,
         else:
             _, _, i = heapq.heappop(pending)
         start = max(f, ready_at[i])
-        end = start + dur[i]
+        end = start + durs[i]
         queues[s].append(i)
         heapq.heappush(sms, (end, s))
         c = instrs[i].header.signal

@@ -7,9 +7,12 @@ powers of two (tables are -1 padded) so a growing context rebuilds only O(log) t
 """
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -79,8 +82,28 @@ def shape_key(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildPa
             num_attn_splits(dims, shape, params.split, device, ctx_pages))
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (as it was after). Compiling a large step creates tens of
+    thousands of small objects, none of them in cycles, and the collections they set off (each walking every object of
+    the process, torch's and the server's included) were 40 % of a 1B batch-32 step's 0.29 s compile on the CPU."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
                    device: TargetDevice) -> CompiledStream:
+    with gc_paused():
+        return _compile_stream(dims, batch, page_size, params, device)
+
+
+def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
+                    device: TargetDevice) -> CompiledStream:
     t0 = time.perf_counter()
     T, S, max_pages, _ = shape_key(dims, batch, page_size, params, device)
     shape = StepShape(T, S, max_pages)
