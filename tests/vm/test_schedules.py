@@ -18,7 +18,7 @@ from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.policies import POLICIES
 from engine.scheduler.compiler.step_builder_cache import BuildParams
 from engine.scheduler.compiler.step_builder_splits import (
-    SplitParams, fused_head_ranges, fuses_o_proj, make_plan, num_attn_splits,
+    SplitParams, fused_head_ranges, fuses_o_proj, make_plan, num_attn_splits, seq_attn_splits,
 )
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
@@ -224,3 +224,29 @@ def test_stream_compiles_pause_the_garbage_collector_and_restore_it() -> None:
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("seqs", [1, 2, 3, 5, 8, 16, 40])
+@pytest.mark.parametrize("pages", [3, 40, 500, 2000])
+def test_per_sequence_splits_of_equal_contexts_are_the_uniform_count(seqs: int, pages: int) -> None:
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    shape = StepShape(seqs, seqs, 2048)
+    for p in (SplitParams(min_pages_per_split=8), SplitParams(min_pages_per_split=8, attn_splits_whole_wave=False),
+              SplitParams(max_attn_splits=4)):
+        uniform = num_attn_splits(d, shape, p, H100, pages)
+        assert seq_attn_splits(d, shape, replace(p, per_seq_splits=True), H100, (pages,) * seqs) == (uniform,) * seqs
+
+
+def test_per_sequence_splits_give_a_long_context_the_idle_sms() -> None:
+    """One 32k-token sequence among fifteen of 1k (1B, 132 SMs): one split each uniformly; per sequence, the long
+    one gets the wave's split slots in proportion to its pages and each short one keeps one."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    shape = StepShape(16, 16, 2048)
+    p = SplitParams(min_pages_per_split=8, per_seq_splits=True)
+    pages = (2000,) + (63,) * 15
+    assert num_attn_splits(d, shape, p, H100, 2000) == 1
+    got = seq_attn_splits(d, shape, p, H100, pages)
+    assert got[1:] == (1,) * 15 and got[0] == H100.num_sms * 2048 // (d.n_kv * (2048 + 15 * 64)) == 11
+    plan = make_plan(d, shape, p, H100, 2000, pages)
+    assert plan.seq_splits == got and plan.num_splits == 11 and plan.splits_of(3) == 1
+    assert make_plan(d, shape, replace(p, per_seq_splits=False), H100, 2000, pages).seq_splits == ()

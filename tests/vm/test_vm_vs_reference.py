@@ -59,3 +59,20 @@ def test_attention_head_chunks_with_kv_splits(chunks: int | None) -> None:
     w = random_weights(cfg, seed=5)
     run_pair(cfg, w, [[None, None], [1, 1], [1, 1]], prompt_lens=[30, 19], num_sms=64,
              max_attn_head_chunks=chunks, min_pages_per_split=1)
+
+
+@pytest.mark.parametrize("policy", ["lpt", "dynamic"])
+def test_per_sequence_kv_splits_for_one_long_context_among_short_ones(policy: str) -> None:
+    """SplitParams.per_seq_splits: the long sequence's attention in many splits (with its reduce), the short ones in
+    one (written straight to attn_out), in the same steps; races checked, logits against the reference."""
+    cfg = small_config(heads=4, kv_heads=2, head_dim=32)
+    w = random_weights(cfg, seed=13)
+    seen: list[tuple[int, ...]] = []
+
+    def splits(vm) -> None:  # noqa: ANN001
+        seen.append(vm.last_stream.stream.plan.seq_splits)
+
+    run_pair(cfg, w, [[None, None, None], [1, 1, 1], [1, 1, 1]], prompt_lens=[120, 6, 9], num_sms=32, policy=policy,
+             per_seq_splits=True, min_pages_per_split=1, after_step=splits)
+    decode = seen[-1]
+    assert decode[0] > 1 and decode[1:] == (1, 1), seen

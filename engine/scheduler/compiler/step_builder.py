@@ -113,7 +113,7 @@ class _Emitter:
 def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
                      prev_waits: Waits) -> tuple[int, int]:
     """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
-    ctr, ns, nh, nq = emit.ctr, plan.num_splits, len(plan.attn_heads), plan.q_parts
+    ctr, nh, nq = emit.ctr, len(plan.attn_heads), plan.q_parts
     c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
     for a, b, g in plan.qkv:
         emit(RmsQkvRopeAppend, layer, prev_waits, c_qkv[g], row_begin=a, row_end=b, kv_group=g,
@@ -121,6 +121,7 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
     per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
     c_attn = ctr(f"ATTN_DONE[{layer}]")
     for s in range(shape.num_seqs):
+        ns = plan.splits_of(s)
         for g in range(dims.n_kv):
             c_part = c_attn if ns == 1 else ctr(f"ATTN_PART[{layer}][{s}][{g}]")
             for k in range(ns):
@@ -131,7 +132,7 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
             if ns > 1:
                 emit(AttnReduce, layer, [(c_part, ns * nh * nq)], c_attn, seq=s, kv_group=g, num_splits=ns)
     c_o = ctr(f"OPROJ[{layer}]")
-    attn_done = shape.num_seqs * dims.n_kv * (1 if ns > 1 else nh * nq)
+    attn_done = sum(dims.n_kv * (1 if plan.splits_of(s) > 1 else nh * nq) for s in range(shape.num_seqs))
     for a, b in plan.o_proj:
         emit(OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
     return c_o, len(plan.o_proj)

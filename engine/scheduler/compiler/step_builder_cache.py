@@ -25,7 +25,7 @@ from engine.instructions.step_args import encode_step_args
 from engine.scheduler.compiler.cost_model import CostParams, cost_inputs, time_ns
 from engine.scheduler.compiler.policies import Schedule, make_schedule
 from engine.scheduler.compiler.step_builder import Stream, build_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits
+from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits, seq_attn_splits
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
 
@@ -78,8 +78,14 @@ def shape_key(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildPa
     max_pages = bucket(int(batch.block_tables.shape[1]))
     shape = StepShape(batch.num_tokens, batch.num_seqs, max_pages)
     ctx_pages = -(-int(batch.context_lens.max()) // page_size)
-    return (shape.num_tokens, shape.num_seqs, max_pages,
-            num_attn_splits(dims, shape, params.split, device, ctx_pages))
+    key = (shape.num_tokens, shape.num_seqs, max_pages, num_attn_splits(dims, shape, params.split, device, ctx_pages))
+    if params.split.per_seq_splits:  # each sequence's split count is part of the stream
+        key += seq_attn_splits(dims, shape, params.split, device, seq_context_pages(batch, page_size))
+    return key
+
+
+def seq_context_pages(batch: StepBatch, page_size: int) -> tuple[int, ...]:
+    return tuple(-(-int(c) // page_size) for c in batch.context_lens.tolist())
 
 
 @contextmanager
@@ -105,10 +111,11 @@ def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: Bu
 def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
                     device: TargetDevice) -> CompiledStream:
     t0 = time.perf_counter()
-    T, S, max_pages, _ = shape_key(dims, batch, page_size, params, device)
+    T, S, max_pages = shape_key(dims, batch, page_size, params, device)[:3]
     shape = StepShape(T, S, max_pages)
     ctx_pages = -(-int(batch.context_lens.max()) // page_size)
-    stream = build_stream(dims, shape, make_plan(dims, shape, params.split, device, ctx_pages))
+    stream = build_stream(dims, shape, make_plan(dims, shape, params.split, device, ctx_pages,
+                                                 seq_context_pages(batch, page_size)))
     inputs = cost_inputs(dims, shape, [int(c) for c in batch.context_lens], params.cost)
     # An instruction's cost depends on its opcode and operands only: the same blocks recur in every layer.
     memo: dict[tuple[object, ...], tuple[InstrCost, float]] = {}

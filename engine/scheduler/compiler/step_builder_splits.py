@@ -36,6 +36,11 @@ class SplitParams:
     # for them). Measured (H200, 1B, batch 1, 8 000-token context, same run, docs/PERFORMANCE.md): 1.025 against
     # 1.252 ms/token; the profile's layer span at 32 000 tokens 92 against 137 µs.
     attn_splits_whole_wave: bool = True
+    # True: each sequence gets its own KV split count, the wave's attention instructions shared in proportion to the
+    # sequences' context pages (seq_attn_splits): in a batch of one long context among short ones, the long one's
+    # attention spreads over many SMs instead of the one split per sequence a uniform count leaves it. Equal contexts
+    # get the uniform count either way. Off until measured on a GPU (`bench --prompt-lens 32000,1000x15`).
+    per_seq_splits: bool = False
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
     max_attn_head_chunks: int | None = None
@@ -97,7 +102,7 @@ class Plan:
 
     embed: tuple[tuple[int, int], ...]
     qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
-    num_splits: int
+    num_splits: int  # the most any sequence has (the o_part / lse_part buffers' first dim)
     attn_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group, one attention instruction each
     q_parts: int  # parts of each sequence's new tokens, one attention instruction each (query_parts)
     o_proj: tuple[tuple[int, int], ...]
@@ -111,6 +116,10 @@ class Plan:
     fused_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group
     fused_rows: tuple[tuple[int, int], ...]  # O-proj row blocks; one ATTN_O_PROJ per (group, heads, rows)
     qkv_copy: tuple[tuple[int, int], ...]  # per plan.qkv entry: the hidden columns it copies into mid
+    seq_splits: tuple[int, ...] = ()  # each sequence's KV splits (empty: num_splits for every sequence)
+
+    def splits_of(self, seq: int) -> int:
+        return self.seq_splits[seq] if self.seq_splits else self.num_splits
 
 
 def partition(lo: int, hi: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
@@ -149,10 +158,27 @@ def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: Targ
     return max(1, min(want, pages // p.min_pages_per_split, cap))
 
 
+def seq_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
+                    seq_pages: tuple[int, ...]) -> tuple[int, ...]:
+    """Each sequence's KV splits under SplitParams.per_seq_splits: the wave's split slots (SMs per group and query
+    part, as num_attn_splits counts them for one sequence) shared in proportion to the sequences' context pages
+    (rounded up to powers of two, as there), at least one each, at most its pages per min_pages_per_split. With equal
+    contexts every sequence gets num_attn_splits' count."""
+    buckets = [1 << max(0, math.ceil(math.log2(max(1, n)))) for n in seq_pages]
+    den = d.n_kv * query_parts(d, shape, p, device) * sum(buckets)  # a sequence's share: num_sms * b / den
+
+    def share(b: int) -> int:
+        return device.num_sms * b // den if p.attn_splits_whole_wave else -(-device.num_sms * b // den)
+    cap = p.max_attn_splits
+    return tuple(max(1, min(b // p.min_pages_per_split, share(b), cap if cap is not None else b)) for b in buckets)
+
+
 def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
-                     num_splits: int) -> list[tuple[int, int]]:
-    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split, query part) allow."""
-    free = device.num_sms // (shape.num_seqs * d.n_kv * num_splits * query_parts(d, shape, p, device))
+                     num_splits: int, split_slots: int | None = None) -> list[tuple[int, int]]:
+    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split, query part) allow;
+    `split_slots`: the sequences' splits summed, where they differ (else num_splits for each sequence)."""
+    slots = split_slots if split_slots is not None else shape.num_seqs * num_splits
+    free = device.num_sms // (slots * d.n_kv * query_parts(d, shape, p, device))
     cap = p.max_attn_head_chunks if p.max_attn_head_chunks is not None else d.gqa
     return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
 
@@ -230,7 +256,9 @@ def _fused_cuts(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDe
     return heads, rows, copy_ranges(d.hidden, num_qkv)
 
 
-def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice, max_context_pages: int) -> Plan:
+def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice, max_context_pages: int,
+              seq_pages: tuple[int, ...] = ()) -> Plan:
+    """Every cut of one step; `seq_pages`: each sequence's context pages (read under SplitParams.per_seq_splits)."""
     target = p.waves * device.num_sms
     tok_per_embed = max(1, p.embed_bytes_per_instr // (2 * d.hidden))
     embed = partition(0, shape.num_tokens, math.ceil(shape.num_tokens / tok_per_embed)) if p.embed_in_stream else []
@@ -271,9 +299,13 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     lm_head = partition(0, d.vocab, lm_blocks, va)
     ns = num_attn_splits(d, shape, p, device, max_context_pages)
     fused = fuses_o_proj(shape, p, max_context_pages)
+    seq_splits: tuple[int, ...] = ()
+    if p.per_seq_splits and not fused and len(seq_pages) == shape.num_seqs:
+        seq_splits = seq_attn_splits(d, shape, p, device, seq_pages)
+        ns = max(seq_splits)
     heads, rows, copy = _fused_cuts(d, shape, p, device, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
-    heads_cut = attn_head_chunks(d, shape, p, device, ns)
+    heads_cut = attn_head_chunks(d, shape, p, device, ns, sum(seq_splits) if seq_splits else None)
     q_parts = 1 if fused else query_parts(d, shape, p, device)
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
-                tuple(rows), tuple(copy))
+                tuple(rows), tuple(copy), seq_splits)
