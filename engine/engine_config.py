@@ -52,6 +52,9 @@ class EngineConfig:
     # runs, so prompt chunks and steps with requests arriving do not put the host between two steps. Off until it is
     # measured and checked on a GPU (the cuda backend's feed of the previous step's ids stays on the device).
     async_scheduling: bool = False
+    # The cuda backend's options as NAME=VALUE texts (engine/cuda/backend_options.py: KernelOptions and SplitParams
+    # fields), as `--kernel-option` passes them; the engine's defaults where unset. The other backends ignore them.
+    kernel_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -61,6 +64,9 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if self.kernel_options:  # a typo fails here, naming the option, before anything loads
+            from engine.cuda.backend_options import parse_kernel_options
+            parse_kernel_options(self.kernel_options)
         if not isinstance(self.async_scheduling, bool):
             raise ValueError(f"async_scheduling must be a bool, got {self.async_scheduling!r}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

@@ -92,6 +92,9 @@ class LLMEngine:
         options: dict[str, object] = {}
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy
+        if self.choice.name == "cuda" and cfg.kernel_options:
+            from engine.cuda.backend_options import parse_kernel_options
+            options.update(parse_kernel_options(cfg.kernel_options))
         self.backend = create_backend(self.choice, weights, self.num_pages, cfg.page_size, **options)
         budget = cfg.max_num_batched_tokens
         if self.backend.max_tokens_per_step is not None:

@@ -4,8 +4,7 @@
 #   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-prefill] [bench-long] [bench-long32k] [profile]
 #   (default: all but the bench-* parts other than bench; bench-batch runs `bench --batch N` for N
 #   in $BATCHES, default 8 32; bench-prefill `bench --prefill-len L` for L in $PREFILL_LENS, default 512 2048;
-#   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=0` (the kernel-only row takes
-#   --kernel-option); bench-long32k: 32k-context batch-1 decode of the 1B and 8B shapes and one 32k sequence decoded
+#   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=0`; bench-long32k: 32k-context batch-1 decode of the 1B and 8B shapes and one 32k sequence decoded
 #   with fifteen of 1k (the long-context issue's targets))
 # Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.
 set -uo pipefail

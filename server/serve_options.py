@@ -87,7 +87,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 page_size=args.page_size, num_pages=args.num_pages, seed=args.seed, decode_steps=args.decode_steps,
                 revision=args.revision, gpu_memory_utilization=args.gpu_memory_utilization,
-                async_scheduling=args.async_scheduling)
+                async_scheduling=args.async_scheduling, kernel_options=tuple(args.kernel_option))
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:

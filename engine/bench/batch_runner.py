@@ -31,7 +31,7 @@ def rotations(prompt: Sequence[int], n: int, lengths: Sequence[int] = ()) -> lis
 
 def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int], new_tokens: int,
                  batch: int, backend: str = "cuda", sampled: bool = False,
-                 lengths: Sequence[int] = ()) -> tuple[Sequence[int], float]:
+                 lengths: Sequence[int] = (), kernel_options: tuple[str, ...] = ()) -> tuple[Sequence[int], float]:
     """An engine runner (engine/bench/engines.py) for `batch` sequences (of the prompt's length, or of `lengths`):
     (request 0's first `new_tokens` tokens, seconds per decode step of the whole batch)."""
     if new_tokens < 2:
@@ -43,7 +43,7 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
     spare = sum(len(p) for p in prompts) + new_tokens + 2 * EngineConfig.decode_steps
     max_len = min(config.max_position_embeddings, longest + new_tokens + spare + 1)
     params = bench_params(sampled, max_tokens=max_len - longest - 1)
-    with bench_llm(weights, backend, max_num_seqs=batch, max_model_len=max_len) as llm:
+    with bench_llm(weights, backend, max_num_seqs=batch, max_model_len=max_len, kernel_options=kernel_options) as llm:
         # Warm-up: the same window once, so every step shape the timed window meets (prompt chunks mixed with
         # decodes, then the runs of decodes at each context bucket) has its instruction stream built and cached: a
         # shape's first build takes a few hundred ms on the host, which a shorter warm-up left inside the window.

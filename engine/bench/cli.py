@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from engine.bench.config import COMPILE_FALLBACK, BenchConfig
-from engine.cuda.backend_options import add_kernel_option_argument
+from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import DTYPE_NAMES
 from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
 

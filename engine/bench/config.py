@@ -34,8 +34,9 @@ class BenchConfig:
     repeats: int = 3  # timed runs per runner (median reported), after one warm-up run
     seed: int = 0  # weights and prompt
     bandwidth_bytes: int | None = None  # copy buffer size; None = 2 GiB on GPU (capped), 64 MiB on CPU
-    # The megakernel row's cuda backend options as NAME=VALUE (engine/cuda/backend_options.py; kept as given, so
-    # the JSON result says how it ran); the engine's defaults where unset.
+    # The megakernel rows' cuda backend options as NAME=VALUE (engine/cuda/backend_options.py; kept as given, so
+    # the JSON result says how it ran), for the product rows through `LLM(kernel_options=...)` and the kernel-only
+    # loop alike; the engine's defaults where unset.
     kernel_options: tuple[str, ...] = ()
     # After the timed runs, each row's max |logprob - fp32 reference| on its own tokens (engine/bench/logprob_error.py)
     logprob_check: bool = True

@@ -147,7 +147,8 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
         raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
     if engines is None:
         engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch,
-                                          config.prompt_lens if config.mixed_lengths() else ()))
+                                          config.prompt_lens if config.mixed_lengths() else (),
+                                          config.kernel_options))
         if config.batch == 1:
             engines.update(DEFAULT_REGISTRY.runners())
         elif DEFAULT_REGISTRY.runners():

@@ -102,20 +102,22 @@ class MegakernelRunner:
 
 
 def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1,
-                       lengths: tuple[int, ...] = ()) -> dict[str, EngineRunner]:
+                       lengths: tuple[int, ...] = (), option_texts: tuple[str, ...] = ()) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
-    engine/bench/generate_runner.py, engine defaults), `megakernel-sampled`, the same with top-p / top-k / a penalty
-    sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
-    `options` (`--kernel-option`), so the engine's overhead over the kernel shows. Elsewhere `engine-torch`:
-    `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
+    engine/bench/generate_runner.py, with `option_texts` as `LLM(kernel_options=...)`), `megakernel-sampled`, the same
+    with top-p / top-k / a penalty sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
+    `options` (the same `--kernel-option`s, parsed), so the engine's overhead over the kernel shows. Elsewhere
+    `engine-torch`: `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
     (engine/bench/batch_runner.py), of the prompt's length or of `lengths`."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:
             return {"engine-torch": partial(batch_runner, batch=batch, backend="torch", lengths=lengths)}
-        return {"megakernel": partial(batch_runner, batch=batch, lengths=lengths),
-                "megakernel" + SAMPLED_SUFFIX: partial(batch_runner, batch=batch, sampled=True, lengths=lengths)}
+        return {"megakernel": partial(batch_runner, batch=batch, lengths=lengths, kernel_options=option_texts),
+                "megakernel" + SAMPLED_SUFFIX: partial(batch_runner, batch=batch, sampled=True, lengths=lengths,
+                                                       kernel_options=option_texts)}
     if not on_gpu:  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch")}
-    return {"megakernel": generate_runner, "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True),
+    return {"megakernel": partial(generate_runner, kernel_options=option_texts),
+            "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True, kernel_options=option_texts),
             "megakernel-kernel-only": MegakernelRunner(dict(options))}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
 
 
@@ -27,4 +28,6 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                         "take a seat (1: a host round trip per token)")
     p.add_argument("--async-scheduling", action="store_true", default=EngineConfig.async_scheduling,
                    help="schedule and launch the next step while the current one runs (one step of look-ahead; "
-                        "checked against the engine without it on the CPU backends, not yet measured on a GPU)")
+                        "the same streams as without it, tested on the CPU backends and the GPU; its throughput is "
+                        "not measured yet)")
+    add_kernel_option_argument(p)

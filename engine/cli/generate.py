@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
               seed=args.seed, decode_steps=args.decode_steps, revision=args.revision,
               gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens,
-              async_scheduling=args.async_scheduling)
+              async_scheduling=args.async_scheduling, kernel_options=tuple(args.kernel_option))
     start = time.perf_counter()
     if args.chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)

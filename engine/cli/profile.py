@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.cuda.backend_options import add_kernel_option_argument
+from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import EngineConfig
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS
 from profiler.record import RAW_NAME, ProfileFormatError, ProfileRecord, load_npz, raw_path

@@ -6,7 +6,6 @@ model is loaded, with the option named. Defaults are the engine's; the product n
 environment."""
 from __future__ import annotations
 
-import argparse
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -103,9 +102,3 @@ def parse_kernel_options(items: Iterable[str], flag: str = "--kernel-option") ->
     except ValueError as exc:
         raise ValueError(f"{flag}: {exc}") from None
     return out
-
-
-def add_kernel_option_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kernel-option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a cuda backend option (KernelOptions / SplitParams field or policy, waves, num_sms, "
-                             "pad_steps, timeout_ns; flags take 0 or 1); repeatable; the engine's defaults otherwise")

@@ -8,8 +8,8 @@ import inspect
 import pytest
 
 from engine.backends.cuda_backend import CudaBackend
-from engine.cuda.backend_options import (BACKEND_KEYWORDS, add_kernel_option_argument, option_types,
-                                         parse_kernel_options)
+from engine.cuda.backend_options import BACKEND_KEYWORDS, option_types, parse_kernel_options
+from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.cuda.kernel_options import KernelOptions
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 
@@ -58,3 +58,24 @@ def test_the_flag_is_repeatable() -> None:
     args = parser.parse_args(["--kernel-option", "pdl=0", "--kernel-option", "waves=2"])
     assert parse_kernel_options(args.kernel_option) == {"pdl": False, "waves": 2.0}
     assert parser.parse_args([]).kernel_option == []
+
+
+def test_engine_config_takes_kernel_options_and_refuses_a_typo_before_loading() -> None:
+    from engine.cli.engine_flags import add_engine_flags
+    from engine.engine_config import EngineConfig
+
+    assert EngineConfig(model="m", kernel_options=("per_seq_splits=1", "attn_tiles=0")).kernel_options
+    with pytest.raises(ValueError, match="per_seq_split"):
+        EngineConfig(model="m", kernel_options=("per_seq_split=1",))
+    p = argparse.ArgumentParser()
+    add_engine_flags(p)
+    args = p.parse_args(["--model", "m", "--kernel-option", "waves=2", "--kernel-option", "pdl=0"])
+    assert args.kernel_option == ["waves=2", "pdl=0"]
+
+
+def test_the_cpu_backends_ignore_kernel_options(tiny_checkpoint: str) -> None:
+    from engine import LLM, SamplingParams
+
+    llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, kernel_options=("pdl=0",))
+    out = llm.generate("Hello", SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 2
