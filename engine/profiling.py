@@ -37,9 +37,19 @@ from profiler.steps import back_to_back
 
 def decode_batch(batch: int, context: int, page_size: int) -> StepBatch:
     """A decode step of `batch` sequences whose new token sits at position `context - 1`."""
-    pages = -(-context // page_size)
-    tables = [list(range(s * pages, (s + 1) * pages)) for s in range(batch)]
-    return StepBatch.build([[1]] * batch, [context - 1] * batch, tables, page_size=page_size)
+    return decode_batch_of([context] * batch, page_size)
+
+
+def decode_batch_of(contexts: list[int], page_size: int) -> StepBatch:
+    """A decode step of one sequence per context, each new token at position context - 1."""
+    pages = -(-max(contexts) // page_size)
+    tables = [list(range(s * pages, s * pages + -(-c // page_size))) for s, c in enumerate(contexts)]
+    return StepBatch.build([[1]] * len(contexts), [c - 1 for c in contexts], tables, page_size=page_size)
+
+
+def prompt_lengths(args: argparse.Namespace) -> list[int]:
+    """Every sequence's prompt length: --prompt-lens, else --batch sequences of --prompt-len."""
+    return list(getattr(args, "prompt_lens", None) or ()) or [int(args.prompt_len)] * int(args.batch)
 
 
 def _config(args: argparse.Namespace) -> tuple[str, LlamaConfig]:
@@ -48,6 +58,11 @@ def _config(args: argparse.Namespace) -> tuple[str, LlamaConfig]:
     if getattr(args, "model", None):
         return str(args.model), LlamaConfig.from_dir(args.model)
     raise ValueError("profile: give --model DIR or --preset NAME")
+
+
+def _lengths_text(lengths: list[int]) -> int | str:
+    """The meta's prompt_len: one length, or each sequence's (comma-separated) where they differ."""
+    return lengths[0] if len(set(lengths)) == 1 else ",".join(map(str, lengths))
 
 
 def _options_text(options: dict[str, object]) -> str:
@@ -70,10 +85,11 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
     cache = StreamCache(ModelDims.from_config(config), page_size, BuildParams.of(policy, **split),
                         TargetDevice(num_sms=num_sms))
     records = []
+    lengths = prompt_lengths(args)
     for step in range(args.steps):
-        cs = cache.get(decode_batch(args.batch, args.prompt_len + step + 1, page_size))
-        meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": args.batch,
-                                      "prompt_len": args.prompt_len, "steps": args.steps, "policy": policy,
+        cs = cache.get(decode_batch_of([n + step + 1 for n in lengths], page_size))
+        meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": len(lengths),
+                                      "prompt_len": _lengths_text(lengths), "steps": args.steps, "policy": policy,
                                       "num_sms": num_sms, "page_size": page_size,
                                       "kernel_options": _options_text(split)}
         records.append(record_from_compiled(cs, meta))
@@ -85,22 +101,23 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
     weights, desc = load_bench_weights(getattr(args, "model", None), getattr(args, "preset", None)
                                        or DEFAULT_GPU_PRESET, torch.bfloat16, dev)
     page = int(getattr(args, "page_size", None) or EngineConfig.page_size)
-    batch, prompt_len, steps = int(args.batch), int(args.prompt_len), int(args.steps)
+    lengths, steps = prompt_lengths(args), int(args.steps)
+    batch = len(lengths)
     policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_POLICY))
     backend_kw = {k: v for k, v in options.items() if k != "policy"}
-    per_seq = -(-(prompt_len + steps + 1) // page)
+    per_seq = -(-(max(lengths) + steps + 1) // page)
     backend = CudaBackend(weights, num_pages=per_seq * batch, page_size=page, policy=policy,
                           **backend_kw)  # type: ignore[arg-type]
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
     gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, weights.config.vocab_size, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
+    prompts = [torch.randint(0, weights.config.vocab_size, (n,), generator=gen).tolist() for n in lengths]
     for s in range(batch):  # prefill each sequence alone
         backend.prefill(prompts[s], tables[s])
     tokens = [p[-1] for p in prompts]
     records = []
     backend.timing = True  # every step is recorded: the same --steps meaning as the VM's
     for step in range(steps):
-        b = StepBatch.build([[t] for t in tokens], [prompt_len + step] * batch, tables, device=dev, page_size=page)
+        b = StepBatch.build([[t] for t in tokens], [n + step for n in lengths], tables, device=dev, page_size=page)
         if step == 0:
             # Run the first step twice and keep the second: it then follows a launch of the same kernel, as every
             # step of the bench's loop does. After the prefill's kernels the SMs' instruction caches are cold,
@@ -108,7 +125,8 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
             # same inputs rewrites the same KV slots with the same values.
             backend.greedy(b)
         tokens = backend.greedy(b).tolist()
-        meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch, "prompt_len": prompt_len,
+        meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch,
+                                      "prompt_len": _lengths_text(lengths),
                                       "steps": steps, "policy": policy, "num_sms": backend.num_sms,
                                       "kernel_options": _options_text(options), "gpu": torch.cuda.get_device_name()}
         records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))

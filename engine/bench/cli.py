@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.bench.config import COMPILE_FALLBACK, BenchConfig
+from engine.bench.config import COMPILE_FALLBACK, BenchConfig, parse_prompt_lens
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import DTYPE_NAMES
 from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
@@ -45,20 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="after the timed runs, each row's max |logprob - fp32 reference| on its own tokens")
     add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
-
-
-def parse_prompt_lens(text: str) -> tuple[int, ...]:
-    """`--prompt-lens`: comma-separated lengths, `LxN` for N sequences of L tokens."""
-    lengths: list[int] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        length, times, count = part.partition("x")
-        try:
-            lengths += [int(length)] * (int(count) if times else 1)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a length or LxN: {part!r}") from None
-    if not lengths or min(lengths) < 1:
-        raise argparse.ArgumentTypeError(f"prompt lengths must be >= 1: {text!r}")
-    return tuple(lengths)
 
 
 def resolve_device_and_preset(device: str, preset: str | None, has_cuda: bool) -> tuple[str, str, str | None]:

@@ -2,6 +2,7 @@
 command line reads them from here); the module imports no torch, so the parser can be built without it."""
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from models.llama.presets import DEFAULT_GPU_PRESET
@@ -81,3 +82,17 @@ class BenchConfig:
 
     def skipped(self) -> set[str]:
         return {SKIP_ALIASES[s] for s in self.skip_baselines}
+
+
+def parse_prompt_lens(text: str) -> tuple[int, ...]:
+    """`--prompt-lens`: comma-separated lengths, `LxN` for N sequences of L tokens."""
+    lengths: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        length, times, count = part.partition("x")
+        try:
+            lengths += [int(length)] * (int(count) if times else 1)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a length or LxN: {part!r}") from None
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"prompt lengths must be >= 1: {text!r}")
+    return tuple(lengths)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.bench.config import parse_prompt_lens
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import EngineConfig
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS
@@ -47,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cuda: kernel timing records; vm: simulated timeline (default: cuda if available)")
     p.add_argument("--batch", type=_positive_int, default=1, help="decode batch size (sequences)")
     p.add_argument("--prompt-len", type=_positive_int, default=128, help="tokens of context per sequence")
+    p.add_argument("--prompt-lens", type=parse_prompt_lens, default=(), metavar="L,L,...",
+                   help="one sequence per length instead of --batch sequences of --prompt-len (LxN: N of length L; "
+                        "e.g. 32000,1000x15)")
     p.add_argument("--steps", type=_positive_int, default=1, help=STEPS_HELP)
     p.add_argument("--policy", default=None,
                    help=f"scheduling policy passed to the instruction builder (default: the engine's, "

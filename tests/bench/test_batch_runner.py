@@ -77,7 +77,7 @@ def test_mixed_lengths_bench_on_the_cpu() -> None:
 def test_the_prompt_lens_flag() -> None:
     import argparse
 
-    from engine.bench.cli import parse_prompt_lens
+    from engine.bench.config import parse_prompt_lens
 
     assert parse_prompt_lens("32000,1000x15") == (32000,) + (1000,) * 15
     assert parse_prompt_lens("8,8") == (8, 8)

@@ -48,6 +48,25 @@ def test_vm_records_every_step_back_to_back():
         assert three.start_ns[k * n : (k + 1) * n].min() == three.end_ns[: k * n].max() + STEP_GAP_NS
 
 
+def test_vm_profiles_sequences_of_several_lengths():
+    """--prompt-lens: one sequence per length in each step (the meta lists them); per-sequence KV splits give the
+    long one more attention instructions than a uniform count does."""
+    profiling = pytest.importorskip("engine.profiling")
+    from engine.instructions.format import W_OPERANDS
+    from engine.instructions.registry import OPCODE_NAMES
+
+    code = next(c for c, name in OPCODE_NAMES.items() if name == "ATTN_PARTIAL")
+
+    def partials(rec, seq: int) -> int:  # noqa: ANN001 - ATTN_PARTIAL words of sequence `seq` (its first operand)
+        return int(((rec.words[:, 0] == code) & (rec.words[:, W_OPERANDS] == seq)).sum())
+
+    args = dict(steps=1, prompt_lens=(300, 9, 9), num_sms=32)
+    uniform = profiling.collect_profile(_args(**args))
+    per_seq = profiling.collect_profile(_args(**args, kernel_option=["per_seq_splits=1"]))
+    assert uniform.meta["batch"] == 3 and uniform.meta["prompt_len"] == "300,9,9"
+    assert partials(per_seq, 0) > partials(uniform, 0) and partials(per_seq, 1) <= partials(uniform, 1)
+
+
 def test_cuda_records_every_step(monkeypatch, rng):
     """The cuda path on fakes (no GPU here): every one of the --steps steps is timed and recorded."""
     profiling = pytest.importorskip("engine.profiling")
