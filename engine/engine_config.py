@@ -49,8 +49,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     progress: bool = True
     # One step of look-ahead (engine/lookahead.py): the next step is scheduled and launched while the current one
-    # runs, so prompt chunks and steps with requests arriving do not put the host between two steps. Off until it is
-    # measured and checked on a GPU (the cuda backend's feed of the previous step's ids stays on the device).
+    # runs, so prompt chunks and steps with requests arriving do not put the host between two steps. Its streams equal
+    # those without it on the GPU too (tests/gpu/test_megakernel_async_scheduling.py); off until its throughput is
+    # measured there.
     async_scheduling: bool = False
     # The cuda backend's options as NAME=VALUE texts (engine/cuda/backend_options.py: KernelOptions and SplitParams
     # fields), as `--kernel-option` passes them; the engine's defaults where unset. The other backends ignore them.

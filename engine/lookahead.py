@@ -98,12 +98,16 @@ class LookAhead:
         return state is None or (state.prompt_logprobs is not None and not samples)
 
     # ---------------------------------------------------------------- how
+    def _fatal(self, exc: Exception) -> EngineFatalError:
+        """A failure of the whole step launched ahead (its launch or its run on the device): no request to blame."""
+        return EngineFatalError(f"the {self.backend_name} backend's step launched ahead failed: "
+                                f"{type(exc).__name__}: {exc}")
+
     def _launch(self, plan: SchedulerOutput, prev: InFlight | None) -> InFlight:
         try:
             return launch_step(self.backend, plan, prev, self.requests, self.noise, self.page_size, self.runs.eos_ids)
         except Exception as exc:  # noqa: BLE001 - the whole step's forward: no single request to blame
-            raise EngineFatalError(f"the {self.backend_name} backend's step launched ahead failed: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+            raise self._fatal(exc) from exc
 
     def _mark(self, step: InFlight) -> None:
         """The step's chunks count as computed; the sequences that may go on after it get their placeholder."""
@@ -125,8 +129,7 @@ class LookAhead:
         try:
             sampled, failed = step_tokens(step, self.requests)
         except Exception as exc:  # noqa: BLE001 - the step itself failed on the device
-            raise EngineFatalError(f"the {self.backend_name} backend's step launched ahead failed: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+            raise self._fatal(exc) from exc
         now = time.monotonic()
         outputs = [self.hooks.fail(self.requests[sid], message, now) for sid, message in failed.items()]
         for sid, (token, logprob) in sampled.items():

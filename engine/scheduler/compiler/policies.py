@@ -52,6 +52,10 @@ class Schedule:
 
 def critical_path(instrs: list[Instruction], dur: np.ndarray, sync_ns: float) -> np.ndarray:
     """Longest duration-weighted path from each instruction to the end of the step (its priority)."""
+    return np.array(_critical_path(instrs, dur, sync_ns))
+
+
+def _critical_path(instrs: list[Instruction], dur: np.ndarray, sync_ns: float) -> list[float]:
     consumers: dict[int, list[int]] = {}
     for i, ins in enumerate(instrs):
         for w in ins.header.waits:
@@ -71,7 +75,7 @@ def critical_path(instrs: list[Instruction], dur: np.ndarray, sync_ns: float) ->
             if first_consumer.get(c, -1) > i:
                 tail_of[c] = tail
         rank[i] = durs[i] + tail
-    return np.array(rank)
+    return rank
 
 
 def list_schedule(instrs: list[Instruction], dur: np.ndarray, p: CostParams,
@@ -85,7 +89,7 @@ def list_schedule(instrs: list[Instruction], dur: np.ndarray, p: CostParams,
     serving path)."""
     n = len(instrs)
     # Python lists, not arrays: the loop below reads and writes one element at a time, which numpy makes slow.
-    rank = critical_path(instrs, dur, p.sync_ns).tolist()
+    rank = _critical_path(instrs, dur, p.sync_ns)
     durs = dur.tolist()
     waiting_on: dict[int, dict[int, list[int]]] = {}  # counter -> target -> waiting instructions
     unmet = [0] * n
