@@ -21,14 +21,18 @@ from models.llama.weights import LlamaWeights, to_state_dict, weights_from_state
 
 PAGE_SIZE = 16
 MEGAKERNEL_PREFIX = "megakernel"  # rows the cuda backend computed
+# Prompt tokens per prefill step of the check: the fp32 reference's attention holds a [heads, chunk, context] score
+# matrix, which for a 32 000-token prompt in one step would be 131 GB (1B shape).
+PREFILL_CHUNK = 1024
 
 
 def teacher_forced_logits(backend: Backend, prompt: Sequence[int], tokens: Sequence[int],
-                          page_size: int = PAGE_SIZE) -> Iterator[torch.Tensor]:
+                          page_size: int = PAGE_SIZE, prefill_chunk: int = PREFILL_CHUNK) -> Iterator[torch.Tensor]:
     """The logits [V] `backend` gives before each of `tokens`, after the prompt and the tokens before it (prefill
-    in chunks the backend takes, then one decode step per token; its cache's pages 0, 1, ... in order)."""
+    in chunks of at most `prefill_chunk` tokens that the backend takes, then one decode step per token; its cache's
+    pages 0, 1, ... in order)."""
     table = [list(range(-(-(len(prompt) + len(tokens)) // page_size)))]
-    limit = backend.max_tokens_per_step or len(prompt)
+    limit = min(backend.max_tokens_per_step or len(prompt), prefill_chunk)
     logits = None
     for begin in range(0, len(prompt), limit):
         chunk = list(prompt[begin:begin + limit])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.bench.baselines import RunResult
-from engine.bench.logprob_error import logprob_errors, teacher_forced
+from engine.bench.logprob_error import logprob_errors, teacher_forced, teacher_forced_logits
 from engine.backends.torch_backend import TorchBackend
 from models.llama.init_random import random_state_dict
 from models.llama.presets import preset_config
@@ -35,3 +35,23 @@ def test_rows_get_their_error_and_megakernel_rows_need_a_gpu() -> None:
     assert set(exact) == {"eager", "cuda_graph"} and exact["eager"] < 1e-6  # fp32 rows are the reference
     rounded = logprob_errors(w16, [1, 2, 3], runs, lambda _m: None)
     assert 0 < rounded["eager"] == rounded["cuda_graph"] < 0.1  # bf16 rounding, on the same tokens
+
+
+def test_long_prompts_prefill_in_bounded_chunks() -> None:
+    """A long prompt is prefilled in chunks (the fp32 reference's score matrix of one 32k-token step would not fit a
+    GPU); the logprobs are those of one whole-prompt step."""
+    w = _weights(torch.float32)
+    prompt, tokens = list(range(1, 40)), [7, 9]
+    seen: list[int] = []
+
+    class Counting(TorchBackend):
+        def forward(self, batch):  # noqa: ANN001, ANN202 - records each step's token count
+            seen.append(batch.num_tokens)
+            return super().forward(batch)
+
+    whole = teacher_forced(TorchBackend(w, num_pages=8, page_size=16, device=torch.device("cpu")), prompt, tokens)
+    chunked = list(teacher_forced_logits(
+        Counting(w, num_pages=8, page_size=16, device=torch.device("cpu")), prompt, tokens, prefill_chunk=16))
+    assert seen == [16, 16, 7, 1]
+    lp = torch.stack([torch.log_softmax(x.double(), -1)[t] for x, t in zip(chunked, tokens)])
+    assert torch.allclose(lp, whole, atol=1e-5), (lp, whole)

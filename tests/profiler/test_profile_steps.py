@@ -61,8 +61,8 @@ def test_vm_profiles_sequences_of_several_lengths():
         return int(((rec.words[:, 0] == code) & (rec.words[:, W_OPERANDS] == seq)).sum())
 
     args = dict(steps=1, prompt_lens=(300, 9, 9), num_sms=32)
-    uniform = profiling.collect_profile(_args(**args))
-    per_seq = profiling.collect_profile(_args(**args, kernel_option=["per_seq_splits=1"]))
+    uniform = profiling.collect_profile(_args(**args, kernel_option=["per_seq_splits=0"]))
+    per_seq = profiling.collect_profile(_args(**args))  # the default
     assert uniform.meta["batch"] == 3 and uniform.meta["prompt_len"] == "300,9,9"
     assert partials(per_seq, 0) > partials(uniform, 0) and partials(per_seq, 1) <= partials(uniform, 1)
 

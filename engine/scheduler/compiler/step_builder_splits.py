@@ -39,8 +39,9 @@ class SplitParams:
     # True: each sequence gets its own KV split count, the wave's attention instructions shared in proportion to the
     # sequences' context pages (seq_attn_splits): in a batch of one long context among short ones, the long one's
     # attention spreads over many SMs instead of the one split per sequence a uniform count leaves it. Equal contexts
-    # get the uniform count either way. Off until measured on a GPU (`bench --prompt-lens 32000,1000x15`).
-    per_seq_splits: bool = False
+    # get the uniform count either way. Measured (H200, 1B, one 32 000-token context among fifteen of 1 000, same
+    # run, docs/PERFORMANCE.md): 5.51 / 5.61 against 19.28 / 19.33 ms/step.
+    per_seq_splits: bool = True
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
     max_attn_head_chunks: int | None = None
