@@ -106,7 +106,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
 // The 1/rms factor is not applied here: every consumer of x is linear in it, so the epilogue scales each
 // output instead (rms_inv), which saves a pass over x and a consumer barrier on every layer's critical path.
 // Scratch rows stay untouched until the epilogue (nothing else in an instruction uses scratch).
-static_assert(MAX_TOKENS_PER_MATVEC * NUM_CONSUMER_WARPS <= SCRATCH_FLOATS - 2,
+static_assert(MAX_TOKEN_GROUP * NUM_CONSUMER_WARPS <= SCRATCH_FLOATS - 2,
               "per-warp sums of squares must fit scratch below the launch's abort flag (interpreter.cu)");
 template <bool B1, typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,

@@ -29,8 +29,13 @@ inline constexpr int POOL_BYTES = MIN_RING_PAGES * PAGE_BYTES + X_FLOATS * 4;
 // Matvec results of the current instruction (fp32): the widest output of a step's instruction, usually the
 // LM head's vocab block (128256 / 132 SMs = 976 rows per sequence; the host cuts more blocks for 3+ sequences).
 inline constexpr int OUT_FLOATS = 2048;
-inline constexpr int SCRATCH_FLOATS = 128;
-inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one matvec handles at once (a token group)
+inline constexpr int SCRATCH_FLOATS = 256;
+inline constexpr int MAX_TOKENS_PER_MATVEC = 8;  // rows of x one CUDA-core matvec handles at once (a token group)
+// ... and one tensor-core matvec (bf16 x: dot_tokens_mma.cuh), where x holds them. A step's token group is the host's
+// choice (Globals::token_group, engine/cuda/limits.py token_group): 16 where every matvec input of the model takes
+// the tensor cores and 16 rows fit x (a 1B step of 16 sequences is one group, its instructions free to stream as
+// many pages as they like), else MAX_TOKENS_PER_MATVEC.
+inline constexpr int MAX_TOKEN_GROUP = 16;
 // Tokens one step may carry when x holds a whole token group: larger steps run their matvecs group by group over
 // pages kept in the ring (token_groups.cuh). Every per-token buffer is sized per stream; this only bounds the
 // int arithmetic of token offsets (tokens x the intermediate size).

@@ -236,6 +236,9 @@ __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, const
   if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr, pass);
   if (x_is_bf16(g, nx, ws.row_elems))
     return consume_pages<MAX_TOKENS_PER_MATVEC, PagePath::TOKENS_MMA>(g, sm, ws, nx, instr, pass);
+  // Groups of more rows than the CUDA-core loops hold take the tensor cores only: a stream that needs them there is
+  // the host's mistake (engine/cuda/limits.py token_group).
+  if (nx > MAX_TOKENS_PER_MATVEC) return variant_mismatch(g, instr);
   if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr, pass);
   if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr, pass);
   return consume_pages<8>(g, sm, ws, nx, instr, pass);

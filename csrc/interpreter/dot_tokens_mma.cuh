@@ -18,6 +18,7 @@
 #pragma once
 
 #include "code_size.cuh"
+#include "config.cuh"
 
 #include "../tk/mma.cuh"
 #include "../tk/shared_vec.cuh"
@@ -88,12 +89,19 @@ __device__ __forceinline__ void dot_rows_tokens_mma(uint32_t page_addr, int row_
 }
 
 // The `rows` rows of one page against nx (<= 8) bf16 x rows, 4 rows per product.
+// A token group of up to MAX_TOKEN_GROUP rows goes through in halves of 8 x rows (the products above), each half
+// reading the page's rows from shared memory again: shared loads of the page are not what bounds these steps.
 __device__ __forceinline__ void dot_page_tokens_mma(uint32_t page_addr, int row_bytes, int rows, int K, uint32_t x_addr,
                                                     int x_pitch, int nx, float* out, int out_row0, int out_stride) {
+  static_assert(MAX_TOKEN_GROUP <= 2 * MAX_TOKENS_PER_MATVEC, "a token group is at most two halves of 8 rows");
   MK_ROLLED
-  for (int r = 0; r < rows; r += TOKENS_MMA_ROWS)
-    dot_rows_tokens_mma(page_addr, row_bytes, r, min(TOKENS_MMA_ROWS, rows - r), K, x_addr, x_pitch, nx, out,
-                        out_row0 + r, out_stride);
+  for (int r = 0; r < rows; r += TOKENS_MMA_ROWS) {
+    MK_ROLLED
+    for (int t0 = 0; t0 < nx; t0 += MAX_TOKENS_PER_MATVEC)
+      dot_rows_tokens_mma(page_addr, row_bytes, r, min(TOKENS_MMA_ROWS, rows - r), K,
+                          x_addr + (uint32_t)(t0 * x_pitch * 2), x_pitch, min(MAX_TOKENS_PER_MATVEC, nx - t0),
+                          out + t0 * out_stride, out_row0 + r, out_stride);
+  }
 }
 
 }  // namespace mk::vm

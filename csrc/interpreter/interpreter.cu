@@ -131,7 +131,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
   MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
   MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(chain_cap_ahead);
-  MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(attn_tiles); MK_INT(embed_next); MK_INT(num_counters);
+  MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(token_group); MK_INT(attn_tiles); MK_INT(embed_next); MK_INT(num_counters);
 #undef MK_INT
   const auto header = scalar_field<std::vector<int>>(d, "sa_header");
   if (header.size() != static_cast<size_t>(mk::vm::SA_HEADER_WORDS))
@@ -254,6 +254,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("MMA_CHUNK") = mk::vm::MMA_CHUNK;  // row elements per batch-1 tensor-core step (dot_rows_mma.cuh)
   m.attr("SHORT_ROW_MAX_K") = mk::vm::SHORT_ROW_MAX_K;  // longest row of the short-row path (dot_short_rows.cuh)
   m.attr("MAX_TOKENS_PER_MATVEC") = mk::vm::MAX_TOKENS_PER_MATVEC;
+  m.attr("MAX_TOKEN_GROUP") = mk::vm::MAX_TOKEN_GROUP;
   m.attr("MAX_TOKENS_PER_STEP") = mk::vm::MAX_TOKENS_PER_STEP;
   m.attr("X_ROW_SKEW") = mk::vm::X_ROW_SKEW;  // padding between bf16 x rows (activations.cuh x_pitch)
   m.attr("MAX_GQA") = mk::vm::MAX_GQA;

@@ -1,5 +1,6 @@
-// token_groups.cuh: steps of more tokens than one matvec takes. Shared x holds at most MAX_TOKENS_PER_MATVEC
-// activation rows, so a weight-streaming instruction of a larger step runs in token groups: load the group's
+// token_groups.cuh: steps of more tokens than one matvec takes. Shared x holds at most one token group of activation
+// rows (Globals::token_group: MAX_TOKEN_GROUP on the tensor cores, else MAX_TOKENS_PER_MATVEC), so a
+// weight-streaming instruction of a larger step runs in token groups: load the group's
 // rows, multiply them by the instruction's weight pages, write the group's outputs, next group. The pages stay
 // in the ring from the first group to the last (PagePass), so the step still reads every weight from HBM once;
 // the host cuts these instructions to at most the ring's pages (engine/cuda/limits.py fit_stream).
@@ -23,18 +24,19 @@ struct TokenGroup {
   PagePass pass;
 };
 
-// body(TokenGroup) for each group of at most MAX_TOKENS_PER_MATVEC of the step's T rows, in order; false as soon
-// as one returns false (an error is recorded). A barrier separates two groups: the next group's loads overwrite
+// body(TokenGroup) for each group of at most g.token_group of the step's T rows, in order; false as soon as one
+// returns false (an error is recorded). A barrier separates two groups: the next group's loads overwrite
 // x, out and the norm's sums in scratch, which the previous group's epilogue may still be reading. B1: the batch-1
 // variants (one token, one group; no loop compiled).
 template <bool B1, typename Body>
-__device__ __forceinline__ bool for_each_token_group(int T, Body&& body) {
+__device__ __forceinline__ bool for_each_token_group(const Globals& g, int T, Body&& body) {
   if constexpr (B1) {
     return body(TokenGroup{0, 1, ONLY_PASS});
   } else {
-    for (int base = 0; base < T; base += MAX_TOKENS_PER_MATVEC) {
+    const int group = g.token_group;
+    for (int base = 0; base < T; base += group) {
       if (base > 0) consumer_sync();
-      const int n = min(MAX_TOKENS_PER_MATVEC, T - base);
+      const int n = min(group, T - base);
       if (!body(TokenGroup{base, n, PagePass{base == 0, base + n >= T}})) return false;
     }
     return true;

@@ -16,7 +16,7 @@ __device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
 // to bf16 anyway. Written once by the loaders below, x then costs each page half the shared loads and no
 // conversions.
 __device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
-  return nx <= MAX_TOKENS_PER_MATVEC && g.mma_matvec && mma_row_ok(K);
+  return nx <= MAX_TOKEN_GROUP && g.mma_matvec && mma_row_ok(K);
 }
 
 // Elements from one x row to the next. Several bf16 rows are X_ROW_SKEW elements further apart than K: the

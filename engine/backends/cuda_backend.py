@@ -86,10 +86,19 @@ class CudaBackend(Backend):
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         self.limits.check_model(self.dims)
-        self.max_tokens_per_step = self.limits.max_tokens(self.dims, split_kw.get("mlp_slices"),  # type: ignore[arg-type]
-                                                          self.kernel.mma_matvec)
-        if self.max_tokens_per_step > self.limits.max_tokens_per_matvec:  # steps of several token groups
-            split_kw.setdefault("token_group", self.limits.max_tokens_per_matvec)
+        mlp_slices = split_kw.get("mlp_slices")
+        # Activation rows per matvec pass (csrc/interpreter/token_groups.cuh), the kernel's Globals::token_group; the
+        # builder cuts blocks for the same group (their outputs fit `out` for that many rows)
+        group = self.limits.token_group(self.dims, mlp_slices, self.kernel.mma_matvec,  # type: ignore[arg-type]
+                                        self.kernel.mma_token_group)
+        asked = split_kw.get("token_group")
+        if asked is not None and not 1 <= int(asked) <= group:  # type: ignore[call-overload]
+            raise ValueError(f"token_group {asked}: this model's matvecs take at most {group} rows of x at once")
+        self.token_group = int(asked) if asked is not None else group  # type: ignore[call-overload]
+        self.max_tokens_per_step = self.limits.max_tokens(self.dims, mlp_slices, self.kernel.mma_matvec,  # type: ignore[arg-type]
+                                                          self.kernel.mma_token_group)
+        if self.max_tokens_per_step > self.token_group:  # steps of several token groups
+            split_kw.setdefault("token_group", self.token_group)
             split_kw.setdefault("held_pages", self.limits.min_ring_pages)
             split_kw.setdefault("page_bytes", self.limits.page_bytes)
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
@@ -148,6 +157,7 @@ class CudaBackend(Backend):
         fields = ds.fields(self._kernel_buffers, self.kv.k, self.kv.v, self.dims, self.dims.gu_tile, self.timeout_ns,
                            self.kernel)
         fields["timeout_ns"] = max(self.timeout_ns, ds.timeout_ns)  # the step's allowance (engine/cuda/watchdog.py)
+        fields["token_group"] = self.token_group
         return fields
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
@@ -160,7 +170,7 @@ class CudaBackend(Backend):
                 try:
                     ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
                                                         self.kernel.max_ring_pages, self.kernel.mma_matvec,
-                                                        self.kernel.attn_tiles)
+                                                        self.kernel.attn_tiles, self.token_group)
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False
@@ -228,7 +238,8 @@ class CudaBackend(Backend):
         return status[ds.err_words:].to(torch.int64)
 
     def _padded(self, batch: StepBatch, whole_table: bool = False) -> StepBatch:
-        """`batch` padded to a bucketed shape where it has more tokens than one token group (step_padding.py) and the
+        """`batch` padded to a bucketed shape where it has more tokens than the CUDA cores' token group of 8
+        (step_padding.py; the shapes of larger steps are many, so they are bucketed whatever the token group) and the
         padded step still fits the kernel's step; `whole_table`: for a run of decode steps (pad_batch)."""
         if not self._pad_steps or batch.num_tokens <= self.limits.max_tokens_per_matvec:
             return batch

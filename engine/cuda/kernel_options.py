@@ -62,6 +62,11 @@ DEFAULT_W_O_PANELS = True
 # copied into shared memory once per tile for all of the task's queries (csrc/interpreter/attention_tiles.cuh);
 # off: every query walks the keys on the CUDA cores, one query after another (attention_global.cuh).
 DEFAULT_ATTN_TILES = True
+# Activation rows per matvec pass of a step of several tokens, where every matvec input of the model takes the tensor
+# cores (bf16 x) and that many rows fit shared x (engine/cuda/limits.py token_group; at most config.cuh
+# MAX_TOKEN_GROUP, at least the CUDA cores' 8): a 1B step of 16 sequences is then one pass over each weight page
+# instead of two, with no pages held in the ring between passes.
+DEFAULT_MMA_TOKEN_GROUP = 16
 # Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
 # take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
 # between steps that the host queued back to back (the bench's on-device loop). With fold_advance below:
@@ -94,6 +99,7 @@ class KernelOptions:
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
     mma_matvec: bool = DEFAULT_MMA_MATVEC
     attn_tiles: bool = DEFAULT_ATTN_TILES
+    mma_token_group: int = DEFAULT_MMA_TOKEN_GROUP  # host-side: the backend's token group (limits.py token_group)
     w_o_panels: bool = DEFAULT_W_O_PANELS
     pdl: bool = DEFAULT_PDL
     fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (CudaBackend.decode_steps, bench)
@@ -107,6 +113,8 @@ class KernelOptions:
         for name in ("max_inflight_pages", "chain_inflight_pages", "chain_cap_ahead"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 1 <= self.mma_token_group <= 64:
+            raise ValueError(f"mma_token_group must be in [1, 64], got {self.mma_token_group}")
         if not 0 <= self.defer_free_pages <= MAX_DEFER_FREE_PAGES:
             raise ValueError(f"defer_free_pages must be in [0, {MAX_DEFER_FREE_PAGES}], got {self.defer_free_pages}")
         opcode_mask(self.l2_beyond_ring_ops)  # names an unknown opcode -> ValueError

@@ -56,6 +56,8 @@ class InterpreterLimits:
     # buffers) and their skew; 0 rows: the kernel has no tile path
     attn_tile_rows: int = 0
     attn_tile_skew: int = 8
+    # x rows one tensor-core matvec takes (config.cuh MAX_TOKEN_GROUP; bf16 x); 0: as max_tokens_per_matvec
+    max_token_group: int = 0
 
     @staticmethod
     def of(module: ModuleType) -> InterpreterLimits:
@@ -63,7 +65,8 @@ class InterpreterLimits:
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
                                  module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK,
                                  module.SHORT_ROW_MAX_K, module.X_ROW_SKEW, module.MAX_TOKENS_PER_STEP,
-                                 module.ATTN_TILE_ROWS, module.ATTN_TILE_SKEW)
+                                 module.ATTN_TILE_ROWS, module.ATTN_TILE_SKEW,
+                                 getattr(module, "MAX_TOKEN_GROUP", 0))
 
     def x_floats_at(self, ring_pages: int) -> int:
         """Activation floats left when the ring takes `ring_pages` pages of the shared pool (config.cuh)."""
@@ -77,7 +80,12 @@ class InterpreterLimits:
     def x_bf16(self, nx: int, k: int, bf16_x: bool) -> bool:
         """Whether the kernel keeps this x in bf16 (activations.cuh x_is_bf16: at most a matvec's rows,
         tensor-core K)."""
-        return bf16_x and nx <= self.max_tokens_per_matvec and self.row_takes_mma(k)
+        return bf16_x and nx <= self.mma_group_cap and self.row_takes_mma(k)
+
+    @property
+    def mma_group_cap(self) -> int:
+        """x rows a tensor-core matvec takes (config.cuh MAX_TOKEN_GROUP)."""
+        return max(self.max_token_group, self.max_tokens_per_matvec)
 
     def matvec_row_elems(self, words: np.ndarray, d: ModelDims, w_o_panels: bool) -> set[int]:
         """Row lengths of the weight streams of a one-token step's `words` that the row matvec computes
@@ -125,22 +133,28 @@ class InterpreterLimits:
         if d.hidden > self.x_floats:
             raise UnsupportedOnGPU(f"hidden_size {d.hidden} exceeds the activation buffer ({self.x_floats} floats)")
 
-    def token_group(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False) -> int:
+    def token_group(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False,
+                    group_cap: int | None = None) -> int:
         """Tokens the activation buffer holds at once (rows of every matvec input: the hidden size, the attention
         output, an MLP K-slice). `mlp_slices` as in SplitParams (None: the builder's default); `bf16_x`: the kernel
         keeps tensor-core inputs in bf16 (KernelOptions.mma_matvec: half the floats, so the 8B's 4096-wide rows
-        fit 8 tokens instead of 4)."""
-        slice_width = self._slice_width(d, mlp_slices)
+        fit 8 tokens instead of 4). Where every one of those inputs takes the tensor cores, up to MAX_TOKEN_GROUP
+        (at most `group_cap`: KernelOptions.mma_token_group) rows that fit x; else the CUDA cores' 8."""
+        widths = (d.hidden, d.q_cols, self._slice_width(d, mlp_slices))
         n = self.max_tokens_per_matvec
-        while n > 1 and any(self.x_need(n, k, bf16_x) > self.x_floats for k in (d.hidden, d.q_cols, slice_width)):
+        if bf16_x and all(self.row_takes_mma(k) for k in widths):
+            n = max(n, min(self.mma_group_cap, group_cap if group_cap is not None else self.mma_group_cap))
+        while n > 1 and any(self.x_need(n, k, bf16_x) > self.x_floats for k in widths):
             n -= 1
         return n
 
-    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False) -> int:
-        """Tokens per step: MAX_TOKENS_PER_STEP where the kernel can run the step in token groups (x holds a whole
-        group and every op's smallest row block fits the ring: groups_fit), else one token group."""
-        n = self.token_group(d, mlp_slices, bf16_x)
-        if n == self.max_tokens_per_matvec and self.max_tokens_per_step > n and self.groups_fit(d, mlp_slices):
+    def max_tokens(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False,
+                   group_cap: int | None = None) -> int:
+        """Tokens per step: MAX_TOKENS_PER_STEP where the kernel can run the step in token groups (x holds a group
+        of at least the CUDA cores' 8 and every op's smallest row block fits the ring: groups_fit), else one token
+        group."""
+        n = self.token_group(d, mlp_slices, bf16_x, group_cap)
+        if n >= self.max_tokens_per_matvec and self.max_tokens_per_step > n and self.groups_fit(d, mlp_slices):
             return self.max_tokens_per_step
         return n
 
@@ -169,20 +183,23 @@ class InterpreterLimits:
         return self.attn_tile_rows * (head_dim + self.attn_tile_skew) * 2 // 4
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
-                   max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False) -> int:
+                   max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False,
+                   token_group: int | None = None) -> int:
         """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
         page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
         the widest input (batch-1 decode needs a few thousand floats, so its ring grows), at most
         `max_ring_pages` (an experiment knob; never below the smallest ring). `bf16_x`: the kernel keeps
         batch-1 x of tensor-core matvecs in bf16 (KernelOptions.mma_matvec), half the floats. `attn_tiles`
-        (KernelOptions.attn_tiles): a step with a prompt chunk keeps x room for the tensor-core attention."""
+        (KernelOptions.attn_tiles): a step with a prompt chunk keeps x room for the tensor-core attention.
+        `token_group`: the rows of x per matvec pass (the backend's token_group; None: the CUDA cores' 8)."""
+        group = token_group or self.max_tokens_per_matvec
         x_need = self.attn_tile_floats(d.head_dim) if attn_tiles and num_tokens > num_seqs else 1
         for w in words:
             code = int(w[0])
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
-            if nx > self.max_tokens_per_matvec and self.max_tokens_per_step:  # token groups (token_groups.cuh)
+            if nx > group and self.max_tokens_per_step:  # token groups (token_groups.cuh)
                 self._check_held_pages(code, w[3:], d)
-                nx = self.max_tokens_per_matvec
+                nx = group
             x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x))
         if x_need > self.x_floats:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "

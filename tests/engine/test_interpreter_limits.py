@@ -202,33 +202,48 @@ def _grouping_limits() -> InterpreterLimits:
     c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", CONFIG.read_text())}
     return InterpreterLimits(c["PAGE_BYTES"], c["X_FLOATS"], c["OUT_FLOATS"], c["MAX_TOKENS_PER_MATVEC"],
                              c["MAX_GQA"], c["MIN_RING_PAGES"], c["MAX_RING_PAGES"], c["NUM_CONSUMER_WARPS"],
-                             mma_chunk=128, x_row_skew=c["X_ROW_SKEW"], max_tokens_per_step=c["MAX_TOKENS_PER_STEP"])
+                             mma_chunk=128, x_row_skew=c["X_ROW_SKEW"], max_tokens_per_step=c["MAX_TOKENS_PER_STEP"],
+                             max_token_group=c["MAX_TOKEN_GROUP"])
 
 
 def test_token_groups_lift_the_step_cap_where_every_block_fits_the_ring() -> None:
-    """The 1B and SmolLM2 run steps of many tokens in groups of 8 (token_groups.cuh); the 8B's smallest gate/up
-    block (2 x 16 rows of 8 KB) does not fit the 9-page ring, so its step stays one group."""
+    """The 1B runs steps of many tokens in groups of 16 (every matvec on the tensor cores, 16 bf16 rows of 2048 fit
+    x), SmolLM2 (576-wide rows: CUDA cores) in groups of 8 (token_groups.cuh); the 8B's smallest gate/up block
+    (2 x 16 rows of 8 KB) does not fit the 9-page ring, so its step stays one group, of 8 (4096-wide rows)."""
     lim = _grouping_limits()
-    for preset in ("llama-3.2-1b", "smollm2-135m"):
+    for preset, group in (("llama-3.2-1b", 16), ("smollm2-135m", 8)):
         d = ModelDims.from_config(preset_config(preset))
-        assert lim.token_group(d, bf16_x=True) == 8 and lim.max_tokens(d, bf16_x=True) == lim.max_tokens_per_step
+        assert lim.token_group(d, bf16_x=True) == group and lim.max_tokens(d, bf16_x=True) == lim.max_tokens_per_step
     d8 = ModelDims.from_config(preset_config("llama-3.1-8b"))
+    assert lim.token_group(d8, bf16_x=True) == 8
     assert not lim.groups_fit(d8) and lim.max_tokens(d8, bf16_x=True) == 8
+
+
+def test_the_tensor_core_token_group_follows_its_option_and_the_matvec_path() -> None:
+    """16 rows only where every matvec input takes the tensor cores: the CUDA cores' 8 without bf16 x, and
+    KernelOptions.mma_token_group caps it (8 restores the CUDA cores' group on the tensor cores)."""
+    lim = _grouping_limits()
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    assert lim.token_group(d, bf16_x=False) == 8
+    assert lim.token_group(d, bf16_x=True, group_cap=8) == 8 and lim.token_group(d, bf16_x=True, group_cap=12) == 12
+    assert lim.token_group(d, bf16_x=True, group_cap=64) == lim.max_token_group == 16
+    assert lim.x_bf16(16, d.hidden, True) and not lim.x_bf16(17, d.hidden, True)
 
 
 GROUP_KW = {"min_pages_per_split": 8, "token_group": 8, "held_pages": 9, "page_bytes": 16384, "max_out_floats": 2048}
 
 
-@pytest.mark.parametrize("tokens,seqs", [(128, 1), (32, 32), (70, 12)])
-def test_steps_of_several_groups_fit_the_ring(tokens: int, seqs: int) -> None:
+@pytest.mark.parametrize("group", [8, 16])
+@pytest.mark.parametrize("tokens,seqs", [(128, 1), (32, 32), (70, 12), (16, 16)])
+def test_steps_of_several_groups_fit_the_ring(tokens: int, seqs: int, group: int) -> None:
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     lens = [tokens - seqs + 1] + [1] * (seqs - 1)
     batch = StepBatch.build([list(range(1, n + 1)) for n in lens], [0] * seqs, [list(range(9 * s, 9 * s + 9))
                                                                                 for s in range(seqs)], page_size=16)
-    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", **GROUP_KW), H100)
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", **{**GROUP_KW, "token_group": group}), H100)
     assert not cs.stream.plan.fused
     lim = _grouping_limits()
-    assert lim.fit_stream(cs.words, tokens, seqs, d, bf16_x=True) >= lim.min_ring_pages
+    assert lim.fit_stream(cs.words, tokens, seqs, d, bf16_x=True, token_group=group) >= lim.min_ring_pages
 
 
 def test_a_grouped_block_larger_than_the_ring_is_a_clear_error() -> None:

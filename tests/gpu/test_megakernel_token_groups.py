@@ -2,7 +2,8 @@
 weight-streaming instruction runs its token groups over pages it keeps in the ring (csrc/interpreter/
 token_groups.cuh). Shapes: a 2048-wide model (4 rows per 16 KB page: the 1B's pages, cut to fit the 9-page ring)
 and a 512-wide one (many rows per page); steps: prompts of several groups with ragged last groups, decodes of
-more sequences than a group (the LM head in groups), and both in one step."""
+more sequences than a group (the LM head in groups), and both in one step; groups of 8 rows (the CUDA cores' size)
+and of 16 (config.cuh MAX_TOKEN_GROUP, on the tensor cores: the cuda backend's default where the model allows it)."""
 from __future__ import annotations
 
 import pytest
@@ -19,13 +20,14 @@ SHAPES = {
 }
 
 
+@pytest.mark.parametrize("group", [8, 16])
 @pytest.mark.parametrize("policy", ["dynamic", "lpt"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_steps_of_several_token_groups_match_vm(shape: str, policy: str) -> None:
+def test_steps_of_several_token_groups_match_vm(shape: str, policy: str, group: int) -> None:
     cfg = SHAPES[shape]
     vm, gpu = pair(scaled_weights(cfg, seed=31), policy, num_pages=128, gpu_kw={"mma_matvec": True},
-                   token_group=8, held_pages=9, page_bytes=16384)
-    assert gpu.max_tokens_per_step > 8
+                   token_group=group, held_pages=9, page_bytes=16384)
+    assert gpu.max_tokens_per_step > group and gpu.token_group == group
     prompts = [37, 21, 9, 4, 3, 2, 2, 2, 1, 1, 1, 1]
     scen = Scenario(cfg, prompts, page_size=16, num_pages=128, seed=12)
     plans: list[list[int | None]] = [

@@ -17,7 +17,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int S = B1 ? 1 : sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   // More sequences than one matvec takes: groups of them over the same pages (token_groups.cuh).
-  return for_each_token_group<B1>(S, [=, &g, &sm](const TokenGroup& grp) {
+  return for_each_token_group<B1>(g, S, [=, &g, &sm](const TokenGroup& grp) {
     const int s0 = grp.base, n = grp.n;
     load_rows_rmsnorm<B1>(g, sm, g.hidden, n, g.final_norm, [&](int i) { return sa.query_start(s0 + i + 1) - 1; });
     if (!streamed_matvec<B1>(g, sm, grp, w)) return false;

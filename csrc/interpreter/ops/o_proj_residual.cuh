@@ -15,7 +15,7 @@ template <bool B1>
 __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], Q = g.n_heads * g.head_dim;
-  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& grp) {
+  return for_each_token_group<B1>(g, T, [=, &g, &sm](const TokenGroup& grp) {
     const int t0 = grp.base, n = grp.n;
     // The residual is read before the matvec when one pass covers it (its latency hides behind the work).
     const bool preload = n * rows <= CONSUMER_THREADS;

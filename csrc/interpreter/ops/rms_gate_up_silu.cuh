@@ -16,7 +16,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   const StepArgs sa(g);
   const int T = B1 ? 1 : sa.num_tokens(), layer = w[W_LAYER], i_begin = w[3], n = w[4] - w[3];
   const int tile = g.gu_tile, rows = 2 * n;
-  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& grp) {
+  return for_each_token_group<B1>(g, T, [=, &g, &sm](const TokenGroup& grp) {
     const int t0 = grp.base, nt = grp.n;
     load_rows_rmsnorm<B1>(g, sm, g.mid, nt, g.mlp_norm + (long long)layer * g.hidden_size,
                           [&](int i) { return t0 + i; });

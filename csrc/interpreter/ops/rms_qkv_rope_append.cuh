@@ -20,7 +20,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
   const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, rows = row_end - row_begin;
   const int pairs = rows / 2, qcols = g.n_heads * hd, ps = sa.page_size();
   const int hd_log = 31 - __clz(hd);  // head_dim is 32, 64, 128 or 256 (the host checks): shifts, not divisions
-  return for_each_token_group<B1>(T, [=, &g, &sm](const TokenGroup& tg) {
+  return for_each_token_group<B1>(g, T, [=, &g, &sm](const TokenGroup& tg) {
     const int t0 = tg.base, nt = tg.n;
     // The copied values are read with the norm's input (one round trip) and stored after it.
     const bool copy_one_pass = nt * n_copy <= CONSUMER_THREADS;
