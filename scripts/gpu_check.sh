@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One GPU run: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
 # decode benchmark and a profile; logs and JSON go to $OUT (default ./out). Parts are selectable:
-#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-prefill] [bench-long] [bench-long32k] [profile]
+#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-sweep] [bench-prefill] [bench-long] [bench-long32k] [profile]
 #   (default: all but the bench-* parts other than bench; bench-batch runs `bench --batch N` for N
-#   in $BATCHES, default 8 32; bench-prefill `bench --prefill-len L` for L in $PREFILL_LENS, default 512 2048;
+#   in $BATCHES, default 8 32; bench-sweep one `bench --batch 1,8,16,32,64` (JSON + PNG); bench-prefill `bench --prefill-len L` for L in $PREFILL_LENS, default 512 2048;
 #   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=0`; bench-long32k: 32k-context batch-1 decode of the 1B and 8B shapes and one 32k sequence decoded
 #   with fifteen of 1k (the long-context issue's targets))
 # Runs on the GPU machine's system python (torch there); the repo root is put on PYTHONPATH.
@@ -35,6 +35,8 @@ for part in $parts; do
     bench-batch) for b in ${BATCHES:-8 32}; do  # the product path with N requests at once vs batched PyTorch
                    run bench-batch-$b $PY -m engine.cli bench --batch "$b" --skip eager,compile --json "$OUT/bench_batch$b.json"
                  done ;;
+    bench-sweep) run bench-sweep $PY -m engine.cli bench --batch ${SWEEP:-1,8,16,32,64} --skip eager \
+                   --json "$OUT/bench_sweep.json" --plot "$OUT/bench_sweep.png" ;;
     bench-prefill) for l in ${PREFILL_LENS:-512 2048}; do  # time to first token vs a compiled PyTorch prefill
                      run bench-prefill-$l $PY -m engine.cli bench --prefill-len "$l" --json "$OUT/bench_prefill$l.json"
                    done ;;

@@ -3,11 +3,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from engine.bench.batch_sweep import parse_batches
 from engine.bench.config import COMPILE_FALLBACK, BenchConfig, parse_prompt_lens
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import DTYPE_NAMES
 from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
+
+if TYPE_CHECKING:
+    from engine.bench.harness import BenchResult
 
 # Every flag's default is BenchConfig's (engine/bench/config.py), except the device and the preset, which the
 # command picks by machine (resolve_device_and_preset).
@@ -21,9 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"random-weight shape (default {DEFAULT_GPU_PRESET} on a GPU, {CPU_PRESET} on the CPU)")
     p.add_argument("--prompt-len", type=int, default=BenchConfig.prompt_len)
     p.add_argument("--new-tokens", type=int, default=BenchConfig.new_tokens)
-    p.add_argument("--batch", type=int, default=BenchConfig.batch,
-                   help="sequences decoded together (the kernel-only row runs at batch 1 only); with --prefill-len, "
-                        "prompts prefilled together")
+    p.add_argument("--batch", dest="batches", type=parse_batches, default=(BenchConfig.batch,), metavar="N[,N,...]",
+                   help="sequences decoded together (the kernel-only row runs at batch 1 only); a list (1,8,16,32,64) "
+                        "runs the bench at each and ends with a table of every runner against the batch (--plot: a "
+                        "PNG of it); with --prefill-len, prompts prefilled together")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="with a --batch list: step time and throughput against the batch, as a PNG")
     p.add_argument("--prompt-lens", type=parse_prompt_lens, default=(), metavar="L,L,...",
                    help="sequences of these prompt lengths decoded together instead of --batch prompts of --prompt-len "
                         "(LxN: N of length L; e.g. 32000,1000x15): the product rows only")
@@ -77,19 +86,28 @@ def run_cli(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     messages += import_plugins([*DEFAULT_ENGINE_PLUGINS, *args.engine_module])
     skip = frozenset(s.strip() for s in args.skip.split(",") if s.strip())
+    batches: tuple[int, ...] = args.batches
+    sweep = len(batches) > 1
+    if sweep and (args.prompt_lens or args.prefill_len):
+        raise ValueError("--batch takes a list only for the decode bench (not with --prompt-lens or --prefill-len)")
+    if args.plot and not sweep:
+        raise ValueError("--plot draws a --batch list (e.g. --batch 1,8,16,32,64)")
+    batch = batches[0]
     if args.prompt_lens:  # the sequences' count and the first one's length
-        if args.batch not in (1, len(args.prompt_lens)):
-            raise ValueError(f"--batch {args.batch} and --prompt-lens of {len(args.prompt_lens)} sequences disagree")
-        args.batch, args.prompt_len = len(args.prompt_lens), args.prompt_lens[0]
+        if batch not in (1, len(args.prompt_lens)):
+            raise ValueError(f"--batch {batch} and --prompt-lens of {len(args.prompt_lens)} sequences disagree")
+        batch, args.prompt_len = len(args.prompt_lens), args.prompt_lens[0]
     config = BenchConfig(
         model_dir=args.model, preset=preset, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-        batch=args.batch, skip_baselines=skip, dtype=args.dtype, device=device,
+        batch=batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
         kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len,
         prompt_lens=args.prompt_lens)
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+    if sweep:
+        return _run_sweep(config, batches, args, messages, progress)
     if config.prefill_len:  # time to first token instead of decode
         from engine.bench.prefill_bench import format_prefill_table, run_prefill_bench, write_prefill_json
 
@@ -100,6 +118,29 @@ def run_cli(args: argparse.Namespace) -> int:
     print(table(result))  # type: ignore[arg-type]
     if args.json:
         print(f"wrote {write(result, args.json)}")  # type: ignore[arg-type]
+    return 0
+
+
+def _run_sweep(config: BenchConfig, batches: tuple[int, ...], args: argparse.Namespace, messages: list[str],
+               progress: Callable[[str], None]) -> int:
+    """The decode bench at each batch size (each run's table as it ends), then the sweep's table, JSON and PNG."""
+    from dataclasses import replace
+
+    from engine.bench.batch_sweep import format_sweep, plot_sweep, run_batch_sweep, write_sweep_json
+    from engine.bench.harness import run_bench
+    from engine.bench.report import format_table
+
+    def one(n: int) -> BenchResult:
+        result = run_bench(replace(config, batch=n), messages=tuple(messages), progress=progress)
+        print(format_table(result), flush=True)
+        return result
+
+    results = run_batch_sweep(batches, one, progress)
+    print(format_sweep(results))
+    if args.json:
+        print(f"wrote {write_sweep_json(results, args.json)}")
+    if args.plot:
+        print(f"wrote {plot_sweep(results, args.plot)}")
     return 0
 
 
