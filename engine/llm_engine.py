@@ -59,6 +59,11 @@ class EngineStats:
     kv_pages_total: int
     num_preemptions: int
     steps: int
+    # The backend's compiled-stream cache since the engine started: steps whose shape was compiled already, shapes
+    # compiled on the engine's thread (each a pause of every request), and the seconds those compiles took.
+    stream_hits: int = 0
+    stream_compiles: int = 0
+    stream_compile_seconds: float = 0.0
 
     @property
     def kv_usage(self) -> float:
@@ -170,9 +175,11 @@ class LLMEngine:
 
     def get_stats(self) -> EngineStats:
         bm = self.scheduler.block_manager
+        streams = self.backend.stream_stats()
         return EngineStats(num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
                            kv_pages_used=bm.num_used_pages, kv_pages_total=self.num_pages,
-                           num_preemptions=self._preemptions, steps=self._steps)
+                           num_preemptions=self._preemptions, steps=self._steps, stream_hits=streams.hits,
+                           stream_compiles=streams.misses, stream_compile_seconds=streams.build_seconds)
 
     def reset_counters(self) -> None:
         """Steps and preemptions back to zero (after engine/warm_up.py's throwaway requests)."""

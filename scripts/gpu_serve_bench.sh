@@ -35,6 +35,6 @@ for cfg in "1 16" "32 128"; do  # every request sampled at temperature 1 (on the
   python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts "$2" --input-len 128 \
     --output-len 128 --max-concurrency "$1" --seed 0 --temperature 1.0 --output "$OUT/serve/bench_c$1_t1.json" || status=1
 done
-curl -s http://127.0.0.1:8011/metrics | grep -E "^megakernel:(prompt_tokens|generation_tokens|kv_cache)" | head -5
+curl -s http://127.0.0.1:8011/metrics | grep -E "^megakernel:(prompt_tokens|generation_tokens|kv_cache|step_stream)" | grep -v _created | head -8
 tail -5 "$OUT/serve/server.log"
 exit $status

@@ -43,15 +43,35 @@ class ServerMetrics:
                              labels, registry=r).labels(model_name)
         self.kv_usage = Gauge("megakernel:kv_cache_usage_perc", "Fraction of KV-cache pages in use (0..1).",
                               labels, registry=r).labels(model_name)
+        # The megakernel's per-shape instruction streams: a step whose shape is new is compiled on the engine thread
+        # first, pausing every request (warm-up compiles the common shapes before the server reports ready).
+        self.stream_hits = Counter("megakernel:step_stream_cache_hits", "Steps whose shape's stream was compiled.",
+                                   labels, registry=r).labels(model_name)
+        self.stream_compiles = Counter("megakernel:step_stream_compiles", "Step shapes compiled while serving.",
+                                       labels, registry=r).labels(model_name)
+        self.stream_compile_seconds = Counter("megakernel:step_stream_compile_seconds",
+                                              "Engine-thread seconds spent compiling step shapes.", labels,
+                                              registry=r).labels(model_name)
+        self._stream_seen = (0, 0, 0.0)  # the engine's cumulative values at the last update
         self._model_name = model_name
 
     def request_finished(self, reason: str) -> None:
         self._finished.labels(self._model_name, reason).inc()
 
-    def set_engine_stats(self, running: int, waiting: int, kv_usage: float) -> None:
+    def set_engine_stats(self, running: int, waiting: int, kv_usage: float,
+                         streams: tuple[int, int, float] | None = None) -> None:
+        """`streams`: the engine's cumulative (cache hits, compiles, compile seconds); the counters move by what is new
+        since the last call (values below the last ones come from a new engine, counted from zero)."""
         self.running.set(running)
         self.waiting.set(waiting)
         self.kv_usage.set(kv_usage)
+        if streams is not None:
+            for counter, now, seen in zip((self.stream_hits, self.stream_compiles, self.stream_compile_seconds),
+                                          streams, self._stream_seen):
+                delta = now - seen if now >= seen else now
+                if delta > 0:
+                    counter.inc(delta)
+            self._stream_seen = streams
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

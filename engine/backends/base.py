@@ -9,6 +9,7 @@ import torch
 
 from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.run_stops import RunStops
+from engine.scheduler.compiler.step_builder_cache import StreamStats
 from engine.sampling.results import to_host
 from engine.sampling.run_sampler import Records, RunSampler
 from models.llama.step_batch import StepBatch
@@ -75,6 +76,11 @@ class Backend(ABC):
                 return step + 1
             batch = batch.next_decode(ids, page_size)
         return steps
+
+    def stream_stats(self) -> StreamStats:
+        """Compiled-stream cache hits, misses and compile seconds so far (backends that run instruction streams;
+        the rest compile nothing)."""
+        return StreamStats()
 
     @property
     def device(self) -> torch.device:

@@ -25,7 +25,7 @@ from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.run_stops import RS_NOT_STOPPED, RS_STOPPED_AT, RunStops, worked_end
 from engine.sampling.run_sampler import RunSampler, StepAdvance
-from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.config import LlamaConfig
@@ -142,6 +142,9 @@ class CudaBackend(Backend):
         # The last run of decode steps' stop state on the device (csrc/interpreter/run_stop.cuh; None: that run had no
         # device stop checks): kept after the run for tests and post-mortems, a few words.
         self.last_run_stop: torch.Tensor | None = None
+
+    def stream_stats(self) -> StreamStats:
+        return sum((c.stats() for c in self._caches), StreamStats())
 
     @property
     def device(self) -> torch.device:

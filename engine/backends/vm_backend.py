@@ -8,7 +8,7 @@ from engine.backends.base import Backend
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.instructions.step_args import StepArgsView
-from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache
+from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from engine.vm.buffers import GlobalBuffers
 from engine.vm.machine import VM, StepTrace, SyncState
@@ -81,6 +81,9 @@ class VMBackend(Backend):
         if self._last_tokens is None:
             raise RuntimeError("VMBackend.last_tokens: no step has run yet")
         return self._last_tokens
+
+    def stream_stats(self) -> StreamStats:
+        return self.cache.stats()
 
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         """Token ids from the in-stream ARGMAX_REDUCE (what the GPU hands back), int64 [S]."""

@@ -91,3 +91,24 @@ def test_sweep_levels_must_be_positive_integers(text: str) -> None:
 
     with pytest.raises(ValueError, match="--sweep"):
         parse_levels(text)
+
+
+def test_stream_counters_follow_the_engine_cumulative_values() -> None:
+    """set_engine_stats turns the engine's cumulative stream-cache values into counter increments; values below the
+    last ones (a new engine) count from zero."""
+    from server.metrics import ServerMetrics
+
+    m = ServerMetrics("m")
+
+    def values() -> tuple[float, float, float]:
+        fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+        return tuple(_value(fams, f"megakernel:step_stream_{n}", f"megakernel:step_stream_{n}_total")
+                     for n in ("cache_hits", "compiles", "compile_seconds"))
+
+    m.set_engine_stats(1, 0, 0.1, (3, 2, 0.5))
+    m.set_engine_stats(1, 0, 0.1, (10, 2, 0.5))
+    assert values() == (10, 2, 0.5)
+    m.set_engine_stats(1, 0, 0.1, (1, 1, 0.25))  # a new engine
+    assert values() == (11, 3, 0.75)
+    m.set_engine_stats(1, 0, 0.1)  # no stream stats: the counters stay
+    assert values() == (11, 3, 0.75)

@@ -137,6 +137,18 @@ def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: B
                           (time.perf_counter() - t0) * 1e3)
 
 
+@dataclass(frozen=True)
+class StreamStats:
+    """How often steps found their shape's stream compiled (hits), how often one was compiled (misses: on the
+    engine's thread, before the step could run), and the host seconds those compiles took."""
+    hits: int = 0
+    misses: int = 0
+    build_seconds: float = 0.0
+
+    def __add__(self, other: StreamStats) -> StreamStats:
+        return StreamStats(self.hits + other.hits, self.misses + other.misses, self.build_seconds + other.build_seconds)
+
+
 class StreamCache:
     """Compiled streams keyed by batch shape; `get` patches the step args of a cached stream."""
 
@@ -147,6 +159,7 @@ class StreamCache:
         self._streams: OrderedDict[tuple[int, ...], CompiledStream] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.build_ms_total = 0.0  # host time spent compiling the misses' streams
         self.last_patch_ms = 0.0
 
     def get(self, batch: StepBatch) -> CompiledStream:
@@ -155,6 +168,7 @@ class StreamCache:
         if cs is None:
             self.misses += 1
             cs = compile_stream(self.dims, batch, self.page_size, self.params, self.device)
+            self.build_ms_total += cs.build_ms
             self._streams[key] = cs
             while len(self._streams) > self.capacity:
                 self._streams.popitem(last=False)
@@ -165,6 +179,9 @@ class StreamCache:
         cs.patch(batch)
         self.last_patch_ms = (time.perf_counter() - t0) * 1e3
         return cs
+
+    def stats(self) -> StreamStats:
+        return StreamStats(self.hits, self.misses, self.build_ms_total / 1e3)
 
     def with_policy(self, policy: str) -> StreamCache:
         return StreamCache(self.dims, self.page_size, replace(self.params, policy=policy), self.device)
