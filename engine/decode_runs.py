@@ -6,7 +6,7 @@ gives each step's tokens the same bookkeeping as an ordinary step's, in order, a
 When: every chunk of the step is a decode and no waiting request could take a seat (none waits, or every seat
 is taken). How long: at most `EngineConfig.decode_steps`, never past any sequence's max_tokens or length limit;
 and the run ends early, within the backend's look-ahead, once every sequence in it has stopped or a request
-waits for a freed seat. Stop strings, EOS and stop tokens are checked as the tokens come back: the ids a
+waits for a free seat (in the scheduler, or on its way to it: a server's queued request, LLMEngine.arrivals_waiting). Stop strings, EOS and stop tokens are checked as the tokens come back: the ids a
 sequence produced past its stop are dropped (their KV writes land in pages the finished sequence frees). The
 backend also gets the rows' stop rules (engine/run_stops.py: EOS, stop ids, length), which the cuda backend
 checks on the GPU, so the steps it queued after every row stopped do no work; it never hands over their records,
@@ -64,10 +64,11 @@ class DecodeRuns:
 
     def __init__(self, backend: Backend, scheduler: Scheduler, requests: Mapping[str, RequestState],
                  apply: ApplyStep, max_steps: int, page_size: int, backend_name: str, noise: NoiseTables,
-                 eos_ids: Sequence[int]) -> None:
+                 eos_ids: Sequence[int], arrivals: Callable[[], bool] = lambda: False) -> None:
         self.backend, self.scheduler, self.requests, self.apply = backend, scheduler, requests, apply
         self.max_steps, self.page_size, self.backend_name, self.noise = max_steps, page_size, backend_name, noise
         self.eos_ids = tuple(eos_ids)
+        self.arrivals = arrivals  # requests on their way to the scheduler (LLMEngine.arrivals_waiting)
         self.last_run_steps = 0  # how many decode steps the last run took (it may end early)
 
     def steps_for(self, plan: SchedulerOutput) -> int:
@@ -96,9 +97,11 @@ class DecodeRuns:
                          [p.min_tokens for p in params])
 
     def _seat_wanted(self) -> bool:
-        """Whether a waiting request could be admitted if the run ended: someone waits and a seat is free (with
-        every seat taken, a waiting request cannot start before a running one finishes)."""
-        return bool(self.scheduler.num_waiting) and self.scheduler.num_running < self.scheduler.config.max_num_seqs
+        """Whether a waiting request could be admitted if the run ended: someone waits (in the scheduler, or on its
+        way there: self.arrivals) and a seat is free (with every seat taken, a waiting request cannot start before a
+        running one finishes)."""
+        free = self.scheduler.num_running < self.scheduler.config.max_num_seqs
+        return free and (bool(self.scheduler.num_waiting) or self.arrivals())
 
     def run(self, plan: SchedulerOutput, tables: list[tuple[int, ...]], steps: int,
             sink: OutputSink | None) -> list[RequestOutput]:

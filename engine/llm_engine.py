@@ -114,9 +114,14 @@ class LLMEngine:
         # Where outputs of a run of decode steps go as soon as each chunk of its tokens is processed (the server
         # streams them); None: step() returns them all at the end of the run.
         self.output_sink: Callable[[list[RequestOutput]], None] | None = None
+        # Whether requests are on their way to add_request (a server's queue the engine thread drains between steps):
+        # a run of decode steps then ends early, as for a waiting request, if a seat is free, so a new prompt waits a
+        # few steps for its first token instead of the whole run. None: nobody adds requests during a step.
+        self.arrivals_waiting: Callable[[], bool] | None = None
         self._noise = NoiseTables(self.config.vocab_size)
         self._runs = DecodeRuns(self.backend, self.scheduler, self._requests, self._apply, cfg.decode_steps,
-                                cfg.page_size, self.backend_name, self._noise, self.config.eos_token_ids)
+                                cfg.page_size, self.backend_name, self._noise, self.config.eos_token_ids,
+                                arrivals=lambda: self.arrivals_waiting is not None and self.arrivals_waiting())
         self._ahead = LookAhead(self.backend, self.scheduler, self._requests, self._runs, self._noise, cfg.page_size,
                                 self.backend_name, StepHooks(self._schedule, self._finish_at_length, self._run_plan,
                                                              self._guarded_postprocess, self._fail, self._count_step)

@@ -77,6 +77,7 @@ class AsyncEngine:
         self._streams: weakref.WeakSet[RequestStream] = weakref.WeakSet()  # event-loop thread only
         self._pending_lock = threading.Lock()
         self._pending = 0  # engine requests admitted and not yet finished/aborted
+        self._adds_queued = 0  # submits whose add command the engine thread has not run yet (under _pending_lock)
         self._admitting = True
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -144,8 +145,19 @@ class AsyncEngine:
                     f"server overloaded: {self._pending} requests in flight, limit {self.max_pending}; retry later")
             self._pending += len(requests)
         stream = RequestStream([rid for rid, _, _ in requests])
+        with self._pending_lock:
+            self._adds_queued += 1
+        ran = False
+
+        def add() -> None:
+            nonlocal ran
+            ran = True
+            with self._pending_lock:
+                self._adds_queued -= 1
+            self._add_all(stream, requests)
+
         try:
-            await self._in_engine_thread(lambda: self._add_all(stream, requests))
+            await self._in_engine_thread(add)
         except asyncio.CancelledError:
             # The client left while the add was queued: the add may still run, so abort after it
             # (commands run in order); the abort releases the pending slots.
@@ -153,6 +165,9 @@ class AsyncEngine:
             raise
         except BaseException:
             self._release(len(requests))  # _add_all rolled back every add
+            if not ran:  # refused before it was queued (the engine is gone): it will never run
+                with self._pending_lock:
+                    self._adds_queued -= 1
             raise
         self._streams.add(stream)
         return stream
@@ -225,6 +240,8 @@ class AsyncEngine:
             self._engine = self._factory()
             # A run of on-device decode steps hands its tokens over chunk by chunk: stream them as they come.
             self._engine.output_sink = self._dispatch
+            # ... and ends early for requests queued to be added meanwhile, so their prompts start within a few steps
+            self._engine.arrivals_waiting = lambda: self._adds_queued > 0
             self.tokenizer = copy.deepcopy(self._engine.tokenizer)
             self.tokenizers = TokenizerPool(self._engine.tokenizer, self._tokenizer_workers)
             self.limits = ModelLimits(vocab_size=int(self._engine.config.vocab_size),

@@ -109,6 +109,36 @@ def test_a_waiting_request_ends_a_run_early(tiny_checkpoint: str) -> None:
     assert engine.get_stats().kv_pages_used == 0
 
 
+def test_a_request_on_its_way_ends_a_run_early(tiny_checkpoint: str) -> None:
+    """A request the engine's owner has queued but not added yet (a server's queue, drained between steps:
+    LLMEngine.arrivals_waiting) ends a run as a waiting one does while a seat is free; nothing queued, or every seat
+    taken, and the run goes on."""
+    llm = _engine(tiny_checkpoint, "torch", 16)
+    engine = llm.engine
+    engine.add_request("long", "Hello there", SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True))
+    engine.step()  # prefill
+    queued = [False]
+    calls = [0]
+
+    def arrivals() -> bool:  # the request is queued once the run has started
+        calls[0] += 1
+        return queued[0] or calls[0] > 1
+
+    engine.arrivals_waiting = arrivals
+    engine.step()
+    assert engine._runs.last_run_steps == 1
+    engine.arrivals_waiting = lambda: False
+    engine.step()
+    assert engine._runs.last_run_steps == 16
+    full = _engine(tiny_checkpoint, "torch", 16).engine  # every seat taken: a queued request cannot start anyway
+    for i in range(4):
+        full.add_request(f"r{i}", "Hello there", SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True))
+    full.step()
+    full.arrivals_waiting = lambda: True
+    full.step()
+    assert full._runs.last_run_steps == 16
+
+
 def test_base_decode_steps_feeds_each_id_back(tiny_checkpoint: str) -> None:
     """The backend-level contract, on a fake backend: step j+1's token is step j's id, one position further."""
     seen: list[tuple[list[int], list[int], list[int]]] = []
