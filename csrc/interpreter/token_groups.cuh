@@ -33,7 +33,7 @@ __device__ __forceinline__ bool for_each_token_group(const Globals& g, int T, Bo
   if constexpr (B1) {
     return body(TokenGroup{0, 1, ONLY_PASS});
   } else {
-    const int group = g.token_group;
+    const int group = max(1, g.token_group);  // never a loop that does not advance
     for (int base = 0; base < T; base += group) {
       if (base > 0) consumer_sync();
       const int n = min(group, T - base);
