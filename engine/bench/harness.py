@@ -43,6 +43,9 @@ class BenchRow:
     tokens: tuple[int, ...] = ()
     # max |logprob - fp32 reference| over the row's tokens, teacher-forced (engine/bench/logprob_error.py)
     max_logprob_error: float | None = None
+    # greedy rows: the largest gap between the fp32 reference's best logprob and its logprob of the row's token
+    # (logprob_error.py logprob_errors' regrets): whether the timed row itself computed the right argmax
+    max_greedy_regret: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def compare_tokens(tokens: tuple[int, ...], reference: tuple[int, ...]) -> tuple
 
 
 def make_rows(runs: list[RunResult], floor: Floor, logprob_errors: dict[str, float] | None = None,
-              batch: int = 1) -> tuple[tuple[BenchRow, ...], str | None]:
+              batch: int = 1, greedy_regrets: dict[str, float] | None = None) -> tuple[tuple[BenchRow, ...], str | None]:
     """One row per run; at `batch` > 1 a run's seconds are per decode step of the batch (tok/s = batch / s)."""
     by_name = {r.name: r for r in runs if r.status == "ok"}
     reference = next((b for b in BASELINES if b in by_name), None)
@@ -128,7 +131,8 @@ def make_rows(runs: list[RunResult], floor: Floor, logprob_errors: dict[str, flo
             speedup_vs_eager=None if eager_s is None else eager_s / s,
             speedup_vs_compile_graph=None if compile_s is None else compile_s / s,
             tokens_match=match, first_mismatch=first, reason=r.reason, notes=r.notes, tokens=r.tokens,
-            max_logprob_error=(logprob_errors or {}).get(r.name)))
+            max_logprob_error=(logprob_errors or {}).get(r.name),
+            max_greedy_regret=(greedy_regrets or {}).get(r.name)))
     return tuple(rows), reference
 
 
@@ -213,13 +217,14 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
             break
 
     errors: dict[str, float] = {}
+    regrets: dict[str, float] = {}
     if config.logprob_check:
         try:
-            errors = logprob_errors(weights, prompt_ids, runs, progress)
+            errors = logprob_errors(weights, prompt_ids, runs, progress, regrets)
         except Exception as e:  # noqa: BLE001 - the check failing is reported, the timings stand
             last = traceback.format_exception_only(type(e), e)[-1].strip()
             messages = (*messages, f"logprob check failed: {last[:400]}")
-    rows, reference = make_rows(runs, floor, errors, config.batch)
+    rows, reference = make_rows(runs, floor, errors, config.batch, regrets)
     return BenchResult(config=config, model=model_desc, device_name=device_name(device),
                        torch_version=torch.__version__, date=date, bandwidth=bandwidth, floor=floor,
                        reference=reference, rows=rows, messages=tuple(messages))

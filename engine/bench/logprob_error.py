@@ -16,6 +16,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.bench.baselines import RunResult
+from engine.bench.engines import SAMPLED_SUFFIX
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights, to_state_dict, weights_from_state_dict
 
@@ -48,9 +49,19 @@ def teacher_forced_logits(backend: Backend, prompt: Sequence[int], tokens: Seque
 
 def teacher_forced(backend: Backend, prompt: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
     """float64 [len(tokens)]: the log-probability `backend` gives each of `tokens`, teacher-forced."""
-    return torch.tensor([float(torch.log_softmax(logits.double(), dim=-1)[tok])
-                         for logits, tok in zip(teacher_forced_logits(backend, prompt, tokens), tokens)],
-                        dtype=torch.float64)
+    return teacher_forced_scores(backend, prompt, tokens)[0]
+
+
+def teacher_forced_scores(backend: Backend, prompt: Sequence[int],
+                          tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 [len(tokens)] twice, teacher-forced: the log-probability `backend` gives each of `tokens`, and the
+    largest log-probability of any token at that step."""
+    lp, best = [], []
+    for logits, tok in zip(teacher_forced_logits(backend, prompt, tokens), tokens):
+        row = torch.log_softmax(logits.double(), dim=-1)
+        lp.append(float(row[tok]))
+        best.append(float(row.max()))
+    return torch.tensor(lp, dtype=torch.float64), torch.tensor(best, dtype=torch.float64)
 
 
 def _pages(prompt: Sequence[int], runs: Sequence[RunResult]) -> int:
@@ -59,9 +70,13 @@ def _pages(prompt: Sequence[int], runs: Sequence[RunResult]) -> int:
 
 
 def logprob_errors(weights: LlamaWeights, prompt: Sequence[int], runs: Sequence[RunResult],
-                   progress: Callable[[str], None]) -> dict[str, float]:
+                   progress: Callable[[str], None], regrets: dict[str, float] | None = None) -> dict[str, float]:
     """Row name -> max |logprob - fp32 reference| over its tokens, for every ok row with tokens whose backend can
-    run here (a megakernel row needs the cuda backend)."""
+    run here (a megakernel row needs the cuda backend). `regrets`, when given, receives for every greedy row (not
+    `-sampled`) the largest gap between the reference's best logprob and its logprob of the row's token, over the
+    row's steps: 0 where the row chose the reference's argmax, a near-tie's small gap on random weights, and far more
+    where the row's own computation went wrong, whatever ran it (batched or mixed-length steps included: the check
+    re-runs only sequence 0, alone, so the errors column speaks of the backend, this one of the timed row)."""
     from engine.backends.torch_backend import TorchBackend
 
     runs = [r for r in runs if r.status == "ok" and r.tokens]
@@ -73,7 +88,13 @@ def logprob_errors(weights: LlamaWeights, prompt: Sequence[int], runs: Sequence[
     fp32 = weights_from_state_dict(cfg, to_state_dict(weights, include_lm_head=not cfg.tie_word_embeddings),
                                    torch.float32, device)
     reference = TorchBackend(fp32, num_pages=pages, page_size=PAGE_SIZE, device=device)
-    ref = {r.tokens: teacher_forced(reference, prompt, r.tokens) for r in runs}
+    scores = {r.tokens: teacher_forced_scores(reference, prompt, r.tokens) for r in runs}
+    ref = {tokens: lp for tokens, (lp, _best) in scores.items()}
+    if regrets is not None:
+        for r in runs:
+            if not r.name.endswith(SAMPLED_SUFFIX):
+                lp, best = scores[r.tokens]
+                regrets[r.name] = float((best - lp).max())
     del reference, fp32
     _free(device)
     errors: dict[str, float] = {}

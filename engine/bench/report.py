@@ -10,7 +10,7 @@ from engine.bench.engines import SAMPLED_SUFFIX
 from engine.bench.harness import BenchResult, BenchRow
 
 _COLUMNS = ("runner", "ms/token", "tok/s", "% of floor", "vs eager", "vs compile+graph", "tokens",
-            "max |dlogprob|")
+            "max |dlogprob|", "greedy gap")
 
 
 def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
@@ -27,10 +27,10 @@ def _match(row: BenchRow) -> str:
 
 def _cells(row: BenchRow) -> list[str]:
     if row.status != "ok":
-        return [row.name, row.status, "-", "-", "-", "-", "-", "-"]
+        return [row.name, row.status, "-", "-", "-", "-", "-", "-", "-"]
     return [row.name, _fmt(row.ms_per_token, ".3f"), _fmt(row.tok_per_s, ".0f"), _fmt(row.pct_of_floor, ".1f", "%"),
             _fmt(row.speedup_vs_eager, ".2f", "x"), _fmt(row.speedup_vs_compile_graph, ".2f", "x"), _match(row),
-            _fmt(row.max_logprob_error, ".4f")]
+            _fmt(row.max_logprob_error, ".4f"), _fmt(row.max_greedy_regret, ".4f")]
 
 
 def format_table(result: BenchResult) -> str:
@@ -47,7 +47,7 @@ def format_table(result: BenchResult) -> str:
         "",
     ]
     floor_row = ["floor", f"{f.seconds_per_token * 1e3:.3f}", f"{1 / f.seconds_per_token:.0f}", "100.0%", "", "", "",
-                 ""]
+                 "", ""]
     columns = list(_COLUMNS)
     if c.batch > 1:  # each row's time is one decode step of the whole batch
         columns[1] = "ms/step"

@@ -55,3 +55,27 @@ def test_long_prompts_prefill_in_bounded_chunks() -> None:
     assert seen == [16, 16, 7, 1]
     lp = torch.stack([torch.log_softmax(x.double(), -1)[t] for x, t in zip(chunked, tokens)])
     assert torch.allclose(lp, whole, atol=1e-5), (lp, whole)
+
+
+def test_greedy_rows_get_their_gap_to_the_reference_argmax() -> None:
+    """The greedy gap: 0 for a row that took the reference's argmax at every step, large for one whose tokens the
+    reference ranks far below its best (a wrong computation of the timed row); sampled rows get none."""
+    from engine.bench.logprob_error import teacher_forced_scores
+
+    w32 = _weights(torch.float32)
+    prompt = [1, 2, 3]
+    ref = TorchBackend(w32, num_pages=8, page_size=16, device=torch.device("cpu"))
+    tokens: list[int] = []
+    for _ in range(4):  # the reference's own greedy continuation
+        logits = list(teacher_forced_logits(ref, prompt, [*tokens, 0]))[-1]
+        tokens.append(int(logits.argmax()))
+        ref = TorchBackend(w32, num_pages=8, page_size=16, device=torch.device("cpu"))
+    lp, best = teacher_forced_scores(ref, prompt, tokens)
+    assert torch.allclose(lp, best)
+    worst = [int(x.argmin()) for x in teacher_forced_logits(
+        TorchBackend(w32, num_pages=8, page_size=16, device=torch.device("cpu")), prompt, tokens)]
+    runs = [RunResult("engine-torch", "ok", tuple(tokens), 0.01), RunResult("megakernel", "ok", tuple(worst), 0.01),
+            RunResult("engine-torch-sampled", "ok", tuple(worst), 0.01)]
+    regrets: dict[str, float] = {}
+    logprob_errors(w32, prompt, runs, lambda _m: None, regrets)
+    assert regrets["engine-torch"] < 1e-9 and regrets["megakernel"] > 1.0 and "engine-torch-sampled" not in regrets
