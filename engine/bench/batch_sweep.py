@@ -45,7 +45,8 @@ def run_batch_sweep(batches: tuple[int, ...], run_one: Callable[[int], BenchResu
 
 def sweep_rows(results: list[BenchResult]) -> list[dict[str, Any]]:
     """One dict per (batch, runner that ran): ms/step, tok/s, % of floor, × its own batch-1 step (where the sweep
-    has batch 1), speedup over the same run's compile+graph baseline."""
+    has batch 1), speedup over the same run's compile+graph baseline, and the greedy gap (the run's correctness
+    evidence for the batched step itself: harness.BenchRow.max_greedy_regret)."""
     base: dict[str, float] = {}
     for res in results:
         if res.config.batch == 1:
@@ -59,7 +60,8 @@ def sweep_rows(results: list[BenchResult]) -> list[dict[str, Any]]:
                         "tok_per_s": r.tok_per_s, "pct_of_floor": r.pct_of_floor,
                         "x_batch1": r.ms_per_token / base[r.name] if r.name in base else None,
                         "speedup_vs_compile_graph": r.speedup_vs_compile_graph,
-                        "floor_ms_per_step": res.floor.seconds_per_token * 1e3})
+                        "floor_ms_per_step": res.floor.seconds_per_token * 1e3,
+                        "greedy_gap": r.max_greedy_regret})
     return out
 
 
@@ -69,10 +71,12 @@ def _cell(v: float | None, spec: str, suffix: str = "") -> str:
 
 def format_sweep(results: list[BenchResult]) -> str:
     rows = sweep_rows(results)
-    head = ["batch", "runner", "ms/step", "tok/s", "% of floor", "x batch 1", "vs compile+graph", "floor ms/step"]
+    head = ["batch", "runner", "ms/step", "tok/s", "% of floor", "x batch 1", "vs compile+graph", "floor ms/step",
+            "greedy gap"]
     table = [head] + [[str(r["batch"]), r["runner"], _cell(r["ms_per_step"], ".3f"), _cell(r["tok_per_s"], ".0f"),
                        _cell(r["pct_of_floor"], ".1f", "%"), _cell(r["x_batch1"], ".2f", "x"),
-                       _cell(r["speedup_vs_compile_graph"], ".2f", "x"), _cell(r["floor_ms_per_step"], ".3f")]
+                       _cell(r["speedup_vs_compile_graph"], ".2f", "x"), _cell(r["floor_ms_per_step"], ".3f"),
+                       _cell(r["greedy_gap"], ".4f")]
                       for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
