@@ -53,15 +53,19 @@ class ServerMetrics:
                                               "Engine-thread seconds spent compiling step shapes.", labels,
                                               registry=r).labels(model_name)
         self._stream_seen = (0, 0, 0.0)  # the engine's cumulative values at the last update
+        self.preemptions = Counter("megakernel:num_preemptions", "Sequences preempted (recomputed later) because the "
+                                   "KV cache ran out of pages.", labels, registry=r).labels(model_name)
+        self._preemptions_seen = 0
         self._model_name = model_name
 
     def request_finished(self, reason: str) -> None:
         self._finished.labels(self._model_name, reason).inc()
 
     def set_engine_stats(self, running: int, waiting: int, kv_usage: float,
-                         streams: tuple[int, int, float] | None = None) -> None:
+                         streams: tuple[int, int, float] | None = None, preemptions: int | None = None) -> None:
         """`streams`: the engine's cumulative (cache hits, compiles, compile seconds); the counters move by what is new
-        since the last call (values below the last ones come from a new engine, counted from zero)."""
+        since the last call (values below the last ones come from a new engine, counted from zero); `preemptions`
+        the engine's cumulative count, the same way."""
         self.running.set(running)
         self.waiting.set(waiting)
         self.kv_usage.set(kv_usage)
@@ -72,6 +76,11 @@ class ServerMetrics:
                 if delta > 0:
                     counter.inc(delta)
             self._stream_seen = streams
+        if preemptions is not None:
+            delta = preemptions - self._preemptions_seen if preemptions >= self._preemptions_seen else preemptions
+            if delta > 0:
+                self.preemptions.inc(delta)
+            self._preemptions_seen = preemptions
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -112,3 +112,19 @@ def test_stream_counters_follow_the_engine_cumulative_values() -> None:
     assert values() == (11, 3, 0.75)
     m.set_engine_stats(1, 0, 0.1)  # no stream stats: the counters stay
     assert values() == (11, 3, 0.75)
+
+
+def test_preemptions_are_counted() -> None:
+    from server.metrics import ServerMetrics
+
+    m = ServerMetrics("m")
+
+    def value() -> float:
+        fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+        return _value(fams, "megakernel:num_preemptions", "megakernel:num_preemptions_total")
+
+    m.set_engine_stats(1, 0, 0.5, preemptions=2)
+    m.set_engine_stats(1, 0, 0.5, preemptions=5)
+    assert value() == 5
+    m.set_engine_stats(1, 0, 0.5, preemptions=1)  # counters reset (a new engine, or after the warm-up)
+    assert value() == 6
