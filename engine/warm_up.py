@@ -8,7 +8,9 @@ then a run of decode steps greedy and one sampled step, so the shapes of a typic
 arrives; and the same for several requests at once, at each concurrency of WARM_UP_CONCURRENCY up to the engine's
 max_num_seqs: a step of more than 8 tokens runs padded to a bucketed count of sequences (engine/cuda/step_padding.py
 pads to bucket_up(n + 1)), so concurrency bucket - 1 builds that bucket's shapes (measured on an H200: 32 clients'
-first pass through a server got 1 139 output tok/s against 2 572 once their shapes existed). Other prompt lengths
+first pass through a server got 1 139 output tok/s against 2 572 once their shapes existed). At each concurrency the
+last greedy request arrives once the others decode, as a server's requests do: the step that prefills it beside their
+decodes (a step shape of its own, the one every arrival at that concurrency meets) is built too. Other prompt lengths
 and concurrencies still build their own shapes on first use. The engine's counters are reset after.
 """
 from __future__ import annotations
@@ -38,10 +40,20 @@ def warm_up(engine: Any, prompt_len: int = WARM_UP_PROMPT_LEN,
     sampled = SamplingParams(max_tokens=2, ignore_eos=True, temperature=1.0, top_p=0.9, top_k=20, seed=0)
     for c in sorted({min(c, engine.engine_config.max_num_seqs) for c in concurrency}):
         for suffix, params in (("greedy", greedy), ("sampled", sampled)):
-            for r in range(c):  # distinct prompts: no request is a copy of another
-                prompt = [1 + (i + 7 * r) % (vocab - 1) for i in range(n)]
-                engine.add_request(f"{WARM_UP_ID}{c}-{suffix}-{r}", {"prompt_token_ids": prompt}, params)
+            ids = [f"{WARM_UP_ID}{c}-{suffix}-{r}" for r in range(c)]
+            late = ids[-1] if suffix == "greedy" and c > 1 else None  # arrives once the others decode
+            for r, rid in enumerate(ids):  # distinct prompts: no request is a copy of another
+                if rid != late:
+                    engine.add_request(rid, {"prompt_token_ids": _prompt(n, r, vocab)}, params)
+            started: set[str] = set()
             while engine.has_unfinished_requests():
-                engine.step()
+                started.update(out.request_id for out in engine.step() if out.outputs[0].token_ids)
+                if late is not None and started >= set(ids[:-1]):
+                    engine.add_request(late, {"prompt_token_ids": _prompt(n, len(ids) - 1, vocab)}, params)
+                    late = None
     engine.reset_counters()
     return time.monotonic() - start
+
+
+def _prompt(n: int, r: int, vocab: int) -> list[int]:
+    return [1 + (i + 7 * r) % (vocab - 1) for i in range(n)]

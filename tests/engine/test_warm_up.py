@@ -50,3 +50,23 @@ def test_warm_up_runs_each_concurrency_up_to_the_seats(tiny_checkpoint: str) -> 
     stats = engine.get_stats()
     assert not engine.has_unfinished_requests() and stats.kv_pages_used == 0 and stats.steps == 0
 
+
+
+def test_warm_up_builds_the_step_of_a_prompt_arriving_beside_decodes(tiny_checkpoint: str) -> None:
+    """A server's requests arrive while others decode: the step that prefills the newcomer beside their decodes has a
+    shape of its own, which the warm-up builds at each concurrency (the vm backend compiles a stream per shape)."""
+    from engine.sampling_params import SamplingParams as Params
+
+    engine = LLMEngine(tiny_checkpoint, backend="vm", dtype="float32", max_num_seqs=3, num_pages=64, decode_steps=1)
+    warm_up(engine, prompt_len=12, concurrency=(3,))
+    params = Params(max_tokens=4, ignore_eos=True, temperature=0.0)
+    for r in range(2):
+        engine.add_request(f"r{r}", {"prompt_token_ids": [3 + r] * 12}, params)
+    engine.step()  # both prompts
+    engine.step()  # both decode
+    before = engine.get_stats().stream_compiles
+    engine.add_request("late", {"prompt_token_ids": [9] * 12}, params)
+    engine.step()  # the newcomer's prompt beside the two decodes
+    assert engine.get_stats().stream_compiles == before
+    while engine.has_unfinished_requests():
+        engine.step()
