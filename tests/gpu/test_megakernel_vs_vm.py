@@ -90,3 +90,19 @@ def test_fused_attention_o_proj_matches_vm(shape: str, policy: str, head_chunks:
         assert kv_err(gpu, vm) < 2e-2
         assert torch.equal(gpu_tokens.cpu(), vm.last_tokens), f"{shape}/{policy}: greedy ids differ"
         scen.feed(seqs, vm.last_tokens.tolist())
+
+
+@pytest.mark.parametrize("policy", ["lpt", "dynamic"])
+def test_per_sequence_kv_splits_match_vm(policy: str) -> None:
+    """SplitParams.per_seq_splits (the default): one long context among short ones, so the decode steps give the long
+    sequence many KV splits (with their ATTN_REDUCE) and the short ones one each (written straight to attn_out), in
+    the same step; every buffer against the VM on the same instruction tensors."""
+    from tests.gpu.mk_helpers import steps_match_vm
+
+    cfg = SHAPES["hd64-gqa2"]
+    vm, gpu = pair(random_weights(cfg, seed=17), policy, num_pages=64)
+    scen = Scenario(cfg, [200, 6, 9], page_size=16, num_pages=64, seed=6)
+    steps_match_vm(vm, gpu, scen, [[200, 6, 9], [1, 1, 1], [1, 1, 1], [1, 1, 1]], f"per-seq splits {policy}",
+                   check_kv=True)
+    splits = gpu.last.compiled.stream.plan.seq_splits
+    assert splits[0] > 1 and splits[1:] == (1, 1), splits
