@@ -11,6 +11,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from engine.bench.config import positive_ints
+from engine.bench.sweep_figure import sweep_figure
 from server.bench_serve import BenchConfig, run_benchmark
 
 SWEEP_COLUMNS = (("output_throughput", "out tok/s", "{:.0f}"), ("median_ttft_ms", "TTFT p50", "{:.1f}"),
@@ -21,11 +23,8 @@ SWEEP_COLUMNS = (("output_throughput", "out tok/s", "{:.0f}"), ("median_ttft_ms"
 
 def parse_levels(text: str) -> tuple[int, ...]:
     """'1,8,32' -> (1, 8, 32); ValueError (naming --sweep) for anything but positive integers."""
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--sweep {text!r}: expected comma-separated positive integers") from None
-    if not levels or any(n < 1 for n in levels):
+    levels = positive_ints(text)
+    if levels is None:
         raise ValueError(f"--sweep {text!r}: expected comma-separated positive integers")
     return levels
 
@@ -51,27 +50,12 @@ def format_sweep(rows: list[dict[str, Any]]) -> str:
 
 def plot_sweep(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """Output tok/s and TTFT (p50, p99) against concurrency, side by side, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     xs = [r["concurrency"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(xs, [r["output_throughput"] for r in rows], marker="o")
-    left.set(xlabel="concurrency", ylabel="output tokens / s", title="throughput", xscale="log")
-    right.plot(xs, [r["median_ttft_ms"] for r in rows], marker="o", label="p50")
-    right.plot(xs, [r["p99_ttft_ms"] for r in rows], marker="s", label="p99")
-    right.set(xlabel="concurrency", ylabel="ms", title="time to first token", xscale="log")
-    right.legend()
-    for ax in (left, right):
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    with sweep_figure(path, xs, 10, title) as (left, right):
+        left.plot(xs, [r["output_throughput"] for r in rows], marker="o")
+        left.set(xlabel="concurrency", ylabel="output tokens / s", title="throughput")
+        right.plot(xs, [r["median_ttft_ms"] for r in rows], marker="o", label="p50")
+        right.plot(xs, [r["p99_ttft_ms"] for r in rows], marker="s", label="p99")
+        right.set(xlabel="concurrency", ylabel="ms", title="time to first token")
+        right.legend()
+    return Path(path)

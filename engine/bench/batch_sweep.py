@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.bench.config import positive_ints
 from engine.bench.harness import BenchResult
+from engine.bench.sweep_figure import sweep_figure
 
 SWEEP_RUNNERS_SKIPPED = ("megakernel-kernel-only",)  # a batch-1 loop: at batch N > 1 it has no row
 
@@ -22,11 +24,8 @@ SWEEP_RUNNERS_SKIPPED = ("megakernel-kernel-only",)  # a batch-1 loop: at batch 
 def parse_batches(text: str) -> tuple[int, ...]:
     """'1,8,32' -> (1, 8, 32) (a single '8' -> (8,)); argparse's type error for anything but distinct positive
     integers (argparse names the flag)."""
-    try:
-        batches = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ArgumentTypeError(f"{text!r}: expected a positive integer or a comma-separated list of them") from None
-    if not batches or any(n < 1 for n in batches):
+    batches = positive_ints(text)
+    if batches is None:
         raise ArgumentTypeError(f"{text!r}: expected a positive integer or a comma-separated list of them")
     if len(set(batches)) != len(batches):
         raise ArgumentTypeError(f"{text!r}: a batch size appears twice")
@@ -99,33 +98,18 @@ def write_sweep_json(results: list[BenchResult], path: str | Path) -> Path:
 
 def plot_sweep(results: list[BenchResult], path: str | Path) -> Path:
     """Step time (with the floor) and throughput against the batch, one line per runner, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = sweep_rows(results)
     batches = sorted({r["batch"] for r in rows} | {res.config.batch for res in results})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in dict.fromkeys(r["runner"] for r in rows):
-        mine = [r for r in rows if r["runner"] == name]
-        left.plot([r["batch"] for r in mine], [r["ms_per_step"] for r in mine], marker="o", label=name)
-        right.plot([r["batch"] for r in mine], [r["tok_per_s"] for r in mine], marker="o", label=name)
-    left.plot([res.config.batch for res in results], [res.floor.seconds_per_token * 1e3 for res in results],
-              linestyle="--", color="gray", label="copy floor")
-    left.set(xlabel="batch (sequences decoded together)", ylabel="ms per decode step", title="step time",
-             xscale="log")
-    right.set(xlabel="batch (sequences decoded together)", ylabel="output tokens / s", title="throughput",
-              xscale="log")
-    for ax in (left, right):
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    if results:
-        fig.suptitle(f"{results[0].model} on {results[0].device_name}")
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    title = f"{results[0].model} on {results[0].device_name}" if results else ""
+    with sweep_figure(path, batches, 11, title) as (left, right):
+        for name in dict.fromkeys(r["runner"] for r in rows):
+            mine = [r for r in rows if r["runner"] == name]
+            left.plot([r["batch"] for r in mine], [r["ms_per_step"] for r in mine], marker="o", label=name)
+            right.plot([r["batch"] for r in mine], [r["tok_per_s"] for r in mine], marker="o", label=name)
+        left.plot([res.config.batch for res in results], [res.floor.seconds_per_token * 1e3 for res in results],
+                  linestyle="--", color="gray", label="copy floor")
+        left.set(xlabel="batch (sequences decoded together)", ylabel="ms per decode step", title="step time")
+        right.set(xlabel="batch (sequences decoded together)", ylabel="output tokens / s", title="throughput")
+        for ax in (left, right):
+            ax.legend(fontsize=8)
+    return Path(path)

@@ -84,6 +84,16 @@ class BenchConfig:
         return {SKIP_ALIASES[s] for s in self.skip_baselines}
 
 
+def positive_ints(text: str) -> tuple[int, ...] | None:
+    """'1, 8,32' -> (1, 8, 32); None unless it is a non-empty comma-separated list of positive integers (the flags
+    that take one say what they expected)."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        return None
+    return values if values and min(values) >= 1 else None
+
+
 def parse_prompt_lens(text: str) -> tuple[int, ...]:
     """`--prompt-lens`: comma-separated lengths, `LxN` for N sequences of L tokens."""
     lengths: list[int] = []
