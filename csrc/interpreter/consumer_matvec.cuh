@@ -148,10 +148,17 @@ __device__ __forceinline__ void dot_rows(uint32_t page_addr, int row_bytes, int 
 enum class PagePath { GENERAL, ONE_ROW_MMA, TOKENS_MMA };
 
 // `pass`: which pass over the instruction's pages this is (token_groups.cuh); later passes find their pages in
-// the ring already, and only the last frees them.
+// the ring already, and only the last frees them. `out` / `out_stride`: where row r of x row t goes, out[t * out_stride
+// + r] (nullptr: shared `out`, rows of the stream's length); only the TOKENS_MMA path takes another place (an LM
+// head's logits in global memory: ops/lm_head.cuh).
 template <int NX, PagePath PATH = PagePath::GENERAL>
 __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
-                                           const int* instr, const PagePass pass) {
+                                           const int* instr, const PagePass pass, float* out = nullptr,
+                                           int out_stride = 0) {
+  if (out == nullptr) {
+    out = sm.out;
+    out_stride = ws.rows;
+  }
   constexpr bool MMA_ONLY = PATH == PagePath::ONE_ROW_MMA;
   const int warp = tk::warp_id(), lane = tk::lane_id();
   // Weight pages follow any KV pages of the stream (a fused ATTN_O_PROJ's; kv_stream.cuh), whose consumer
@@ -180,8 +187,8 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
       if constexpr (PATH == PagePath::TOKENS_MMA) {
-        dot_page_tokens_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx, sm.out, row0,
-                            ws.rows);
+        dot_page_tokens_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx, out, row0,
+                            out_stride);
       } else if (NX == 1 && mma) {  // NX == 1 keeps the tensor-core path out of the other instantiations
         const long long c0 = clock64();
         dot_page_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, sm.out, row0);

@@ -72,6 +72,7 @@ struct Globals {
   int low_cap_inputs;        // 1: the low cap also while any op reads its input (state.cuh set_low_cap_from)
   int mma_matvec;            // 1: batch-1 page matvecs on the tensor cores (dot_rows_mma.cuh)
   int token_group;           // activation rows per matvec pass of a step of several tokens (token_groups.cuh)
+  int lm_head_direct;        // 1: an LM head of one token group of sequences writes its logits directly (ops/lm_head.cuh)
   int attn_tiles;            // 1: many-query attention on the tensor cores (attention_tiles.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
   int chain_cap_ahead;       // ... for the pages of instructions this many or more past the running one (state.cuh)

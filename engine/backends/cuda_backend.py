@@ -99,6 +99,8 @@ class CudaBackend(Backend):
                                                           self.kernel.mma_token_group)
         if self.max_tokens_per_step > self.token_group:  # steps of several token groups
             split_kw.setdefault("token_group", self.token_group)
+        if self.kernel.lm_head_direct and self.kernel.mma_matvec and self.limits.row_takes_mma(self.dims.hidden):
+            split_kw.setdefault("lm_head_direct_max_seqs", min(self.token_group, self.limits.mma_group_cap))
             split_kw.setdefault("held_pages", self.limits.min_ring_pages)
             split_kw.setdefault("page_bytes", self.limits.page_bytes)
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
@@ -173,7 +175,8 @@ class CudaBackend(Backend):
                 try:
                     ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
                                                         self.kernel.max_ring_pages, self.kernel.mma_matvec,
-                                                        self.kernel.attn_tiles, self.token_group)
+                                                        self.kernel.attn_tiles, self.token_group,
+                                                        self._split_kw.get("lm_head_direct_max_seqs", 0))
                 except ValueError as exc:
                     last_error = exc
                     cs.backend_state = False

@@ -67,6 +67,11 @@ DEFAULT_ATTN_TILES = True
 # MAX_TOKEN_GROUP, at least the CUDA cores' 8): a 1B step of 16 sequences is then one pass over each weight page
 # instead of two, with no pages held in the ring between passes.
 DEFAULT_MMA_TOKEN_GROUP = 16
+# An LM head of 2..token-group sequences (one group on the tensor cores) writes its products straight into the global
+# logits, so the host cuts it into about one block per SM instead of out_floats / sequences rows per block (1B, 16
+# sequences: 1 002 blocks, each reloading the 16 rows of x with the norm and paying an epilogue: 16 % of the step).
+# Off until run on a GPU (ops/lm_head.cuh lm_head_direct).
+DEFAULT_LM_HEAD_DIRECT = False
 # Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
 # take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
 # between steps that the host queued back to back (the bench's on-device loop). With fold_advance below:
@@ -100,6 +105,7 @@ class KernelOptions:
     mma_matvec: bool = DEFAULT_MMA_MATVEC
     attn_tiles: bool = DEFAULT_ATTN_TILES
     mma_token_group: int = DEFAULT_MMA_TOKEN_GROUP  # host-side: the backend's token group (limits.py token_group)
+    lm_head_direct: bool = DEFAULT_LM_HEAD_DIRECT
     w_o_panels: bool = DEFAULT_W_O_PANELS
     pdl: bool = DEFAULT_PDL
     fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (CudaBackend.decode_steps, bench)
@@ -135,4 +141,5 @@ class KernelOptions:
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
                 "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
-                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl)}
+                "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
+                "lm_head_direct": int(self.lm_head_direct)}

@@ -184,23 +184,26 @@ class InterpreterLimits:
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
                    max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False,
-                   token_group: int | None = None) -> int:
+                   token_group: int | None = None, lm_direct_max_seqs: int = 0) -> int:
         """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
         page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
         the widest input (batch-1 decode needs a few thousand floats, so its ring grows), at most
         `max_ring_pages` (an experiment knob; never below the smallest ring). `bf16_x`: the kernel keeps
         batch-1 x of tensor-core matvecs in bf16 (KernelOptions.mma_matvec), half the floats. `attn_tiles`
         (KernelOptions.attn_tiles): a step with a prompt chunk keeps x room for the tensor-core attention.
-        `token_group`: the rows of x per matvec pass (the backend's token_group; None: the CUDA cores' 8)."""
+        `token_group`: the rows of x per matvec pass (the backend's token_group; None: the CUDA cores' 8).
+        `lm_direct_max_seqs`: an LM head of 2..this many sequences writes its logits to global memory
+        (KernelOptions.lm_head_direct), not through the out buffer."""
         group = token_group or self.max_tokens_per_matvec
         x_need = self.attn_tile_floats(d.head_dim) if attn_tiles and num_tokens > num_seqs else 1
         for w in words:
             code = int(w[0])
             nx = num_seqs if code == op.Opcode.LM_HEAD else num_tokens
+            direct = code == op.Opcode.LM_HEAD and 2 <= nx <= min(group, lm_direct_max_seqs)  # one group only
             if nx > group and self.max_tokens_per_step:  # token groups (token_groups.cuh)
                 self._check_held_pages(code, w[3:], d)
                 nx = group
-            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x))
+            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x, direct))
         if x_need > self.x_floats:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
                                    f"({self.x_floats} floats)")
@@ -222,9 +225,11 @@ class InterpreterLimits:
             raise UnsupportedOnGPU(f"{op.Opcode(code).name} block of {rows} rows of {k}: a step of several token "
                                    f"groups keeps them in the ring, which holds {held}")
 
-    def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims, bf16_x: bool = False) -> int:
+    def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims, bf16_x: bool = False,
+                         out_direct: bool = False) -> int:
         """Shared x one instruction needs (operands `a` = words 3..; `nx` activation rows); raises when its
-        matvec output does not fit the out buffer or its weight rows do not fit a page."""
+        matvec output does not fit the out buffer (unless `out_direct`: it writes to global memory) or its weight rows
+        do not fit a page."""
         if code == op.Opcode.ATTN_PARTIAL:
             return self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1
         if code == op.Opcode.ATTN_O_PROJ:
@@ -238,7 +243,8 @@ class InterpreterLimits:
                 raise UnsupportedOnGPU(f"DOWN_RESIDUAL K-slice [{a[2]}, {a[3]}) does not fit the interpreter "
                                        f"(8-aligned, <= {self.page_bytes // 2} wide, its {nx} rows of x within "
                                        f"{self.x_floats} floats)")
-        self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
+        if not out_direct:
+            self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
         return self.x_need(nx, k, bf16_x)
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:

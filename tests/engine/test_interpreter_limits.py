@@ -17,6 +17,7 @@ from engine.instructions.ops.attn_o_proj import AttnOProj
 from engine.instructions.registry import Opcode
 from engine.profiling import decode_batch
 from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
+from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
@@ -309,3 +310,22 @@ def test_decode_steps_keep_their_ring_with_attn_tiles() -> None:
     cs = compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8), H100)
     lim = _tile_limits()
     assert lim.fit_stream(cs.words, 1, 1, d, attn_tiles=True) == lim.fit_stream(cs.words, 1, 1, d) == lim.max_ring_pages
+
+
+def test_an_lm_head_written_directly_is_not_cut_by_the_out_buffer() -> None:
+    """KernelOptions.lm_head_direct: an LM head of one token group of 2+ sequences writes its logits to global memory
+    (ops/lm_head.cuh), so its blocks are about one per SM instead of out_floats / sequences rows; the check of the out
+    buffer then does not apply to it, and still does without the option or at more sequences than a group."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    lim = _grouping_limits()
+    batch = StepBatch.build([[1]] * 16, [5] * 16, [[s] for s in range(16)], page_size=16)
+    kw = {**GROUP_KW, "token_group": 16}
+    capped = compile_stream(d, batch, 16, BuildParams.of("lpt", **kw), H100)
+    direct = compile_stream(d, batch, 16, BuildParams.of("lpt", **kw, lm_head_direct_max_seqs=16), H100)
+    assert len(direct.stream.plan.lm_head) <= 132 < len(capped.stream.plan.lm_head)
+    assert lim.fit_stream(direct.words, 16, 16, d, bf16_x=True, token_group=16, lm_direct_max_seqs=16) >= 9
+    with pytest.raises(UnsupportedOnGPU, match="LM_HEAD"):
+        lim.fit_stream(direct.words, 16, 16, d, bf16_x=True, token_group=16)
+    assert SplitParams(**kw, lm_head_direct_max_seqs=16).lm_head_uncapped(16)
+    assert not SplitParams(**kw, lm_head_direct_max_seqs=16).lm_head_uncapped(17)  # two groups: held pages
+    assert not SplitParams(**kw, lm_head_direct_max_seqs=16).lm_head_uncapped(1)

@@ -37,3 +37,17 @@ def test_steps_of_several_token_groups_match_vm(shape: str, policy: str, group: 
     ]
     steps_match_vm(vm, gpu, scen, plans, f"{shape} {policy} token groups", lambda name: tolerance(name, True),
                    check_kv=True)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_lm_head_written_directly_matches_vm(shape: str) -> None:
+    """KernelOptions.lm_head_direct: decodes of 12 sequences (one group of 16) whose LM head blocks the out buffer
+    does not cap, the products written straight into the logits and scaled there (ops/lm_head.cuh)."""
+    cfg = SHAPES[shape]
+    vm, gpu = pair(scaled_weights(cfg, seed=33), "lpt", num_pages=128,
+                   gpu_kw={"mma_matvec": True, "lm_head_direct": True}, token_group=16, held_pages=9,
+                   page_bytes=16384, lm_head_direct_max_seqs=16)
+    prompts = [9, 7, 5, 4, 3, 2, 2, 2, 1, 1, 1, 1]
+    scen = Scenario(cfg, prompts, page_size=16, num_pages=128, seed=14)
+    plans: list[list[int | None]] = [list(prompts), [1] * 12, [1] * 12]
+    steps_match_vm(vm, gpu, scen, plans, f"{shape} direct LM head", lambda name: tolerance(name, True), check_kv=True)

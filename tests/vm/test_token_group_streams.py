@@ -61,3 +61,12 @@ def test_prompt_attention_cut_in_query_parts() -> None:
     run_pair(cfg, random_weights(cfg, seed=7), [[45, 3], [1, 1], [1, 1]], [45, 3], num_sms=32, policy="dynamic",
              after_step=lambda vm: parts.append(vm.last_stream.stream.plan.q_parts))
     assert parts[0] > 1 and parts[1:] == [1, 1]
+
+
+def test_lm_heads_cut_for_direct_logits_compute_the_same() -> None:
+    """SplitParams.lm_head_direct_max_seqs (the cuda backend's lm_head_direct): decodes of 12 sequences with their LM
+    head in blocks the out buffer does not cap; the streams still compute what the reference computes."""
+    cfg = small_config()
+    prompts = [5, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    run_pair(cfg, random_weights(cfg, seed=8), [list(prompts), [1] * 12, [1] * 12], prompts, num_sms=8, policy="lpt",
+             token_group=16, held_pages=4, page_bytes=1024, max_out_floats=64, lm_head_direct_max_seqs=16)

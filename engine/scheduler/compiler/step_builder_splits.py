@@ -66,6 +66,9 @@ class SplitParams:
     # A step with more tokens (or an LM head with more sequences) runs each weight-streaming instruction group by
     # group over its pages kept in the ring, so its row block must fit `held_pages` pages of `page_bytes`.
     token_group: int | None = None
+    # LM heads of 2..this many sequences write their logits straight to global memory (the cuda backend's
+    # KernelOptions.lm_head_direct), so the out buffer does not cap their blocks; 0: never.
+    lm_head_direct_max_seqs: int = 0
     held_pages: int = 9
     page_bytes: int = 16384
 
@@ -84,6 +87,11 @@ class SplitParams:
             raise ValueError(f"SplitParams.fused_head_chunks must be >= 1 or None, got {self.fused_head_chunks}")
         if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:
             raise ValueError(f"SplitParams: token_group >= 1 or None, held_pages >= 1, page_bytes >= 16; got {self}")
+
+    def lm_head_uncapped(self, num_seqs: int) -> bool:
+        """Whether an LM head of `num_seqs` sequences writes its logits without the out buffer
+        (lm_head_direct_max_seqs), so max_out_floats does not cut its blocks."""
+        return 2 <= num_seqs <= self.lm_head_direct_max_seqs and not self.grouped(num_seqs)
 
     def grouped(self, rows_of_x: int) -> bool:
         """Whether a matvec over `rows_of_x` activation rows runs in token groups (its pages held in the ring)."""
@@ -292,7 +300,7 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     lm_blocks = _count(d.vocab // va, target)
     # rows x sequences within the out buffer (a token group of them when they run in groups): more blocks
     rows_out = p.token_group if p.grouped(shape.num_seqs) and p.token_group else shape.num_seqs
-    if p.max_out_floats is not None:
+    if p.max_out_floats is not None and not p.lm_head_uncapped(shape.num_seqs):
         units_per_block = max(1, p.max_out_floats // (rows_out * va))
         lm_blocks = min(d.vocab // va, max(lm_blocks, -(-(d.vocab // va) // units_per_block)))
     if p.grouped(shape.num_seqs):
