@@ -70,8 +70,8 @@ DEFAULT_MMA_TOKEN_GROUP = 16
 # An LM head of 2..token-group sequences (one group on the tensor cores) writes its products straight into the global
 # logits, so the host cuts it into about one block per SM instead of out_floats / sequences rows per block (1B, 16
 # sequences: 1 002 blocks, each reloading the 16 rows of x with the norm and paying an epilogue: 16 % of the step).
-# Off until run on a GPU (ops/lm_head.cuh lm_head_direct).
-DEFAULT_LM_HEAD_DIRECT = False
+# On: a batch-16 step of the 1B is about 12 % shorter (docs/PERFORMANCE.md, Batched decode); batch 1 never takes it.
+DEFAULT_LM_HEAD_DIRECT = True
 # Programmatic dependent launch (csrc/tk/grid_dependency.cuh): each step's kernel is launched so that its blocks
 # take SMs as the previous kernel's blocks exit and wait in the kernel for it to finish, hiding the launch
 # between steps that the host queued back to back (the bench's on-device loop). With fold_advance below:
