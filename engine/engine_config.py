@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 BACKEND_NAMES = ("auto", "torch", "vm", "cuda")  # auto: cuda on an sm_90 GPU, else torch (engine/backends)
 DTYPE_NAMES = ("bfloat16", "float16", "float32")  # torch dtypes of the same names
+QUANTIZATION_NAMES = ("fp8",)  # weight quantisation on load (models/llama/fp8.py)
 CPU_KV_BUDGET_BYTES = 1 << 30
 # Schedule policy of the vm / cuda backends: static per-SM queues filled longest-processing-time first. The
 # dynamic work queue measured 2.37 vs 1.44 ms/token (1B decode, same code): an SM that finishes early claims a
@@ -56,6 +57,10 @@ class EngineConfig:
     # The cuda backend's options as NAME=VALUE texts (engine/cuda/backend_options.py: KernelOptions and SplitParams
     # fields), as `--kernel-option` passes them; the engine's defaults where unset. The other backends ignore them.
     kernel_options: tuple[str, ...] = ()
+    # "fp8": every matrix stored as e4m3 with a scale per output channel, quantised as it loads (a pre-quantized FP8
+    # checkpoint is read as it is without it); `quantization_skip` keeps "lm_head" / "embed_tokens" in `dtype`.
+    quantization: str | None = None
+    quantization_skip: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -72,6 +77,15 @@ class EngineConfig:
             raise ValueError(f"async_scheduling must be a bool, got {self.async_scheduling!r}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.quantization is not None and self.quantization not in QUANTIZATION_NAMES:
+            raise ValueError(f"quantization must be one of {list(QUANTIZATION_NAMES)}, got {self.quantization!r}")
+        if self.quantization_skip:
+            from models.llama.weights import SKIPPABLE
+            bad = [name for name in self.quantization_skip if name not in SKIPPABLE]
+            if bad:
+                raise ValueError(f"quantization_skip: {bad[0]!r} is not one of {list(SKIPPABLE)}")
+            if self.quantization is None:
+                raise ValueError("quantization_skip needs quantization")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
 

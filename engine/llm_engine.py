@@ -38,6 +38,7 @@ from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampling.noise import seed_key
 from engine.prompt_scoring import record_prompt_logprobs, scores_prompt
+from engine.quantization import FP8_BACKENDS, fp8_load_options
 from engine.sampling.results import sample_batch
 from engine.sampling.run_sampler import NoiseTables
 from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
@@ -84,11 +85,14 @@ class LLMEngine:
             raise ValueError(f"the cuda megakernel runs bfloat16 weights; dtype {cfg.dtype!r} needs backend 'torch'")
         self.backend_name = self.choice.name
         weights_device = self.choice.device if self.choice.name != "vm" else torch.device("cpu")
+        if cfg.quantization is not None and self.choice.name not in FP8_BACKENDS:
+            raise ValueError(f"quantization {cfg.quantization!r} runs on the {' and '.join(FP8_BACKENDS)} backend: "
+                             f"the {self.choice.name} backend's fp8 weight pages are not built yet")
         if self.choice.name == "cuda":  # a shape the megakernel cannot run fails here, before the weights load
             from engine.backends.cuda_backend import check_model_shape
             check_model_shape(self.config)
         weights = load_weights(model, self.config, dtype=cfg.torch_dtype, device=weights_device,
-                               progress=cfg.progress)
+                               progress=cfg.progress, **fp8_load_options(cfg, self.choice.name, model))
         # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.
         reserve = weights.num_bytes() if self.choice.name == "cuda" else 0
         # The instruction-stream backends store heads in the kernel's widths (engine/instructions/head_padding.py).

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.cli.engine_flags import engine_kwargs as shared_engine_kwargs
+
 API_KEY_ENV = "MEGAKERNEL_API_KEY"
 # The front end's defaults (the engine's own are EngineConfig's field defaults); `megakernel serve`,
 # `bench-serve`, build_app and AsyncEngine all take them from here.
@@ -83,11 +85,7 @@ def serve_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                page_size=args.page_size, num_pages=args.num_pages, seed=args.seed, decode_steps=args.decode_steps,
-                revision=args.revision, gpu_memory_utilization=args.gpu_memory_utilization,
-                async_scheduling=args.async_scheduling, kernel_options=tuple(args.kernel_option))
+    return dict(shared_engine_kwargs(args), page_size=args.page_size, num_pages=args.num_pages)
 
 
 def check_engine_flags(args: argparse.Namespace) -> None:
@@ -122,6 +120,6 @@ def check_engine_flags(args: argparse.Namespace) -> None:
 def _as_flag(message: str) -> str:
     """'num_pages must be >= 1' -> '--num-pages must be >= 1' (the engine names its fields)."""
     m = re.match(r"^([a-z][a-z_]*)\b(.*)$", message, re.S)
-    if m and ("_" in m.group(1) or m.group(1) in ("backend", "dtype", "seed")):
+    if m and ("_" in m.group(1) or m.group(1) in ("backend", "dtype", "seed", "quantization")):
         return "--" + m.group(1).replace("_", "-") + m.group(2)
     return message

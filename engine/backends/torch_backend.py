@@ -18,7 +18,7 @@ class TorchBackend(Backend):
         self.model = LlamaModel(weights)
         self.kv = PagedKVCache.allocate(
             weights.config, num_pages=num_pages, page_size=page_size,
-            dtype=weights.embed_tokens.dtype, device=self._device,
+            dtype=weights.dtype, device=self._device,
         )
 
     @property

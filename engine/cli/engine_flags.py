@@ -3,9 +3,10 @@ defaults are EngineConfig's field defaults, engine/engine_config.py)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
-from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, EngineConfig
+from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, QUANTIZATION_NAMES, EngineConfig
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -30,4 +31,23 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="schedule and launch the next step while the current one runs (one step of look-ahead; "
                         "the same streams as without it, tested on the CPU backends and the GPU; its throughput is "
                         "not measured yet)")
+    p.add_argument("--quantization", default=EngineConfig.quantization, choices=QUANTIZATION_NAMES,
+                   help="fp8: store the weights' matrices as e4m3 with a scale per output channel, quantised as they "
+                        "load (the torch backend; a pre-quantized FP8 checkpoint is read as it is without this flag)")
+    p.add_argument("--quantization-skip", default=EngineConfig.quantization_skip, metavar="NAMES", type=_names,
+                   help="comma-separated matrices --quantization keeps in --dtype: lm_head, embed_tokens")
     add_kernel_option_argument(p)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """EngineConfig's keywords from the flags add_engine_flags added."""
+    return dict(backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len, seed=args.seed,
+                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                decode_steps=args.decode_steps, revision=args.revision,
+                gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
+                kernel_options=tuple(args.kernel_option), quantization=args.quantization,
+                quantization_skip=tuple(args.quantization_skip))

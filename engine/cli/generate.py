@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from engine.cli.engine_flags import add_engine_flags
+from engine.cli.engine_flags import add_engine_flags, engine_kwargs
 from engine.sampling_params import SamplingParams
 
 # The command's own defaults: a couple of lines of text, greedy (LLM and SamplingParams default to 16 tokens
@@ -39,11 +39,7 @@ def run(args: argparse.Namespace) -> int:
     # A bad checkpoint fails here, from config.json and the safetensors headers, in milliseconds:
     # before the tokenizer, the backend and the weights are loaded.
     check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
-    llm = LLM(args.model, backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len,
-              seed=args.seed, decode_steps=args.decode_steps, revision=args.revision,
-              gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens,
-              async_scheduling=args.async_scheduling, kernel_options=tuple(args.kernel_option))
+    llm = LLM(args.model, **engine_kwargs(args))
     start = time.perf_counter()
     if args.chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)

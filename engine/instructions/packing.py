@@ -54,6 +54,9 @@ def gate_up_source_rows(d: ModelDims) -> np.ndarray:
 
 def pack_weights(weights: LlamaWeights, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Every buffer of `layout.weight_specs`, contiguous, in `dtype` (rope_inv_freq stays float32)."""
+    if weights.quantized:  # the interpreter's pages are bf16 / float32 rows (load_weights(dequantize_fp8=True))
+        raise ValueError("the interpreter's weight buffers hold no fp8 matrices: load the checkpoint with "
+                         "dequantize_fp8=True")
     cfg = weights.config
     d = ModelDims.from_config(cfg)
     qsrc, osrc = qkv_source_rows(d), o_source_cols(d)

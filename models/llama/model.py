@@ -4,7 +4,8 @@ Plain PyTorch, written for readability. One `forward` handles a whole `StepBatch
 different lengths, decode tokens and prefill chunks (including chunks that start mid-prompt) mixed
 in one step. Numerics follow Hugging Face's LlamaForCausalLM: matmuls in the weights' dtype,
 RMSNorm and softmax in float32, RoPE cos/sin in float32 cast to the activation dtype.
-The per-layer pieces are module-level functions so the VM can reuse exactly this math.
+The per-layer pieces are module-level functions so the VM can reuse exactly this math. An fp8 matrix
+(models/llama/fp8.py) is dequantised to the activations' dtype where it is used: the values it stands for.
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from models.llama.config import LlamaConfig
+from models.llama.fp8 import Fp8Matrix
 from models.llama.kv_cache import PagedKVCache
 from models.llama.rope import apply_rope, rope_cos_sin
 from models.llama.step_batch import StepBatch
-from models.llama.weights import LayerWeights, LlamaWeights
+from models.llama.weights import LayerWeights, LlamaWeights, Matrix
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -25,9 +27,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
+def linear(x: torch.Tensor, w: Matrix) -> torch.Tensor:
+    """x @ w.T in x's dtype (w [out, in], a tensor or an fp8 matrix)."""
+    return x @ (w.dequantize(x.dtype) if isinstance(w, Fp8Matrix) else w).T
+
+
 def embed(weights: LlamaWeights, token_ids: torch.Tensor) -> torch.Tensor:
     """[T] token ids -> [T, H] hidden states in the weights' dtype."""
-    return weights.embed_tokens[token_ids]
+    e = weights.embed_tokens
+    return e.dequantize(weights.dtype, rows=token_ids) if isinstance(e, Fp8Matrix) else e[token_ids]
 
 
 def qkv_rope(config: LlamaConfig, layer: LayerWeights, h: torch.Tensor,
@@ -35,9 +43,9 @@ def qkv_rope(config: LlamaConfig, layer: LayerWeights, h: torch.Tensor,
     """RMSNorm + Q/K/V projections + RoPE. Returns q [T, n_heads, hd], k and v [T, n_kv, hd]."""
     x = rms_norm(h, layer.input_layernorm, config.rms_norm_eps)
     t = x.shape[0]
-    q = (x @ layer.q_proj.T).view(t, config.num_attention_heads, config.head_dim)
-    k = (x @ layer.k_proj.T).view(t, config.num_key_value_heads, config.head_dim)
-    v = (x @ layer.v_proj.T).view(t, config.num_key_value_heads, config.head_dim)
+    q = linear(x, layer.q_proj).view(t, config.num_attention_heads, config.head_dim)
+    k = linear(x, layer.k_proj).view(t, config.num_key_value_heads, config.head_dim)
+    v = linear(x, layer.v_proj).view(t, config.num_key_value_heads, config.head_dim)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
@@ -64,7 +72,7 @@ def attend(config: LlamaConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 def mlp(config: LlamaConfig, layer: LayerWeights, h: torch.Tensor) -> torch.Tensor:
     """RMSNorm + SiLU-gated MLP (no residual)."""
     x = rms_norm(h, layer.post_attention_layernorm, config.rms_norm_eps)
-    return (F.silu(x @ layer.gate_proj.T) * (x @ layer.up_proj.T)) @ layer.down_proj.T
+    return linear(F.silu(linear(x, layer.gate_proj)) * linear(x, layer.up_proj), layer.down_proj)
 
 
 def decoder_layer(config: LlamaConfig, layer_idx: int, layer: LayerWeights, h: torch.Tensor,
@@ -80,14 +88,14 @@ def decoder_layer(config: LlamaConfig, layer_idx: int, layer: LayerWeights, h: t
         lo, hi = starts[s], starts[s + 1]
         k_ctx, v_ctx = kv.gather(layer_idx, batch.block_tables[s], ctx_lens[s])
         attn[lo:hi] = attend(config, q[lo:hi], k_ctx.to(h.dtype), v_ctx.to(h.dtype), batch.positions[lo:hi])
-    h = h + attn @ layer.o_proj.T
+    h = h + linear(attn, layer.o_proj)
     return h + mlp(config, layer, h)
 
 
 def final_logits(weights: LlamaWeights, h: torch.Tensor) -> torch.Tensor:
     """Final RMSNorm + LM head; float32 logits [rows, vocab]."""
     x = rms_norm(h, weights.norm, weights.config.rms_norm_eps)
-    return (x @ weights.lm_head.T).to(torch.float32)
+    return linear(x, weights.lm_head).to(torch.float32)
 
 
 def check_batch(config: LlamaConfig, batch: StepBatch, kv: PagedKVCache) -> None:

@@ -6,6 +6,10 @@ host memory stays around one tensor. Before any data is read, `check_checkpoint`
 headers alone (names, shapes, dtypes, file sizes); every problem (missing or corrupt file, missing /
 unexpected / mis-shaped / non-float tensor) raises `WeightLoadError` naming the tensor and the file.
 Never touches the network.
+
+FP8: a pre-quantized checkpoint (models/llama/fp8_checkpoint.py) loads its e4m3 matrices as `Fp8Matrix`es, and
+`quantize=` quantises a bf16 checkpoint's matrices tensor by tensor as they load (models/llama/fp8.py). A matrix
+field of the dataclasses below is then an `Fp8Matrix` instead of a tensor; norms are never quantised.
 """
 from __future__ import annotations
 
@@ -16,53 +20,68 @@ import torch
 from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
-from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError, checkpoint_headers
+from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError
+from models.llama.checkpoint_plan import (CheckpointPlan, check_checkpoint, expected_shapes, ignorable, plan_checkpoint,
+                                         quantizable)
 from models.llama.config import LlamaConfig
+from models.llama.fp8 import Fp8Matrix, Fp8Scheme, quantize_fp8
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "LayerWeights", "LlamaWeights", "WeightLoadError", "check_checkpoint",
-           "expected_shapes", "load_weights", "to_state_dict", "weights_from_state_dict"]
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "LayerWeights", "LlamaWeights", "Matrix", "WeightLoadError",
+           "check_checkpoint", "expected_shapes", "load_weights", "quantize_weights", "to_state_dict",
+           "weights_from_state_dict"]
 
-# Stored dtypes the loader converts from; integer or fp8 tensors would need scales or are not weights.
-LOADABLE_DTYPES = ("BF16", "F16", "F32", "F64")
+Matrix = torch.Tensor | Fp8Matrix
+# What `quantization_skip` may name: the LM head and the embedding (one matrix when tied: skipping either keeps it).
+SKIPPABLE = ("lm_head", "embed_tokens")
 
 
 @dataclass(frozen=True)
 class LayerWeights:
     input_layernorm: torch.Tensor  # [H]
-    q_proj: torch.Tensor  # [n_heads * head_dim, H]
-    k_proj: torch.Tensor  # [n_kv_heads * head_dim, H]
-    v_proj: torch.Tensor  # [n_kv_heads * head_dim, H]
-    o_proj: torch.Tensor  # [H, n_heads * head_dim]
+    q_proj: Matrix  # [n_heads * head_dim, H]
+    k_proj: Matrix  # [n_kv_heads * head_dim, H]
+    v_proj: Matrix  # [n_kv_heads * head_dim, H]
+    o_proj: Matrix  # [H, n_heads * head_dim]
     post_attention_layernorm: torch.Tensor  # [H]
-    gate_proj: torch.Tensor  # [I, H]
-    up_proj: torch.Tensor  # [I, H]
-    down_proj: torch.Tensor  # [H, I]
+    gate_proj: Matrix  # [I, H]
+    up_proj: Matrix  # [I, H]
+    down_proj: Matrix  # [H, I]
 
 
 @dataclass(frozen=True)
 class LlamaWeights:
     config: LlamaConfig
-    embed_tokens: torch.Tensor  # [V, H]
+    embed_tokens: Matrix  # [V, H]
     layers: tuple[LayerWeights, ...]
     norm: torch.Tensor  # [H]
-    lm_head: torch.Tensor  # [V, H]; the same object as embed_tokens when tied
+    lm_head: Matrix  # [V, H]; the same object as embed_tokens when tied
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.dtype
+        """The activations' dtype: the norms' (never quantised)."""
+        return self.norm.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.embed_tokens.device
+        return self.norm.device
 
-    def num_bytes(self) -> int:
-        """Bytes held by the distinct weight tensors (a tied LM head counts once)."""
-        tensors = {id(t): t for t in (self.embed_tokens, self.norm, self.lm_head)}
+    @property
+    def quantized(self) -> bool:
+        """Whether any matrix is fp8."""
+        return any(isinstance(t, Fp8Matrix) for t in self._matrices().values())
+
+    def _matrices(self) -> dict[int, Matrix]:
+        tensors: dict[int, Matrix] = {id(t): t for t in (self.embed_tokens, self.norm, self.lm_head)}
         for layer in self.layers:
             for f in fields(layer):
                 t = getattr(layer, f.name)
                 tensors[id(t)] = t
-        return sum(t.numel() * t.element_size() for t in tensors.values())
+        return tensors
+
+    def num_bytes(self) -> int:
+        """Bytes held by the distinct weight tensors (a tied LM head counts once)."""
+        return sum(t.num_bytes() if isinstance(t, Fp8Matrix) else t.numel() * t.element_size()
+                   for t in self._matrices().values())
 
 
 # HF tensor-name suffix inside "model.layers.{i}." -> LayerWeights field.
@@ -79,72 +98,23 @@ _LAYER_TENSORS = {
 }
 
 
-def expected_shapes(config: LlamaConfig, include_lm_head: bool | None = None) -> dict[str, tuple[int, ...]]:
-    """HF tensor name -> shape for every tensor of the checkpoint (lm_head only when untied,
-    unless `include_lm_head` says otherwise)."""
-    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h)}
-    per_layer = {
-        "input_layernorm.weight": (h,),
-        "self_attn.q_proj.weight": (config.q_size, h),
-        "self_attn.k_proj.weight": (config.kv_size, h),
-        "self_attn.v_proj.weight": (config.kv_size, h),
-        "self_attn.o_proj.weight": (h, config.q_size),
-        "post_attention_layernorm.weight": (h,),
-        "mlp.gate_proj.weight": (i, h),
-        "mlp.up_proj.weight": (i, h),
-        "mlp.down_proj.weight": (h, i),
-    }
-    for layer in range(config.num_hidden_layers):
-        for suffix, shape in per_layer.items():
-            shapes[f"model.layers.{layer}.{suffix}"] = shape
-    shapes["model.norm.weight"] = (h,)
-    if include_lm_head if include_lm_head is not None else not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (v, h)
-    return shapes
-
-
-def _ignorable(name: str, config: LlamaConfig) -> bool:
-    # Old checkpoints stored the RoPE buffer; tied checkpoints may still carry a copy of lm_head.
-    return name.endswith("rotary_emb.inv_freq") or (config.tie_word_embeddings and name == "lm_head.weight")
-
-
-def _checked_files(model_dir: Path, config: LlamaConfig) -> dict[str, Path]:
-    """Validate the checkpoint's headers against `config`; the file holding each expected tensor."""
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model directory not found: {model_dir}")
-    stored = checkpoint_headers(model_dir)
-    expected = expected_shapes(config)
-    for name, (path, _) in stored.items():
-        if name not in expected and not _ignorable(name, config):
-            raise WeightLoadError(f"unexpected tensor {name!r} in {path}")
-    for name, shape in expected.items():
-        if name not in stored:
-            where = model_dir / (INDEX_FILE if (model_dir / INDEX_FILE).is_file() else SINGLE_FILE)
-            raise WeightLoadError(f"missing tensor {name!r}: not found in {where}")
-        path, header = stored[name]
-        if header.shape != shape:
-            raise WeightLoadError(f"tensor {name!r} in {path} has shape {header.shape}, expected {shape}")
-        if header.dtype not in LOADABLE_DTYPES:
-            raise WeightLoadError(f"tensor {name!r} in {path} has dtype {header.dtype}, "
-                                  f"expected one of {', '.join(LOADABLE_DTYPES)}")
-    return {name: stored[name][0] for name in expected}
-
-
-def check_checkpoint(model_dir: str | Path, config: LlamaConfig) -> None:
-    """Check a checkpoint against `config` from the safetensors headers alone (names, shapes, dtypes,
-    file sizes), without loading any tensor; raises `WeightLoadError` naming the file and tensor."""
-    _checked_files(Path(model_dir), config)
-
-
-def _assemble(config: LlamaConfig, tensors: dict[str, torch.Tensor]) -> LlamaWeights:
+def _assemble(config: LlamaConfig, tensors: dict[str, Matrix]) -> LlamaWeights:
     layers = tuple(
         LayerWeights(**{field: tensors[f"model.layers.{i}.{suffix}"] for suffix, field in _LAYER_TENSORS.items()})
         for i in range(config.num_hidden_layers)
     )
     embed = tensors["model.embed_tokens.weight"]
     lm_head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
-    return LlamaWeights(config, embed, layers, tensors["model.norm.weight"], lm_head)
+    return LlamaWeights(config, embed, layers, tensors["model.norm.weight"], lm_head)  # type: ignore[arg-type]
+
+
+def _skipped(name: str, config: LlamaConfig, skip: frozenset[str]) -> bool:
+    """Whether `quantization_skip` keeps matrix `name` unquantised (a tied embedding is the LM head)."""
+    if name == "lm_head.weight":
+        return "lm_head" in skip
+    if name == "model.embed_tokens.weight":
+        return "embed_tokens" in skip or (config.tie_word_embeddings and "lm_head" in skip)
+    return False
 
 
 def load_weights(
@@ -153,24 +123,61 @@ def load_weights(
     dtype: torch.dtype = torch.bfloat16,
     device: torch.device | str = "cpu",
     progress: bool = True,
+    quantize: Fp8Scheme | None = None,
+    quantization_skip: frozenset[str] = frozenset(),
+    dequantize_fp8: bool = False,
 ) -> LlamaWeights:
-    """Load and validate a safetensors checkpoint (single file or sharded) into `dtype` on `device`."""
-    files = _checked_files(Path(model_dir), config)
-    tensors: dict[str, torch.Tensor] = {}
+    """Load and validate a safetensors checkpoint (single file or sharded) into `dtype` on `device`.
+    `quantize`: store every matrix but those `quantization_skip` names (SKIPPABLE) as fp8 with that scheme (a
+    pre-quantized checkpoint's fp8 matrices stay as they are). `dequantize_fp8`: a pre-quantized checkpoint's fp8
+    matrices become `dtype` tensors instead (a backend that runs no fp8)."""
+    plan = plan_checkpoint(Path(model_dir), config)
+    tensors: dict[str, Matrix] = {}
     by_file: dict[Path, list[str]] = {}
-    for name, path in files.items():
+    for name, path in plan.files.items():
         by_file.setdefault(path, []).append(name)
-    bar = tqdm(total=len(files), desc="loading weights", unit="tensor", disable=not progress)
+    bar = tqdm(total=len(plan.files), desc="loading weights", unit="tensor", disable=not progress)
     for path, names in by_file.items():
         try:
             with safe_open(str(path), framework="pt") as f:
                 for name in names:
-                    tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
+                    if name in plan.scales:
+                        matrix = _stored_fp8(f, name, plan, device)
+                        tensors[name] = matrix.dequantize(dtype) if dequantize_fp8 else matrix
+                    elif quantize is not None and quantizable(name) and not _skipped(name, config,
+                                                                                        quantization_skip):
+                        tensors[name] = quantize_fp8(f.get_tensor(name).to(device=device), quantize)
+                    else:
+                        tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
                     bar.update(1)
         except SafetensorError as e:  # what the header check cannot see, e.g. a file changed meanwhile
             raise WeightLoadError(f"{path}: {e}") from e
     bar.close()
     return _assemble(config, tensors)
+
+
+def _stored_fp8(f: object, name: str, plan: CheckpointPlan, device: torch.device | str) -> Fp8Matrix:
+    """A pre-quantized checkpoint's fp8 matrix `name` (from the open file `f`) with its scale tensor."""
+    scale_name, scale_path = plan.scales[name]
+    with safe_open(str(scale_path), framework="pt") as sf:
+        scale = sf.get_tensor(scale_name)
+    assert plan.quant is not None
+    try:
+        return plan.quant.matrix(name, f.get_tensor(name), scale).to(device)  # type: ignore[attr-defined]
+    except ValueError as e:
+        raise WeightLoadError(f"{scale_path}: {e}") from e
+
+
+def quantize_weights(weights: LlamaWeights, scheme: Fp8Scheme = Fp8Scheme(),
+                     skip: frozenset[str] = frozenset()) -> LlamaWeights:
+    """`weights` with every matrix (but those `skip` names) quantised to fp8 with `scheme`, as `load_weights` does."""
+    config = weights.config
+    state = to_state_dict(weights, include_lm_head=not config.tie_word_embeddings, dequantize=False)
+    out: dict[str, Matrix] = {}
+    for name, t in state.items():
+        quantize = isinstance(t, torch.Tensor) and quantizable(name) and not _skipped(name, config, skip)
+        out[name] = quantize_fp8(t, scheme) if quantize else t
+    return _assemble(config, out)
 
 
 def weights_from_state_dict(
@@ -182,7 +189,7 @@ def weights_from_state_dict(
     """Build LlamaWeights from an in-memory HF state dict (tests, conversions); same validation."""
     expected = expected_shapes(config)
     for name in state_dict:
-        if name not in expected and not _ignorable(name, config):
+        if name not in expected and not ignorable(name, config):
             raise WeightLoadError(f"unexpected tensor {name!r} in <state_dict>")
     tensors: dict[str, torch.Tensor] = {}
     for name, shape in expected.items():
@@ -196,12 +203,16 @@ def weights_from_state_dict(
     return _assemble(config, tensors)
 
 
-def to_state_dict(weights: LlamaWeights, include_lm_head: bool = True) -> dict[str, torch.Tensor]:
-    """HF-named state dict (lm_head.weight included even when tied, as LlamaForCausalLM expects)."""
-    out = {"model.embed_tokens.weight": weights.embed_tokens, "model.norm.weight": weights.norm}
+def to_state_dict(weights: LlamaWeights, include_lm_head: bool = True,
+                  dequantize: bool = True) -> dict[str, torch.Tensor]:
+    """HF-named state dict (lm_head.weight included even when tied, as LlamaForCausalLM expects); fp8 matrices
+    dequantised to float32 (the values they stand for), or as they are where `dequantize` is False."""
+    out: dict[str, Matrix] = {"model.embed_tokens.weight": weights.embed_tokens, "model.norm.weight": weights.norm}
     for i, layer in enumerate(weights.layers):
         for suffix, field in _LAYER_TENSORS.items():
             out[f"model.layers.{i}.{suffix}"] = getattr(layer, field)
     if include_lm_head:
         out["lm_head.weight"] = weights.lm_head
-    return out
+    if dequantize:
+        return {k: v.dequantize(torch.float32) if isinstance(v, Fp8Matrix) else v for k, v in out.items()}
+    return out  # type: ignore[return-value]

@@ -1,0 +1,26 @@
+"""What the weights loader is asked to do with fp8 (models/llama/fp8.py) for an engine's settings and backend."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.engine_config import EngineConfig
+from models.llama.fp8 import Fp8Scheme
+from models.llama.fp8_checkpoint import read_checkpoint_quant
+
+# The backends whose model code reads fp8 matrices (the torch reference dequantises them where it uses them).
+FP8_BACKENDS = ("torch",)
+
+
+def fp8_load_options(cfg: EngineConfig, backend: str, model_dir: str | Path) -> dict[str, Any]:
+    """load_weights' fp8 keywords: quantise on load where `cfg.quantization` asks for it; a pre-quantized
+    checkpoint's matrices dequantised for a backend that runs no fp8, which is said on stderr (it then reads twice
+    the bytes an fp8 path would)."""
+    runs_fp8 = backend in FP8_BACKENDS
+    quant = read_checkpoint_quant(Path(model_dir))
+    if quant is not None and not runs_fp8 and cfg.progress:
+        print(f"note: {model_dir} holds fp8 weights ({quant.method}); the {backend} backend runs them dequantised "
+              f"to {cfg.dtype} (its fp8 weight pages are not built yet)", file=sys.stderr)
+    return {"quantize": Fp8Scheme() if cfg.quantization == "fp8" else None,
+            "quantization_skip": frozenset(cfg.quantization_skip), "dequantize_fp8": not runs_fp8}
