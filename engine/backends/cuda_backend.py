@@ -99,10 +99,10 @@ class CudaBackend(Backend):
                                                           self.kernel.mma_token_group)
         if self.max_tokens_per_step > self.token_group:  # steps of several token groups
             split_kw.setdefault("token_group", self.token_group)
-        if self.kernel.lm_head_direct and self.kernel.mma_matvec and self.limits.row_takes_mma(self.dims.hidden):
-            split_kw.setdefault("lm_head_direct_max_seqs", min(self.token_group, self.limits.mma_group_cap))
             split_kw.setdefault("held_pages", self.limits.min_ring_pages)
             split_kw.setdefault("page_bytes", self.limits.page_bytes)
+        if self.kernel.lm_head_direct and self.kernel.mma_matvec and self.limits.row_takes_mma(self.dims.hidden):
+            split_kw.setdefault("lm_head_direct_max_seqs", min(self.token_group, self.limits.mma_group_cap))
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
         # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
         # page of floats, so a page holds two or more down rows of a slice; in whole tensor-core chunks.
