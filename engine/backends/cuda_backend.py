@@ -115,6 +115,7 @@ class CudaBackend(Backend):
         # (engine/cuda/fusion.py, device_tuning.py)
         fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), self.kernel.w_o_panels,
                                      self.kernel.attn_kv_ring, self.tuning.fuse_small_w_o)
+        split_kw.setdefault("fuse_max_tokens", self.limits.max_tokens_per_matvec)
         if split_kw.setdefault("fuse_o_proj", fused["fuse_o_proj"]) and fused["fuse_o_proj"]:
             split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
         self.policy = policy

@@ -137,6 +137,11 @@ def test_fused_path_takes_short_batch1_contexts_unsplit() -> None:
     assert make_plan(d, one, p, H100, 16).fused and not make_plan(d, one, p, H100, 17).fused
     assert not fuses_o_proj(one, replace(p, fuse_max_context_pages=4), 5)
     assert not fuses_o_proj(one, SplitParams(), 1)  # off by default
+    # a prompt chunk of one sequence inside one token group: fused up to fuse_max_tokens (the cuda backend's 8)
+    grouped = replace(p, token_group=16)
+    assert fuses_o_proj(StepShape(12, 1, 16), grouped, 1)
+    capped = replace(grouped, fuse_max_tokens=8)
+    assert fuses_o_proj(StepShape(8, 1, 16), capped, 1) and not fuses_o_proj(StepShape(9, 1, 16), capped, 1)
 
 
 @pytest.mark.parametrize("num_sms,batch,cap,want", [

@@ -60,6 +60,11 @@ class SplitParams:
     # of context (beyond, each instruction would walk all its group's keys).
     fuse_o_proj: bool = False
     fuse_max_context_pages: int = 16
+    # ... and up to this many tokens (None: any). The cuda backend sets it to its CUDA-core page loops' rows of x
+    # (csrc/interpreter/config.cuh MAX_TOKENS_PER_MATVEC): the fused op's matvec input is its heads' attention output,
+    # which those loops take where it is not whole tensor-core chunks (one 64-wide head). A longer chunk of one
+    # sequence takes ATTN_PARTIAL + O_PROJ_RESIDUAL.
+    fuse_max_tokens: int | None = None
     # Head ranges per KV group of the fused op (None: see fused_head_ranges).
     fused_head_chunks: int | None = None
     # Tokens one matvec pass takes (the cuda backend's token group: csrc/interpreter/token_groups.cuh; None: any).
@@ -147,9 +152,10 @@ def _count(units: int, target: float) -> int:
 
 
 def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bool:
-    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context within the fused limit, one token
-    group)."""
+    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context and tokens within the fused limits, one
+    token group)."""
     return (p.fuse_o_proj and shape.num_seqs == 1 and max_context_pages <= p.fuse_max_context_pages
+            and (p.fuse_max_tokens is None or shape.num_tokens <= p.fuse_max_tokens)
             and not p.grouped(shape.num_tokens))
 
 
