@@ -38,7 +38,7 @@ from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampling.noise import seed_key
 from engine.prompt_scoring import record_prompt_logprobs, scores_prompt
-from engine.quantization import FP8_BACKENDS, fp8_load_options
+from engine.quantization import check_quantization, fp8_load_options
 from engine.sampling.results import sample_batch
 from engine.sampling.run_sampler import NoiseTables
 from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
@@ -85,9 +85,7 @@ class LLMEngine:
             raise ValueError(f"the cuda megakernel runs bfloat16 weights; dtype {cfg.dtype!r} needs backend 'torch'")
         self.backend_name = self.choice.name
         weights_device = self.choice.device if self.choice.name != "vm" else torch.device("cpu")
-        if cfg.quantization is not None and self.choice.name not in FP8_BACKENDS:
-            raise ValueError(f"quantization {cfg.quantization!r} runs on the {' and '.join(FP8_BACKENDS)} backend: "
-                             f"the {self.choice.name} backend's fp8 weight pages are not built yet")
+        check_quantization(cfg, self.choice.name)
         if self.choice.name == "cuda":  # a shape the megakernel cannot run fails here, before the weights load
             from engine.backends.cuda_backend import check_model_shape
             check_model_shape(self.config)

@@ -9,8 +9,16 @@ from engine.engine_config import EngineConfig
 from models.llama.fp8 import Fp8Scheme
 from models.llama.fp8_checkpoint import read_checkpoint_quant
 
-# The backends whose model code reads fp8 matrices (the torch reference dequantises them where it uses them).
-FP8_BACKENDS = ("torch",)
+# The backends whose model code reads fp8 matrices (the torch reference dequantises them where it uses them, the VM
+# row by row from its packed buffers: engine/instructions/fp8_packing.py).
+FP8_BACKENDS = ("torch", "vm")
+
+
+def check_quantization(cfg: EngineConfig, backend: str) -> None:
+    """Refuse `cfg.quantization` on a backend that runs no fp8, before any weight loads."""
+    if cfg.quantization is not None and backend not in FP8_BACKENDS:
+        raise ValueError(f"quantization {cfg.quantization!r} runs on the {' and '.join(FP8_BACKENDS)} backends: the "
+                         f"{backend} backend's fp8 weight pages are not built yet")
 
 
 def fp8_load_options(cfg: EngineConfig, backend: str, model_dir: str | Path) -> dict[str, Any]:

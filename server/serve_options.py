@@ -92,6 +92,7 @@ def check_engine_flags(args: argparse.Namespace) -> None:
     """The checkpoint's config and every engine setting, without loading a weight."""
     from engine.backends import resolve_backend
     from engine.engine_config import EngineConfig
+    from engine.quantization import check_quantization
     from models.llama.config import LlamaConfig
 
     from engine.cuda_build import cache_root
@@ -105,7 +106,7 @@ def check_engine_flags(args: argparse.Namespace) -> None:
         raise FlagError(f"--model: {exc}") from None
     try:
         cfg = EngineConfig(model=args.model, **engine_kwargs(args))
-        resolve_backend(cfg.backend, cfg.device)
+        check_quantization(cfg, resolve_backend(cfg.backend, cfg.device).name)
     except (ValueError, RuntimeError) as exc:
         raise FlagError(_as_flag(str(exc))) from None
     if cfg.max_model_len is not None and cfg.max_model_len > model.max_position_embeddings:

@@ -120,6 +120,8 @@ class CudaBackend(Backend):
             split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
         self.policy = policy
         self.timeout_ns = timeout_ns
+        if weights.quantized:  # the kernel's pages are bf16 rows (the engine loads fp8 checkpoints dequantised)
+            raise ValueError("the cuda backend runs no fp8 matrices yet: load the checkpoint with dequantize_fp8=True")
         self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
         # The kernel's extra read-only buffers, passed like the weights: W_o's tensor map for the fused op's
         # panel pages (csrc/interpreter/panel_pages.cuh) where the option is on and head_dim allows it.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.instructions.fp8_packing import pack_fp8
 from engine.instructions.head_padding import model_dims_of_stored, stored_source_index
 from engine.instructions.layout import ModelDims, qkv_row_map
 from models.llama.rope import inv_freq
@@ -53,30 +54,31 @@ def gate_up_source_rows(d: ModelDims) -> np.ndarray:
 
 
 def pack_weights(weights: LlamaWeights, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """Every buffer of `layout.weight_specs`, contiguous, in `dtype` (rope_inv_freq stays float32)."""
-    if weights.quantized:  # the interpreter's pages are bf16 / float32 rows (load_weights(dequantize_fp8=True))
-        raise ValueError("the interpreter's weight buffers hold no fp8 matrices: load the checkpoint with "
-                         "dequantize_fp8=True")
+    """Every buffer of `layout.weight_specs`, contiguous, in `dtype` (rope_inv_freq stays float32); an fp8 matrix's
+    buffer holds its e4m3 bytes, with its scales beside it (fp8_packing.py)."""
     cfg = weights.config
     d = ModelDims.from_config(cfg)
     qsrc, osrc = qkv_source_rows(d), o_source_cols(d)
     gsrc = torch.from_numpy(gate_up_source_rows(d))
     cast = lambda t: t.to(dtype).contiguous()  # noqa: E731
     layers = weights.layers
-    embed = cast(weights.embed_tokens)
     tied = weights.lm_head is weights.embed_tokens
     freq = torch.zeros(d.head_dim // 2, dtype=torch.float32)
     freq[:d.model_head_dim // 2] = inv_freq(cfg).to(torch.float32)
-    return {
-        "embed": embed,
-        "attn_norm": cast(torch.stack([lw.input_layernorm for lw in layers])),
-        "w_qkv": cast(torch.stack([take_padded(torch.cat([lw.q_proj, lw.k_proj, lw.v_proj]), qsrc, 0)
-                                   for lw in layers])),
-        "w_o": cast(torch.stack([take_padded(lw.o_proj, osrc, 1) for lw in layers])),
-        "mlp_norm": cast(torch.stack([lw.post_attention_layernorm for lw in layers])),
-        "w_gate_up": cast(torch.stack([torch.cat([lw.gate_proj, lw.up_proj])[gsrc] for lw in layers])),
-        "w_down": cast(torch.stack([lw.down_proj for lw in layers])),
-        "final_norm": cast(weights.norm),
-        "lm_head": embed if tied else cast(weights.lm_head),
-        "rope_inv_freq": freq,
-    }
+    packed: dict[str, torch.Tensor] = {}
+    packed.update(pack_fp8("embed", [[weights.embed_tokens]], lambda m: m[0], dtype, stacked=False))
+    packed["attn_norm"] = cast(torch.stack([lw.input_layernorm for lw in layers]))
+    packed.update(pack_fp8("w_qkv", [[lw.q_proj, lw.k_proj, lw.v_proj] for lw in layers],
+                           lambda m: take_padded(torch.cat(list(m)), qsrc, 0), dtype))
+    packed.update(pack_fp8("w_o", [[lw.o_proj] for lw in layers], lambda m: take_padded(m[0], osrc, 1), dtype))
+    packed["mlp_norm"] = cast(torch.stack([lw.post_attention_layernorm for lw in layers]))
+    packed.update(pack_fp8("w_gate_up", [[lw.gate_proj, lw.up_proj] for lw in layers],
+                           lambda m: torch.cat(list(m))[gsrc], dtype))
+    packed.update(pack_fp8("w_down", [[lw.down_proj] for lw in layers], lambda m: m[0], dtype))
+    packed["final_norm"] = cast(weights.norm)
+    if tied:
+        packed.update({k.replace("embed", "lm_head", 1): v for k, v in packed.items() if k.startswith("embed")})
+    else:
+        packed.update(pack_fp8("lm_head", [[weights.lm_head]], lambda m: m[0], dtype, stacked=False))
+    packed["rope_inv_freq"] = freq
+    return packed

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from engine.instructions.fp8_packing import dequantized_rows
 from engine.instructions.layout import ModelDims, StepShape, activation_specs, qkv_row_map
 from engine.instructions.step_args import StepArgsView
 
@@ -57,6 +58,10 @@ class GlobalBuffers:
 
     def w(self, name: str) -> torch.Tensor:
         return self.weights[name]
+
+    def matrix(self, name: str, *index: object) -> torch.Tensor:
+        """Rows (and columns) of weight matrix `name` as float32 values, scaled where it is fp8."""
+        return dequantized_rows(self.weights, name, index)
 
     def accumulate(self, name: str, instr_id: int, index: tuple[slice, ...], value: torch.Tensor) -> None:
         self._pending.setdefault(name, []).append((instr_id, index, value))

@@ -16,6 +16,7 @@ from engine.backends.torch_backend import TorchBackend
 from engine.bench.logprob_error import teacher_forced
 from engine.cli.main import main
 from engine.engine_config import EngineConfig
+from engine.quantization import check_quantization, fp8_load_options
 from models.llama.config import LlamaConfig
 from models.llama.fp8 import Fp8Scheme, quantize_fp8
 from models.llama.weights import SINGLE_FILE, LlamaWeights, load_weights, quantize_weights, to_state_dict, \
@@ -74,27 +75,31 @@ def _prequantized_copy(src: str, dst: Path) -> Path:
 
 
 def test_a_prequantized_checkpoint_runs_on_every_backend(tiny_checkpoint: str, tmp_path: Path, capsys) -> None:
-    ckpt = str(_prequantized_copy(tiny_checkpoint, tmp_path / "fp8"))
-    scores = {}
-    for backend in ("torch", "vm"):
-        scores[backend] = _scored(LLM(ckpt, backend=backend, dtype="float32", progress=True, num_pages=32))
-    assert "the vm backend runs them dequantised" in capsys.readouterr().err
+    ckpt = _prequantized_copy(tiny_checkpoint, tmp_path / "fp8")
+    scores = {backend: _scored(LLM(str(ckpt), backend=backend, dtype="float32", progress=False, num_pages=32))
+              for backend in ("torch", "vm")}
     assert max(abs(a - b) for a, b in zip(scores["torch"], scores["vm"])) < 1e-4
+    # the cuda backend (no fp8 pages yet) loads it dequantised, and says so
+    options = fp8_load_options(EngineConfig(model=str(ckpt)), "cuda", ckpt)
+    assert options["dequantize_fp8"] and options["quantize"] is None
+    assert "the cuda backend runs them dequantised to bfloat16" in capsys.readouterr().err
 
 
 def test_what_cannot_run_is_refused_naming_the_setting(tiny_checkpoint: str, capsys) -> None:
-    with pytest.raises(ValueError, match="quantization 'fp8' runs on the torch backend: the vm backend"):
-        LLM(tiny_checkpoint, backend="vm", quantization="fp8", progress=False)
+    with pytest.raises(ValueError, match="quantization 'fp8' runs on the torch and vm backends: the cuda backend"):
+        check_quantization(EngineConfig(model="m", quantization="fp8"), "cuda")
+    check_quantization(EngineConfig(model="m", quantization="fp8"), "vm")
     with pytest.raises(ValueError, match="quantization must be one of"):
         EngineConfig(model="m", quantization="int4")
     with pytest.raises(ValueError, match="quantization_skip: 'o_proj' is not one of"):
         EngineConfig(model="m", quantization="fp8", quantization_skip=("o_proj",))
     with pytest.raises(ValueError, match="quantization_skip needs quantization"):
         EngineConfig(model="m", quantization_skip=("lm_head",))
-    argv = ["generate", "--model", tiny_checkpoint, "--prompt", "x", "--backend", "vm", "--quantization", "fp8"]
+    argv = ["generate", "--model", tiny_checkpoint, "--prompt", "x", "--backend", "vm", "--quantization", "fp8",
+            "--quantization-skip", "o_proj"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "quantization 'fp8'" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and "'o_proj' is not one of" in err and "Traceback" not in err
 
 
 def test_generate_cli_with_fp8(tiny_checkpoint: str, capsys) -> None:

@@ -41,7 +41,7 @@ def execute(i: AttnOProj, b: Buffers) -> None:
     d, layer, attn = b.dims, i.header.layer, i.attention()
     q0, q1, o, _ = partial_attention(attn, b)
     rows = slice(i.row_begin, i.row_end)
-    delta = o @ b.w("w_o")[layer, rows, head_cols(d, attn)].to(torch.float32).T  # [n, rows]
+    delta = o @ b.matrix("w_o", layer, rows, head_cols(d, attn)).T  # [n, rows]
     # Other head ranges add into the same rows (atomics on the GPU): mid starts as the layer input
     # (QKV's copies) and hidden already is it, so both end as h + attn · Wo^T once every range has added.
     region = (slice(q0, q1), rows)

@@ -28,7 +28,7 @@ class DownResidual:
 def execute(i: DownResidual, b: Buffers) -> None:
     T, layer = b.args.num_tokens, i.header.layer
     k = slice(i.k_begin, i.k_end)
-    y = b.get("act")[:T, k] @ b.w("w_down")[layer, i.row_begin: i.row_end, k].to(torch.float32).T
+    y = b.get("act")[:T, k] @ b.matrix("w_down", layer, slice(i.row_begin, i.row_end), k).T
     b.accumulate("hidden", i.header.instr_id, (slice(0, T), slice(i.row_begin, i.row_end)), y)
 
 

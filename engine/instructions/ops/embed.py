@@ -24,7 +24,7 @@ class Embed:
 
 def execute(i: Embed, b: Buffers) -> None:
     ids = b.args.token_ids[i.tok_begin: i.tok_end]
-    b.get("hidden")[i.tok_begin: i.tok_end] = b.w("embed")[ids].to(torch.float32)
+    b.get("hidden")[i.tok_begin: i.tok_end] = b.matrix("embed", ids)
 
 
 def accesses(i: Embed, b: Buffers) -> list[Access]:

@@ -31,7 +31,7 @@ def execute(i: LmHead, b: Buffers) -> None:
     a = b.args
     last = torch.tensor(a.query_start[1:]) - 1
     x = rms(b.get("hidden")[last], b.w("final_norm"), b.dims.eps)
-    logits = x @ b.w("lm_head")[i.v_begin: i.v_end].to(torch.float32).T  # [S, block]
+    logits = x @ b.matrix("lm_head", slice(i.v_begin, i.v_end)).T  # [S, block]
     b.get("logits")[:, i.v_begin: i.v_end] = logits
     mx, arg = logits.max(dim=1)  # torch returns the first maximal index
     b.get("lm_max")[:, i.block] = mx

@@ -24,7 +24,7 @@ class OProjResidual:
 
 def execute(i: OProjResidual, b: Buffers) -> None:
     T, layer, r = b.args.num_tokens, i.header.layer, slice(i.row_begin, i.row_end)
-    y = b.get("attn_out")[:T] @ b.w("w_o")[layer, r].to(torch.float32).T
+    y = b.get("attn_out")[:T] @ b.matrix("w_o", layer, r).T
     hidden = b.get("hidden")
     mid = b.get("mid")
     mid[:T, r] = hidden[:T, r] + y

@@ -29,7 +29,7 @@ class RmsGateUpSilu:
 def execute(i: RmsGateUpSilu, b: Buffers) -> None:
     d, T, layer = b.dims, b.args.num_tokens, i.header.layer
     x = rms(b.get("mid")[:T], b.w("mlp_norm")[layer], d.eps)
-    y = x @ b.w("w_gate_up")[layer, 2 * i.i_begin: 2 * i.i_end].to(torch.float32).T
+    y = x @ b.matrix("w_gate_up", layer, slice(2 * i.i_begin, 2 * i.i_end)).T
     y = y.view(T, -1, 2, d.gu_tile)
     b.get("act")[:T, i.i_begin: i.i_end] = (F.silu(y[:, :, 0]) * y[:, :, 1]).reshape(T, -1)
 

@@ -35,7 +35,7 @@ def execute(i: RmsQkvRopeAppend, b: Buffers) -> None:
     d, a, layer = b.dims, b.args, i.header.layer
     T = a.num_tokens
     x = rms(b.get("hidden")[:T], b.w("attn_norm")[layer], d.eps)
-    y = x @ b.w("w_qkv")[layer, i.row_begin: i.row_end].to(torch.float32).T  # [T, rows]
+    y = x @ b.matrix("w_qkv", layer, slice(i.row_begin, i.row_end)).T  # [T, rows]
     kind = b.rows.kind[i.row_begin: i.row_end]
     head = b.rows.head[i.row_begin: i.row_end]
     dim = b.rows.dim[i.row_begin: i.row_end]
