@@ -255,3 +255,28 @@ def test_per_sequence_splits_give_a_long_context_the_idle_sms() -> None:
     plan = make_plan(d, shape, p, H100, 2000, pages)
     assert plan.seq_splits == got and plan.num_splits == 11 and plan.splits_of(3) == 1
     assert make_plan(d, shape, replace(p, per_seq_splits=False), H100, 2000, pages).seq_splits == ()
+
+
+def _server_like_keys(p: SplitParams, seqs: int = 8, steps: int = 128) -> list[tuple[int, ...]]:
+    """The stream key of each of `steps` decode steps of `seqs` sequences 128..248 tokens long (a server's batch
+    at 128-token prompts), each one token longer every step."""
+    from engine.scheduler.compiler.step_builder_cache import shape_key
+    from models.llama.step_batch import StepBatch
+
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    keys = []
+    for step in range(steps):
+        lens = [128 + 120 * i // (seqs - 1) + step for i in range(seqs)]
+        tables = [list(range(64 * i, 64 * i + 24)) for i in range(seqs)]
+        batch = StepBatch.build([[1]] * seqs, lens, tables, page_size=16)
+        keys.append(shape_key(d, batch, 16, BuildParams("lpt", p), H100))
+    return keys
+
+
+def test_similar_contexts_keep_their_stream_while_they_decode() -> None:
+    """Per-sequence splits apply to contexts per_seq_min_ratio apart or more: 8 sequences of similar lengths keep
+    one stream as they grow, where a tuple of their own splits changed (a compile on the engine thread) each time one
+    of them crossed a power-of-two page count."""
+    p = SplitParams(min_pages_per_split=8)
+    assert len(set(_server_like_keys(p))) == 1
+    assert len(set(_server_like_keys(replace(p, per_seq_min_ratio=1)))) == 8

@@ -25,7 +25,7 @@ from engine.instructions.step_args import encode_step_args
 from engine.scheduler.compiler.cost_model import CostParams, cost_inputs, time_ns
 from engine.scheduler.compiler.policies import Schedule, make_schedule
 from engine.scheduler.compiler.step_builder import Stream, build_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits, seq_attn_splits
+from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits, step_seq_splits
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
 
@@ -79,8 +79,8 @@ def shape_key(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildPa
     shape = StepShape(batch.num_tokens, batch.num_seqs, max_pages)
     ctx_pages = -(-int(batch.context_lens.max()) // page_size)
     key = (shape.num_tokens, shape.num_seqs, max_pages, num_attn_splits(dims, shape, params.split, device, ctx_pages))
-    if params.split.per_seq_splits:  # each sequence's split count is part of the stream
-        key += seq_attn_splits(dims, shape, params.split, device, seq_context_pages(batch, page_size))
+    # each sequence's split count, where they differ, is part of the stream
+    key += step_seq_splits(dims, shape, params.split, device, seq_context_pages(batch, page_size))
     return key
 
 

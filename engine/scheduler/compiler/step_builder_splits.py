@@ -42,6 +42,11 @@ class SplitParams:
     # get the uniform count either way. Measured (H200, 1B, one 32 000-token context among fifteen of 1 000, same
     # run, docs/PERFORMANCE.md): 5.51 / 5.61 against 19.28 / 19.33 ms/step.
     per_seq_splits: bool = True
+    # ... where the contexts are that uneven: the longest's pages (a power-of-two bucket) at least this many times the
+    # shortest's. A stream is compiled per split tuple, and a server's decoding sequences of similar lengths cross
+    # power-of-two page counts one at a time, each crossing a new tuple (a compile on the engine thread) for no gain
+    # over the uniform count.
+    per_seq_min_ratio: int = 4
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
     max_attn_head_chunks: int | None = None
@@ -173,13 +178,29 @@ def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: Targ
     return max(1, min(want, pages // p.min_pages_per_split, cap))
 
 
+def _page_buckets(seq_pages: tuple[int, ...]) -> list[int]:
+    return [1 << max(0, math.ceil(math.log2(max(1, n)))) for n in seq_pages]
+
+
+def step_seq_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
+                    seq_pages: tuple[int, ...]) -> tuple[int, ...]:
+    """The step's per-sequence split counts (seq_attn_splits) where SplitParams.per_seq_splits applies to its
+    contexts (uneven by per_seq_min_ratio or more), else () (every sequence the uniform count)."""
+    if not p.per_seq_splits or not seq_pages or len(seq_pages) != shape.num_seqs:
+        return ()
+    buckets = _page_buckets(seq_pages)
+    if max(buckets) < p.per_seq_min_ratio * min(buckets):
+        return ()
+    return seq_attn_splits(d, shape, p, device, seq_pages)
+
+
 def seq_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
                     seq_pages: tuple[int, ...]) -> tuple[int, ...]:
     """Each sequence's KV splits under SplitParams.per_seq_splits: the wave's split slots (SMs per group and query
     part, as num_attn_splits counts them for one sequence) shared in proportion to the sequences' context pages
     (rounded up to powers of two, as there), at least one each, at most its pages per min_pages_per_split. With equal
     contexts every sequence gets num_attn_splits' count."""
-    buckets = [1 << max(0, math.ceil(math.log2(max(1, n)))) for n in seq_pages]
+    buckets = _page_buckets(seq_pages)
     den = d.n_kv * query_parts(d, shape, p, device) * sum(buckets)  # a sequence's share: num_sms * b / den
 
     def share(b: int) -> int:
@@ -314,9 +335,8 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     lm_head = partition(0, d.vocab, lm_blocks, va)
     ns = num_attn_splits(d, shape, p, device, max_context_pages)
     fused = fuses_o_proj(shape, p, max_context_pages)
-    seq_splits: tuple[int, ...] = ()
-    if p.per_seq_splits and not fused and len(seq_pages) == shape.num_seqs:
-        seq_splits = seq_attn_splits(d, shape, p, device, seq_pages)
+    seq_splits = () if fused else step_seq_splits(d, shape, p, device, seq_pages)
+    if seq_splits:
         ns = max(seq_splits)
     heads, rows, copy = _fused_cuts(d, shape, p, device, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
     heads_cut = attn_head_chunks(d, shape, p, device, ns, sum(seq_splits) if seq_splits else None)
