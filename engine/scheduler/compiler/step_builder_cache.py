@@ -3,7 +3,8 @@ batch shape.
 
 Decode steps of one batch reuse the same stream: the cache key is (T, S, max_pages bucket, attention
 splits), and only the step-args buffer is patched between steps. Block-table widths are bucketed to
-powers of two (tables are -1 padded) so a growing context rebuilds only O(log) times.
+powers of two from MIN_TABLE_PAGES up (tables are -1 padded) so a growing context rebuilds only O(log) times,
+and never below a thousand tokens.
 """
 from __future__ import annotations
 
@@ -73,9 +74,22 @@ def bucket(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
+# The step args' block tables are at least this many pages wide (1 024 tokens at 16 per page): the width is part of a
+# stream's shape, and without a floor a server's sequences growing from 8 to 9 and from 16 to 17 pages met each step
+# shape again, each a compile on the engine thread (and the warm-up's short requests built streams of narrower
+# tables than the ones served). A wider table costs 4 bytes per page per sequence in the step args, nothing else.
+MIN_TABLE_PAGES = 64
+
+
+def table_pages(batch: StepBatch) -> int:
+    """The block-table width of `batch`'s stream: its widest table in a power-of-two bucket, MIN_TABLE_PAGES or
+    more."""
+    return max(MIN_TABLE_PAGES, bucket(int(batch.block_tables.shape[1])))
+
+
 def shape_key(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
               device: TargetDevice) -> tuple[int, ...]:
-    max_pages = bucket(int(batch.block_tables.shape[1]))
+    max_pages = table_pages(batch)
     shape = StepShape(batch.num_tokens, batch.num_seqs, max_pages)
     ctx_pages = -(-int(batch.context_lens.max()) // page_size)
     key = (shape.num_tokens, shape.num_seqs, max_pages, num_attn_splits(dims, shape, params.split, device, ctx_pages))
