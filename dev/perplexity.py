@@ -2,7 +2,9 @@
 quantization, in one run: the fp8 issue's accuracy check on a real checkpoint.
 
     python -m dev.perplexity --model ~/.cache/megakernel/models/SmolLM2-135M-Instruct [--backend torch]
-        [--quantization none,fp8] [--file dev/data/english_passage.txt] [--json out.json]
+        [--settings none,fp8,fp8/fp8] [--file dev/data/english_passage.txt] [--json out.json]
+
+A setting is WEIGHTS[/KV]: the weights' quantization (none, fp8) and the KV cache's dtype (auto, fp8).
 
 The default passage (dev/data/english_passage.txt, 2 227 SmolLM2 tokens) is the Apache License 2.0 followed by
 NumPy's BSD-3-Clause license, each paragraph on one line. Every prompt token after the first is scored (teacher
@@ -32,21 +34,24 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--backend", default="torch")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--quantization", default="none,fp8", help="comma-separated: none, fp8")
+    ap.add_argument("--settings", default="none,fp8,fp8/fp8", help="comma-separated WEIGHTS[/KV] (see above)")
     ap.add_argument("--file", type=Path, default=PASSAGE)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     text = args.file.read_text()
     rows = []
-    for q in args.quantization.split(","):
+    for setting in args.settings.split(","):
+        weights, _, kv = setting.partition("/")
         start = time.perf_counter()
-        llm = LLM(args.model, backend=args.backend, dtype=args.dtype, quantization=None if q == "none" else q,
-                  progress=False, max_num_seqs=1)
+        llm = LLM(args.model, backend=args.backend, dtype=args.dtype, quantization=None if weights == "none" else weights,
+                  kv_cache_dtype=kv or "auto", progress=False, max_num_seqs=1)
         ids = llm.get_tokenizer()(text)["input_ids"]
         ppl = perplexity(llm, ids)
-        rows.append({"quantization": q, "tokens": len(ids), "perplexity": ppl, "seconds": time.perf_counter() - start})
+        rows.append({"quantization": weights, "kv_cache_dtype": kv or "auto", "tokens": len(ids), "perplexity": ppl,
+                     "seconds": time.perf_counter() - start})
         ratio = ppl / rows[0]["perplexity"]
-        print(f"{q:6s} {len(ids)} tokens  perplexity {ppl:.4f}  ({ratio:.4f}x {rows[0]['quantization']})", flush=True)
+        print(f"{setting:9s} {len(ids)} tokens  perplexity {ppl:.4f}  ({ratio:.4f}x {args.settings.split(',')[0]})",
+              flush=True)
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "backend": args.backend, "dtype": args.dtype,
                                          "file": str(args.file), "rows": rows}, indent=1))

@@ -97,6 +97,8 @@ class LLMEngine:
         stored = stored_head_dim(self.config.head_dim) if self.choice.name in ("vm", "cuda") else None
         self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve, stored)
         options: dict[str, object] = {}
+        if cfg.kv_cache_dtype != "auto":  # check_quantization let it through: the torch backend
+            options["kv_dtype"] = cfg.kv_torch_dtype
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy
         if self.choice.name == "cuda" and cfg.kernel_options:

@@ -14,11 +14,19 @@ from models.llama.fp8_checkpoint import read_checkpoint_quant
 FP8_BACKENDS = ("torch", "vm")
 
 
+# The backends whose attention reads an fp8 KV cache (the reference model's; models/llama/kv_cache.py).
+FP8_KV_BACKENDS = ("torch",)
+
+
 def check_quantization(cfg: EngineConfig, backend: str) -> None:
-    """Refuse `cfg.quantization` on a backend that runs no fp8, before any weight loads."""
+    """Refuse `cfg.quantization` or an fp8 `cfg.kv_cache_dtype` on a backend that runs no such fp8, before any
+    weight loads."""
     if cfg.quantization is not None and backend not in FP8_BACKENDS:
         raise ValueError(f"quantization {cfg.quantization!r} runs on the {' and '.join(FP8_BACKENDS)} backends: the "
                          f"{backend} backend's fp8 weight pages are not built yet")
+    if cfg.kv_cache_dtype == "fp8" and backend not in FP8_KV_BACKENDS:
+        raise ValueError(f"kv_cache_dtype 'fp8' runs on the {' and '.join(FP8_KV_BACKENDS)} backend: the {backend} "
+                         "backend's attention reads no fp8 pages yet")
 
 
 def fp8_load_options(cfg: EngineConfig, backend: str, model_dir: str | Path) -> dict[str, Any]:

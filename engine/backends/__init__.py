@@ -46,7 +46,8 @@ def create_backend(choice: BackendChoice, weights: LlamaWeights, num_pages: int,
     """Instantiate the chosen backend; imports are lazy so CPU machines never load CUDA code."""
     if choice.name == "torch":
         from engine.backends.torch_backend import TorchBackend
-        return TorchBackend(weights, num_pages=num_pages, page_size=page_size, device=choice.device)
+        return TorchBackend(weights, num_pages=num_pages, page_size=page_size, device=choice.device,
+                            **options)  # type: ignore[arg-type]
     if choice.name == "vm":
         from engine.backends.vm_backend import VMBackend
         return VMBackend(weights, num_pages=num_pages, page_size=page_size, **options)  # type: ignore[arg-type]

@@ -13,12 +13,14 @@ from models.llama.weights import LlamaWeights
 class TorchBackend(Backend):
     name = "torch"
 
-    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, device: torch.device):
+    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, device: torch.device,
+                 kv_dtype: torch.dtype | None = None):
+        """`kv_dtype`: the KV cache's dtype (default the weights' activations'; float8_e4m3fn: fp8 pages)."""
         self._device = torch.device(device)
         self.model = LlamaModel(weights)
         self.kv = PagedKVCache.allocate(
             weights.config, num_pages=num_pages, page_size=page_size,
-            dtype=weights.dtype, device=self._device,
+            dtype=kv_dtype or weights.dtype, device=self._device,
         )
 
     @property

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
-from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, QUANTIZATION_NAMES, EngineConfig
+from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, KV_CACHE_DTYPES, QUANTIZATION_NAMES, EngineConfig
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -36,6 +36,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                         "load (the torch and vm backends; a pre-quantized FP8 checkpoint is read as it is without this flag)")
     p.add_argument("--quantization-skip", default=EngineConfig.quantization_skip, metavar="NAMES", type=_names,
                    help="comma-separated matrices --quantization keeps in --dtype: lm_head, embed_tokens")
+    p.add_argument("--kv-cache-dtype", default=EngineConfig.kv_cache_dtype, choices=KV_CACHE_DTYPES,
+                   help="fp8: KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory "
+                        "(the torch backend)")
     add_kernel_option_argument(p)
 
 
@@ -50,4 +53,4 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 decode_steps=args.decode_steps, revision=args.revision,
                 gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
                 kernel_options=tuple(args.kernel_option), quantization=args.quantization,
-                quantization_skip=tuple(args.quantization_skip))
+                quantization_skip=tuple(args.quantization_skip), kv_cache_dtype=args.kv_cache_dtype)

@@ -2,6 +2,10 @@
 
 Position p of a sequence lives in page block_table[p // page_size], row p % page_size. Which pages a
 sequence owns is decided by the block manager; this class only stores rows and reads them back.
+
+An fp8 cache (e4m3) stores k / scale and v / scale, with one scale per layer and KV head (`k_scale`, `v_scale`
+[num_layers, num_kv_heads], float32; 1 unless a checkpoint calibrated them), so a head's rows can be written a few
+dims at a time, and reads them back times the scale: half the bytes of bf16, twice the tokens per pool.
 """
 from __future__ import annotations
 
@@ -13,10 +17,16 @@ from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
 
 
+FP8_KV = torch.float8_e4m3fn
+FP8_KV_MAX = float(torch.finfo(FP8_KV).max)
+
+
 @dataclass(frozen=True)
 class PagedKVCache:
     k: torch.Tensor
     v: torch.Tensor
+    k_scale: torch.Tensor | None = None  # fp8 caches: [num_layers, num_kv_heads] float32
+    v_scale: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.k.dim() != 5 or self.k.shape != self.v.shape:
@@ -39,8 +49,11 @@ class PagedKVCache:
         if num_pages <= 0 or page_size <= 0:
             raise ValueError(f"PagedKVCache.allocate: num_pages={num_pages} and page_size={page_size} must be > 0")
         shape = (config.num_hidden_layers, num_pages, config.num_key_value_heads, page_size, head_dim or config.head_dim)
+        scales: tuple[torch.Tensor | None, ...] = (None, None)
+        if dtype == FP8_KV:
+            scales = tuple(torch.ones(shape[0], shape[2], dtype=torch.float32, device=device) for _ in range(2))
         return PagedKVCache(torch.zeros(shape, dtype=dtype, device=device),
-                            torch.zeros(shape, dtype=dtype, device=device))
+                            torch.zeros(shape, dtype=dtype, device=device), *scales)
 
     @property
     def num_layers(self) -> int:
@@ -78,12 +91,24 @@ class PagedKVCache:
               k_new: torch.Tensor, v_new: torch.Tensor) -> None:
         """Store k_new / v_new [T, kv_heads, head_dim] at (pages[t], rows[t]) of `layer`."""
         # Advanced indices split by a slice put the token dim first: the target is [T, kv_heads, head_dim].
-        self.k[layer][pages, :, rows] = k_new.to(self.k.dtype)
-        self.v[layer][pages, :, rows] = v_new.to(self.v.dtype)
+        self.k[layer][pages, :, rows] = self._stored(k_new, self.k_scale, layer)
+        self.v[layer][pages, :, rows] = self._stored(v_new, self.v_scale, layer)
 
     def gather(self, layer: int, block_table: torch.Tensor, context_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V [context_len, kv_heads, head_dim] of one sequence, read through its block table."""
         pos = torch.arange(context_len, device=block_table.device)
         pages = block_table[pos // self.page_size].to(torch.int64)
         rows = pos % self.page_size
-        return self.k[layer][pages, :, rows], self.v[layer][pages, :, rows]
+        return (self._read(self.k[layer][pages, :, rows], self.k_scale, layer),
+                self._read(self.v[layer][pages, :, rows], self.v_scale, layer))
+
+    def _stored(self, x: torch.Tensor, scale: torch.Tensor | None, layer: int) -> torch.Tensor:
+        """x [T, kv_heads, head_dim] in the cache's dtype (fp8: divided by its heads' scales, within e4m3's range)."""
+        if scale is None:
+            return x.to(self.k.dtype)
+        return (x.float() / scale[layer][None, :, None]).clamp(-FP8_KV_MAX, FP8_KV_MAX).to(FP8_KV)
+
+    @staticmethod
+    def _read(x: torch.Tensor, scale: torch.Tensor | None, layer: int) -> torch.Tensor:
+        """Rows [n, kv_heads, head_dim] as values (fp8: float32, times their heads' scales)."""
+        return x if scale is None else x.float() * scale[layer][None, :, None]
