@@ -14,8 +14,8 @@ from models.llama.fp8_checkpoint import read_checkpoint_quant
 FP8_BACKENDS = ("torch", "vm")
 
 
-# The backends whose attention reads an fp8 KV cache (the reference model's; models/llama/kv_cache.py).
-FP8_KV_BACKENDS = ("torch",)
+# The backends whose attention reads an fp8 KV cache (models/llama/kv_cache.py; the VM's through Buffers.kv_read).
+FP8_KV_BACKENDS = ("torch", "vm")
 
 
 def check_quantization(cfg: EngineConfig, backend: str) -> None:
@@ -25,7 +25,7 @@ def check_quantization(cfg: EngineConfig, backend: str) -> None:
         raise ValueError(f"quantization {cfg.quantization!r} runs on the {' and '.join(FP8_BACKENDS)} backends: the "
                          f"{backend} backend's fp8 weight pages are not built yet")
     if cfg.kv_cache_dtype == "fp8" and backend not in FP8_KV_BACKENDS:
-        raise ValueError(f"kv_cache_dtype 'fp8' runs on the {' and '.join(FP8_KV_BACKENDS)} backend: the {backend} "
+        raise ValueError(f"kv_cache_dtype 'fp8' runs on the {' and '.join(FP8_KV_BACKENDS)} backends: the {backend} "
                          "backend's attention reads no fp8 pages yet")
 
 

@@ -22,15 +22,18 @@ class VMBackend(Backend):
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int,
                  num_sms: int = DEFAULT_SIMULATED_SMS, policy: str = "rr", seed: int = 0, check_races: bool = True,
-                 weight_dtype: torch.dtype | None = None, **split_kw: object) -> None:
+                 weight_dtype: torch.dtype | None = None, kv_dtype: torch.dtype | None = None,
+                 **split_kw: object) -> None:
         """num_sms: the SMs the VM simulates (the streams are compiled for them); weight_dtype: packed-weight
-        and KV dtype (default: the checkpoint's dtype); math is fp32. The rest are SplitParams fields."""
+        and KV dtype (default: the checkpoint's dtype); kv_dtype: the KV cache's, where it differs (float8_e4m3fn:
+        fp8 pages); math is fp32. The rest are SplitParams fields."""
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         dtype = weight_dtype or weights.dtype
         self.packed = pack_weights(weights, dtype)
-        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=dtype,
-                                        head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
+                                        dtype=kv_dtype or dtype, head_dim=self.dims.head_dim)  # stored heads
+                                                                                                # (head_padding.py)
         self.target = TargetDevice(num_sms=num_sms)
         self.params = BuildParams.of(policy, **split_kw)
         self.cache = StreamCache(self.dims, page_size, self.params, self.target)
@@ -44,7 +47,9 @@ class VMBackend(Backend):
     def _buffers(self, cs: CompiledStream) -> tuple[GlobalBuffers, SyncState]:
         if cs.backend_state is None:  # counters are per stream: zeroed once, monotonic afterwards
             bufs = GlobalBuffers.allocate(self.dims, self.packed, self.kv.k, self.kv.v, cs.shape,
-                                          cs.stream.num_splits, cs.stream.lm_blocks, seed=self.vm_seed)
+                                          cs.stream.num_splits, cs.stream.lm_blocks, seed=self.vm_seed,
+                                          kv_scales=(self.kv.k_scale, self.kv.v_scale)
+                                          if self.kv.k_scale is not None and self.kv.v_scale is not None else None)
             cs.backend_state = (bufs, SyncState.fresh(cs.stream.counter_period))
         return cs.backend_state  # type: ignore[return-value]
 

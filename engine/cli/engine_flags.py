@@ -38,7 +38,7 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="comma-separated matrices --quantization keeps in --dtype: lm_head, embed_tokens")
     p.add_argument("--kv-cache-dtype", default=EngineConfig.kv_cache_dtype, choices=KV_CACHE_DTYPES,
                    help="fp8: KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory "
-                        "(the torch backend)")
+                        "(the torch and vm backends)")
     add_kernel_option_argument(p)
 
 

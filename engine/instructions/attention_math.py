@@ -70,8 +70,8 @@ def partial_attention(i: AttentionTask, b: Buffers) -> tuple[int, int, torch.Ten
     key_pos = torch.arange(lo * ps, min(hi * ps, C))
     pages = a.block_tables[i.seq, key_pos // ps]
     rows = key_pos % ps
-    k = b.k_cache[layer, pages, i.kv_group, rows].to(torch.float32)  # [nk, hd]
-    v = b.v_cache[layer, pages, i.kv_group, rows].to(torch.float32)
+    k = b.kv_read(0, layer, pages, i.kv_group, rows)  # [nk, hd]
+    v = b.kv_read(1, layer, pages, i.kv_group, rows)
     scores = (q @ k.T) * d.model_head_dim ** -0.5  # [G, n, nk]: the checkpoint's scale (padded dims add 0)
     visible = key_pos[None, :] <= a.positions[q0:q1][:, None]  # [n, nk]
     scores = scores.masked_fill(~visible[None], float("-inf"))

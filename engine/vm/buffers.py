@@ -16,6 +16,7 @@ import torch
 from engine.instructions.fp8_packing import dequantized_rows
 from engine.instructions.layout import ModelDims, StepShape, activation_specs, qkv_row_map
 from engine.instructions.step_args import StepArgsView
+from models.llama.kv_cache import FP8_KV_MAX
 
 
 @dataclass
@@ -41,11 +42,13 @@ class GlobalBuffers:
     act: dict[str, torch.Tensor]
     rows: RowMaps
     args: StepArgsView | None = None
+    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None  # an fp8 cache's (k_scale, v_scale) [layers, kv_heads]
     _pending: dict[str, list[tuple[int, tuple[slice, ...], torch.Tensor]]] = field(default_factory=dict)
 
     @staticmethod
     def allocate(dims: ModelDims, weights: dict[str, torch.Tensor], k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 shape: StepShape, num_splits: int, lm_blocks: int, seed: int = 0) -> GlobalBuffers:
+                 shape: StepShape, num_splits: int, lm_blocks: int, seed: int = 0,
+                 kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> GlobalBuffers:
         """Activations start as random garbage (never zeros) so a read-before-write cannot pass silently."""
         g = torch.Generator().manual_seed(seed)
         act: dict[str, torch.Tensor] = {}
@@ -54,10 +57,23 @@ class GlobalBuffers:
                 act[spec.name] = torch.randint(-5, 5, spec.shape, generator=g, dtype=torch.int32)
             else:
                 act[spec.name] = torch.randn(spec.shape, generator=g, dtype=torch.float32) * 1e3
-        return GlobalBuffers(dims, weights, k_cache, v_cache, act, RowMaps.build(dims))
+        return GlobalBuffers(dims, weights, k_cache, v_cache, act, RowMaps.build(dims), kv_scales=kv_scales)
 
     def w(self, name: str) -> torch.Tensor:
         return self.weights[name]
+
+    def kv_read(self, which: int, layer: int, pages: torch.Tensor, group: int, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of the K (`which` 0) or V (1) cache as float32 values (an fp8 cache's times its head's scale)."""
+        cache = self.k_cache if which == 0 else self.v_cache
+        x = cache[layer, pages, group, rows].to(torch.float32)
+        return x if self.kv_scales is None else x * self.kv_scales[which][layer, group]
+
+    def kv_write(self, which: int, index: tuple[object, ...], layer: int, group: int, value: torch.Tensor) -> None:
+        """Store float `value` at `index` of the K (0) or V (1) cache (an fp8 cache's divided by its head's scale)."""
+        cache = self.k_cache if which == 0 else self.v_cache
+        if self.kv_scales is not None:
+            value = (value / self.kv_scales[which][layer, group]).clamp(-FP8_KV_MAX, FP8_KV_MAX)
+        cache[index] = value.to(cache.dtype)  # type: ignore[index]
 
     def matrix(self, name: str, *index: object) -> torch.Tensor:
         """Rows (and columns) of weight matrix `name` as float32 values, scaled where it is fp8."""

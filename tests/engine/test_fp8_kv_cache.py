@@ -6,16 +6,21 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.backends.torch_backend import TorchBackend
+from engine.backends.vm_backend import VMBackend
+from engine.bench.logprob_error import PAGE_SIZE, teacher_forced
 from engine.engine_config import EngineConfig, kv_bytes_per_page
 from engine.quantization import check_quantization
 from models.llama.kv_cache import FP8_KV, PagedKVCache
-from tests.models.llama_testlib import fresh_seed, small_config
+from tests.models.llama_testlib import fresh_seed
+from tests.models.llama_testlib import small_config as model_config
+from tests.vm.helpers import random_weights, small_config
 
 PROMPT = [5, 17, 300, 42, 9, 77, 1000, 3, 64, 128, 7, 11, 13, 500, 2, 19, 23]
 
 
 def test_pages_hold_e4m3_rows_times_their_heads_scales() -> None:
-    cfg = small_config(layers=2, kv_heads=2, head_dim=16)
+    cfg = model_config(layers=2, kv_heads=2, head_dim=16)
     kv = PagedKVCache.allocate(cfg, num_pages=4, page_size=4, dtype=FP8_KV)
     assert kv.k.dtype == FP8_KV and kv.k_scale is not None and kv.k_scale.shape == (2, 2)
     kv.k_scale[1, 1] = 4.0  # a calibrated head: its rows are stored divided by 4
@@ -46,9 +51,26 @@ def test_engine_with_an_fp8_cache_stays_near_the_full_one(tiny_checkpoint: str) 
     assert 0 < drift < 0.1, drift
 
 
+def test_the_vm_reads_fp8_pages_as_the_torch_backend_does(tiny_checkpoint: str) -> None:
+    """The VM's KV append divides by its head's scale and its attention multiplies, as PagedKVCache does (a scale
+    other than 1 on every head, so a missing division or product shows)."""
+    cfg = small_config(vocab=200)
+    weights = random_weights(cfg, seed=fresh_seed() % 1000)
+    torch_b = TorchBackend(weights, num_pages=4, page_size=PAGE_SIZE, device=torch.device("cpu"), kv_dtype=FP8_KV)
+    vm_b = VMBackend(weights, num_pages=4, page_size=PAGE_SIZE, num_sms=12, kv_dtype=FP8_KV)
+    for kv in (torch_b.kv, vm_b.kv):
+        assert kv.k_scale is not None and kv.v_scale is not None
+        kv.k_scale.fill_(0.5)
+        kv.v_scale.fill_(2.0)
+    tokens = torch.randint(0, cfg.vocab_size, (14,), generator=torch.Generator().manual_seed(4)).tolist()
+    ref = teacher_forced(torch_b, tokens[:5], tokens[5:])
+    got = teacher_forced(vm_b, tokens[:5], tokens[5:])
+    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+
+
 def test_fp8_cache_is_refused_where_attention_reads_no_fp8() -> None:
-    for backend in ("vm", "cuda"):
-        with pytest.raises(ValueError, match=f"kv_cache_dtype 'fp8' runs on the torch backend: the {backend}"):
-            check_quantization(EngineConfig(model="m", kv_cache_dtype="fp8"), backend)
+    with pytest.raises(ValueError, match="kv_cache_dtype 'fp8' runs on the torch and vm backends: the cuda"):
+        check_quantization(EngineConfig(model="m", kv_cache_dtype="fp8"), "cuda")
+    check_quantization(EngineConfig(model="m", kv_cache_dtype="fp8"), "vm")
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
         EngineConfig(model="m", kv_cache_dtype="int8")

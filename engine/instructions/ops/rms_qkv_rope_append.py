@@ -55,11 +55,12 @@ def execute(i: RmsQkvRopeAppend, b: Buffers) -> None:
         b.get("q")[:T, head_t[qm] * d.head_dim + dim_t[qm]] = y[:, qm]
     slots = a.slot_mapping
     pages, rows = slots // a.page_size, slots % a.page_size
-    for k, cache in ((1, b.k_cache), (2, b.v_cache)):
+    for k in (1, 2):
         m = kind_t == k
         if bool(m.any()):
             dims = dim_t[m]
-            cache[layer, pages[:, None], i.kv_group, rows[:, None], dims[None, :]] = y[:, m].to(cache.dtype)
+            b.kv_write(k - 1, (layer, pages[:, None], i.kv_group, rows[:, None], dims[None, :]), layer, i.kv_group,
+                       y[:, m])
     if i.copy_end > i.copy_begin:  # fused O-proj: mid starts as the layer input (see ATTN_O_PROJ)
         copy = slice(i.copy_begin, i.copy_end)
         b.get("mid")[:T, copy] = b.get("hidden")[:T, copy]
