@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 BACKEND_NAMES = ("auto", "torch", "vm", "cuda")  # auto: cuda on an sm_90 GPU, else torch (engine/backends)
 DTYPE_NAMES = ("bfloat16", "float16", "float32")  # torch dtypes of the same names
-QUANTIZATION_NAMES = ("fp8",)  # weight quantisation on load (models/llama/fp8.py)
+# Weight quantisation on load (models/llama/fp8.py): e4m3 with a scale per output channel, or per 128 x 128 block.
+QUANTIZATION_NAMES = ("fp8", "fp8-block")
 KV_CACHE_DTYPES = ("auto", "fp8")  # auto: the weights' dtype; fp8: e4m3 pages (models/llama/kv_cache.py)
 CPU_KV_BUDGET_BYTES = 1 << 30
 # Schedule policy of the vm / cuda backends: static per-SM queues filled longest-processing-time first. The
@@ -58,8 +59,9 @@ class EngineConfig:
     # The cuda backend's options as NAME=VALUE texts (engine/cuda/backend_options.py: KernelOptions and SplitParams
     # fields), as `--kernel-option` passes them; the engine's defaults where unset. The other backends ignore them.
     kernel_options: tuple[str, ...] = ()
-    # "fp8": every matrix stored as e4m3 with a scale per output channel, quantised as it loads (a pre-quantized FP8
-    # checkpoint is read as it is without it); `quantization_skip` keeps "lm_head" / "embed_tokens" in `dtype`.
+    # "fp8": every matrix stored as e4m3 with a scale per output channel, quantised as it loads ("fp8-block": a scale
+    # per 128 x 128 block; a pre-quantized FP8 checkpoint is read as it is without either); `quantization_skip` keeps
+    # "lm_head" / "embed_tokens" in `dtype`.
     quantization: str | None = None
     quantization_skip: tuple[str, ...] = ()
     # "fp8": KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory.

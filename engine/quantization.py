@@ -38,5 +38,6 @@ def fp8_load_options(cfg: EngineConfig, backend: str, model_dir: str | Path) -> 
     if quant is not None and not runs_fp8 and cfg.progress:
         print(f"note: {model_dir} holds fp8 weights ({quant.method}); the {backend} backend runs them dequantised "
               f"to {cfg.dtype} (its fp8 weight pages are not built yet)", file=sys.stderr)
-    return {"quantize": Fp8Scheme() if cfg.quantization == "fp8" else None,
+    schemes = {"fp8": Fp8Scheme("channel"), "fp8-block": Fp8Scheme("block")}
+    return {"quantize": schemes.get(cfg.quantization or ""),
             "quantization_skip": frozenset(cfg.quantization_skip), "dequantize_fp8": not runs_fp8}

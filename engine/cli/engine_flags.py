@@ -33,7 +33,8 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                         "not measured yet)")
     p.add_argument("--quantization", default=EngineConfig.quantization, choices=QUANTIZATION_NAMES,
                    help="fp8: store the weights' matrices as e4m3 with a scale per output channel, quantised as they "
-                        "load (the torch and vm backends; a pre-quantized FP8 checkpoint is read as it is without this flag)")
+                        "load (fp8-block: a scale per 128 x 128 block); the torch and vm backends. A pre-quantized FP8 "
+                        "checkpoint is read as it is without this flag")
     p.add_argument("--quantization-skip", default=EngineConfig.quantization_skip, metavar="NAMES", type=_names,
                    help="comma-separated matrices --quantization keeps in --dtype: lm_head, embed_tokens")
     p.add_argument("--kv-cache-dtype", default=EngineConfig.kv_cache_dtype, choices=KV_CACHE_DTYPES,

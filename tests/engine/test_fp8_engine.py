@@ -49,6 +49,16 @@ def test_fp8_engine_equals_its_dequantised_weights_and_stays_near_bf16(tiny_chec
     assert 0 < drift < 0.25, drift
 
 
+def test_block_scales_on_the_torch_backend_and_the_vm(tiny_checkpoint: str) -> None:
+    scores = {b: _scored(LLM(tiny_checkpoint, backend=b, dtype="float32", quantization="fp8-block", progress=False,
+                             num_pages=32)) for b in ("torch", "vm")}
+    assert max(abs(a - b) for a, b in zip(scores["torch"], scores["vm"])) < 1e-4
+    cfg = LlamaConfig.from_dir(tiny_checkpoint)
+    block = quantize_weights(load_weights(tiny_checkpoint, cfg, dtype=torch.float32, progress=False),
+                             Fp8Scheme("block"))
+    assert torch.allclose(torch.tensor(scores["torch"], dtype=torch.float64), _reference(block).double(), atol=1e-4)
+
+
 def test_quantization_skip_keeps_the_lm_head(tiny_checkpoint: str) -> None:
     llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", quantization="fp8", quantization_skip=("lm_head",),
               progress=False, num_pages=32)
