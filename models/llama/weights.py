@@ -146,7 +146,10 @@ def load_weights(
                         tensors[name] = matrix.dequantize(dtype) if dequantize_fp8 else matrix
                     elif quantize is not None and quantizable(name) and not _skipped(name, config,
                                                                                         quantization_skip):
-                        tensors[name] = quantize_fp8(f.get_tensor(name).to(device=device), quantize)
+                        try:
+                            tensors[name] = quantize_fp8(f.get_tensor(name).to(device=device), quantize)
+                        except ValueError as e:  # a non-finite weight
+                            raise WeightLoadError(f"tensor {name!r} in {path}: {e}") from e
                     else:
                         tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
                     bar.update(1)

@@ -146,3 +146,12 @@ def _group(c: dict[str, Any]) -> dict[str, Any]:
 ])
 def test_compressed_tensors_refusals(tmp_path: Path, edit: Callable[..., None], message: str) -> None:
     assert _refused(tmp_path, edit, fmt="ct-channel").match(message)
+
+
+def test_a_non_finite_weight_is_named_when_quantised(tmp_path: Path) -> None:
+    config = small_config()
+    state = {k: v.bfloat16() for k, v in random_state_dict(config, 3).items()}
+    state["model.layers.1.mlp.down_proj.weight"][0, 0] = float("nan")
+    root = _write(tmp_path / "nan", config, None, state)
+    with pytest.raises(WeightLoadError, match=r"tensor 'model\.layers\.1\.mlp\.down_proj\.weight' in .*non-finite"):
+        load_weights(root, config, progress=False, quantize=Fp8Scheme())
