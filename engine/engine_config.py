@@ -105,9 +105,9 @@ class EngineConfig:
     @property
     def kv_torch_dtype(self) -> torch.dtype:
         """The KV cache's element dtype."""
-        import torch
+        from models.llama.kv_cache import FP8_KV
 
-        return torch.float8_e4m3fn if self.kv_cache_dtype == "fp8" else self.torch_dtype
+        return FP8_KV if self.kv_cache_dtype == "fp8" else self.torch_dtype
 
 
 def kv_bytes_per_page(config: LlamaConfig, page_size: int, dtype: torch.dtype, head_dim: int | None = None) -> int:

@@ -16,7 +16,7 @@ import torch
 from engine.instructions.fp8_packing import dequantized_rows
 from engine.instructions.layout import ModelDims, StepShape, activation_specs, qkv_row_map
 from engine.instructions.step_args import StepArgsView
-from models.llama.kv_cache import FP8_KV_MAX
+from models.llama.kv_cache import quantize_kv
 
 
 @dataclass
@@ -72,7 +72,7 @@ class GlobalBuffers:
         """Store float `value` at `index` of the K (0) or V (1) cache (an fp8 cache's divided by its head's scale)."""
         cache = self.k_cache if which == 0 else self.v_cache
         if self.kv_scales is not None:
-            value = (value / self.kv_scales[which][layer, group]).clamp(-FP8_KV_MAX, FP8_KV_MAX)
+            value = quantize_kv(value, self.kv_scales[which][layer, group])
         cache[index] = value.to(cache.dtype)  # type: ignore[index]
 
     def matrix(self, name: str, *index: object) -> torch.Tensor:

@@ -8,13 +8,12 @@ from pathlib import Path
 
 from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError, checkpoint_headers
 from models.llama.config import LlamaConfig
-from models.llama.fp8_checkpoint import CheckpointQuant, read_checkpoint_quant
+from models.llama.fp8_checkpoint import SIDE_SUFFIXES, CheckpointQuant, read_checkpoint_quant
 
 # Stored dtypes the loader converts from; fp8 matrices load with their scales (a pre-quantized checkpoint's
 # quantization_config says where they are), integer tensors are not weights.
 LOADABLE_DTYPES = ("BF16", "F16", "F32", "F64")
 FP8_STORED = "F8_E4M3"
-SCALE_SUFFIXES = (".weight_scale", ".weight_scale_inv", ".input_scale")
 
 
 def expected_shapes(config: LlamaConfig, include_lm_head: bool | None = None) -> dict[str, tuple[int, ...]]:
@@ -69,8 +68,8 @@ def plan_checkpoint(model_dir: Path, config: LlamaConfig) -> CheckpointPlan:
     for name, (path, _) in stored.items():
         if name in expected or ignorable(name, config) or (quant and quant.is_side_tensor(name)):
             continue
-        if quant is None and name.endswith(SCALE_SUFFIXES):
-            raise WeightLoadError(f"tensor {name!r} in {path} is a quantization scale, but "
+        if quant is None and name.endswith(SIDE_SUFFIXES):
+            raise WeightLoadError(f"tensor {name!r} in {path} belongs to a quantized weight, but "
                                   f"{model_dir / 'config.json'} has no quantization_config saying how to read it")
         raise WeightLoadError(f"unexpected tensor {name!r} in {path}")
     scales: dict[str, tuple[str, Path]] = {}

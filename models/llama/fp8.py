@@ -72,13 +72,15 @@ class Fp8Matrix:
     def row_scales(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The scale of every element, float32 [len(rows) or out, in] (rows: a subset of the rows)."""
         out, cols = self.data.shape
-        idx = torch.arange(out, device=self.device) if rows is None else rows
+        n = out if rows is None else rows.numel()
+        scale = self.scale.float()
         if self.granularity == "tensor":
-            return self.scale.float().expand(idx.numel(), cols)
+            return scale.expand(n, cols)
         if self.granularity == "channel":
-            return self.scale.float()[idx][:, None].expand(idx.numel(), cols)
+            return (scale if rows is None else scale[rows])[:, None].expand(n, cols)
         br, bc = self.block
-        return self.scale.float()[idx // br].repeat_interleave(bc, dim=1)[:, :cols]
+        per_row = scale.repeat_interleave(br, dim=0)[:out] if rows is None else scale[rows // br]
+        return per_row.repeat_interleave(bc, dim=1)[:, :cols]
 
     def dequantize(self, dtype: torch.dtype = torch.float32, rows: torch.Tensor | None = None) -> torch.Tensor:
         """data * scale in float32, then cast to `dtype`; `rows`: only those rows (an embedding lookup)."""

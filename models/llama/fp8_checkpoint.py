@@ -27,6 +27,8 @@ COMPRESSED_FORMATS = ("float-quantized", "naive-quantized")
 STRATEGIES = ("tensor", "channel", "block")
 # Tensors a quantized module may carry beside its weight and scale, read past (activation-quantization parameters).
 IGNORED_SUFFIXES = (".input_scale", ".weight_zero_point", ".input_zero_point")
+# Every tensor a quantized module may carry beside its weight, in any format read here.
+SIDE_SUFFIXES = (".weight_scale", ".weight_scale_inv", *IGNORED_SUFFIXES)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,16 @@ from dataclasses import dataclass
 import torch
 
 from models.llama.config import LlamaConfig
+from models.llama.fp8 import FP8_DTYPE, FP8_MAX
 from models.llama.step_batch import StepBatch
 
 
-FP8_KV = torch.float8_e4m3fn
-FP8_KV_MAX = float(torch.finfo(FP8_KV).max)
+FP8_KV = FP8_DTYPE  # an fp8 cache's element dtype
+
+
+def quantize_kv(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Values `x` as an fp8 cache stores them: divided by their heads' `scale` (broadcast), within e4m3's range."""
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_KV)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ class PagedKVCache:
         """x [T, kv_heads, head_dim] in the cache's dtype (fp8: divided by its heads' scales, within e4m3's range)."""
         if scale is None:
             return x.to(self.k.dtype)
-        return (x.float() / scale[layer][None, :, None]).clamp(-FP8_KV_MAX, FP8_KV_MAX).to(FP8_KV)
+        return quantize_kv(x, scale[layer][None, :, None])
 
     @staticmethod
     def _read(x: torch.Tensor, scale: torch.Tensor | None, layer: int) -> torch.Tensor:
