@@ -20,6 +20,8 @@ import torch
 from engine.backends import has_sm90_gpu
 from engine.backends.cuda_backend import CudaBackend
 from engine.bench.model_source import load_bench_weights
+from models.llama.fp8 import Fp8Scheme
+from models.llama.weights import quantize_weights
 from engine.cuda.backend_options import parse_kernel_options
 from engine.cuda.profile import record_from_timing
 from engine.engine_config import DEFAULT_POLICY, EngineConfig
@@ -100,6 +102,8 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
     dev = torch.device("cuda")
     weights, desc = load_bench_weights(getattr(args, "model", None), getattr(args, "preset", None)
                                        or DEFAULT_GPU_PRESET, torch.bfloat16, dev)
+    if getattr(args, "quantization", None) == "fp8":
+        weights, desc = quantize_weights(weights, Fp8Scheme("channel")), f"{desc}, fp8 weights"
     page = int(getattr(args, "page_size", None) or EngineConfig.page_size)
     lengths, steps = prompt_lengths(args), int(args.steps)
     batch = len(lengths)

@@ -8,6 +8,7 @@
 #include "../tk/shared_vec.cuh"
 #include "activations.cuh"
 #include "bf16_unpack.cuh"
+#include "dot_fp8.cuh"
 #include "dot_rows_mma.cuh"
 #include "dot_short_rows.cuh"
 #include "dot_tokens_mma.cuh"
@@ -164,7 +165,8 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
   // Weight pages follow any KV pages of the stream (a fused ATTN_O_PROJ's; kv_stream.cuh), whose consumer
   // already moved the cursor past them.
   const int n_pages = instr[W_SLOT_NUM_PAGES] - instr[W_SLOT_KV_RING_PAGES], rpp = instr[W_SLOT_ROWS_PER_PAGE];
-  const int row_bytes = ws.row_elems * 2;
+  const int row_bytes = ws.row_bytes();
+  const bool fp8 = ws.scale != nullptr;  // e4m3 rows (dot_fp8.cuh), each output times its row's scale
   const bool mma = NX == 1 && nx == 1 && g.mma_matvec && mma_row_ok(ws.row_elems);
   if constexpr (MMA_ONLY) {
     if (!mma) return variant_mismatch(g, instr);
@@ -186,7 +188,19 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const int row0 = p * rpp, rows = min(rpp, ws.rows - row0);
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
-      if constexpr (PATH == PagePath::TOKENS_MMA) {
+      if (fp8) {
+        // One row on the tensor cores (x bf16), else the CUDA cores: several bf16 rows where the tensor-core token
+        // path would take them (a token group, up to MAX_TOKEN_GROUP), fp32 rows otherwise (activations.cuh).
+        if (NX == 1 && mma) {
+          dot_page_mma_fp8(page_addr, row_bytes, rows, ws.row_elems, x_addr, out, row0, ws.scale + row0);
+        } else if constexpr (PATH == PagePath::TOKENS_MMA) {
+          dot_page_fp8_cores<MAX_TOKEN_GROUP, true>(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx,
+                                                    out, row0, out_stride, ws.scale + row0);
+        } else if constexpr (!MMA_ONLY) {
+          dot_page_fp8_cores<NX, false>(page_addr, row_bytes, rows, ws.row_elems, x_addr, ws.row_elems, nx, out, row0,
+                                        out_stride, ws.scale + row0);
+        }
+      } else if constexpr (PATH == PagePath::TOKENS_MMA) {
         dot_page_tokens_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx, out, row0,
                             out_stride);
       } else if (NX == 1 && mma) {  // NX == 1 keeps the tensor-core path out of the other instantiations

@@ -24,6 +24,13 @@ struct Globals {
   const bf16* final_norm;
   const bf16* lm_head;
   const float* rope_inv_freq;
+  // nullptr, or the per-row scales of an fp8 matrix: the matrix's pointer above then holds e4m3 bytes
+  // (engine/instructions/fp8_packing.py; per output channel) and its pages are streamed as fp8 (weight_stream.cuh)
+  const float* w_qkv_scale;
+  const float* w_o_scale;
+  const float* w_gate_up_scale;
+  const float* w_down_scale;
+  const float* lm_head_scale;
   // W_o as 2-D boxes for ATTN_O_PROJ's panel pages (panel_pages.cuh), in global memory, encoded once by the
   // host (encode_w_o_map); nullptr: the fused op copies W_o rows one by one.
   const CUtensorMap* w_o_map;

@@ -122,6 +122,12 @@ Globals globals_from_dict(const py::dict& d) {
 #undef MK_PTR
   g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
   g.w_o_map = ptr_field<const CUtensorMap>(d, "w_o_map", /*optional=*/true);
+  // fp8 matrices' scales (absent: bf16 matrices; weight_stream.cuh)
+  g.w_qkv_scale = ptr_field<const float>(d, "w_qkv_scale", /*optional=*/true);
+  g.w_o_scale = ptr_field<const float>(d, "w_o_scale", /*optional=*/true);
+  g.w_gate_up_scale = ptr_field<const float>(d, "w_gate_up_scale", /*optional=*/true);
+  g.w_down_scale = ptr_field<const float>(d, "w_down_scale", /*optional=*/true);
+  g.lm_head_scale = ptr_field<const float>(d, "lm_head_scale", /*optional=*/true);
   g.advance_history = ptr_field<int>(d, "advance_history", /*optional=*/true);
   g.run_stop = ptr_field<int>(d, "run_stop", /*optional=*/true);
   g.run_step = g.run_stop ? scalar_field<int>(d, "run_step") : 0;

@@ -20,18 +20,18 @@ namespace mk::vm {
 // (this one is `lane`): the controller's 32, the loader's one.
 __device__ __forceinline__ void prefetch_rows_l2(const WeightStream& ws, int first, int cap_bytes, int lane, int lanes) {
   if (ws.rows <= first || cap_bytes <= 0) return;
-  const int row_bytes = ws.row_elems * 2;
+  const int row_bytes = ws.row_bytes();
   const int rows = min(ws.rows - first, cap_bytes / row_bytes);
   if (ws.row_stride == ws.row_elems) {  // contiguous: 32 KiB pieces spread over the lanes
     const long long bytes = (long long)rows * row_bytes;
-    const uint8_t* base = reinterpret_cast<const uint8_t*>(ws.base + (long long)first * ws.row_stride);
+    const uint8_t* base = ws.row(first);
     MK_ROLLED
     for (long long off = lane * 32768LL; off < bytes; off += lanes * 32768LL)
       tk::bulk_prefetch_l2(base + off, (uint32_t)min(32768LL, bytes - off));
   } else {
     MK_ROLLED
     for (int r = lane; r < rows; r += lanes)
-      tk::bulk_prefetch_l2(ws.base + (long long)(first + r) * ws.row_stride, row_bytes);
+      tk::bulk_prefetch_l2(ws.row(first + r), row_bytes);
   }
 }
 

@@ -58,8 +58,9 @@ inline constexpr int W_SIGNAL_AMOUNT = 28;
 // Slot-only words past the record (a shared-memory slot holds SLOT_WORDS): the instruction's weight
 // stream, derived by the controller when it fetches the instruction, so that neither the loader nor the
 // consumers (on the critical path between an op's input and its page loop) branch through the opcode
-// switch and divide. Layout: page count, rows per page, base (2 words), rows, row elements, stride (2 words).
-inline constexpr int SLOT_WORDS = 48;
+// switch and divide. Layout: page count, rows per page, base (2 words), rows, row elements, stride (2 words),
+// and at W_SLOT_SCALE the fp8 rows' scales (2 words; weight_stream.cuh).
+inline constexpr int SLOT_WORDS = 50;
 inline constexpr int W_SLOT_NUM_PAGES = 32;
 inline constexpr int W_SLOT_ROWS_PER_PAGE = 33;
 inline constexpr int W_SLOT_STREAM = 34;
@@ -75,6 +76,7 @@ inline constexpr int W_SLOT_KV_NEW_KEY = 44;  // the new token's key index (its 
 inline constexpr int W_SLOT_KV_NEW_SLOT = 45; // the new token's KV-cache slot (page * page_size + offset)
 inline constexpr int W_SLOT_KV_TOKEN = 46;    // the new token's index in the step (its query row)
 inline constexpr int W_SLOT_KV_RING_PAGES = 47;  // ring pages of KV at the stream's start (0 without the KV ring)
+inline constexpr int W_SLOT_SCALE = 48;          // the stream's fp8 scales (2 words), after the KV words
 
 // Step-args header words.
 inline constexpr int SA_NUM_TOKENS = 1;

@@ -37,7 +37,7 @@ __host__ __device__ constexpr bool panel_k_ok(int K) { return K == 64 || K == 12
 // row; the fused path is for one sequence, so the step's token count is the op's), and only behind a KV
 // stream (the loader issues them from its KV branch).
 __device__ __forceinline__ bool panel_stream(const Globals& g, const int* w) {
-  return w[W_OPCODE] == OP_ATTN_O_PROJ && w[W_SLOT_KV_MODE] != 0 && g.w_o_map != nullptr &&
+  return w[W_OPCODE] == OP_ATTN_O_PROJ && w[W_SLOT_KV_MODE] != 0 && g.w_o_map != nullptr && g.w_o_scale == nullptr &&
          g.sa_header[SA_NUM_TOKENS] == 1 && panel_k_ok(w[W_SLOT_STREAM + 3]);
 }
 
@@ -70,13 +70,12 @@ __device__ __forceinline__ void issue_kv_stream_page(const Globals& g, uint32_t*
   } else {
     const WeightStream ws = slot_stream(w);
     const int rpp = w[W_SLOT_ROWS_PER_PAGE], row0 = (p - kv_pages) * rpp, rows = min(rpp, ws.rows - row0);
-    const uint32_t row_bytes = ws.row_elems * 2;
+    const uint32_t row_bytes = ws.row_bytes();
     tk::arrive_expect_tx(full, rows * row_bytes);
     tk::store_release_shared(ring_issued, position + 1);  // after arming: see wait_page_issued
     MK_ROLLED
     for (int r = 0; r < rows; ++r)
-      tk::bulk_load<tk::cache_hint::evict_first>(dst + r * row_bytes, ws.base + (long long)(row0 + r) * ws.row_stride,
-                                                 row_bytes, full);
+      tk::bulk_load<tk::cache_hint::evict_first>(dst + r * row_bytes, ws.row(row0 + r), row_bytes, full);
   }
 }
 

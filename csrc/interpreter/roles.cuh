@@ -137,17 +137,15 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       } else {
         const int row0 = p * rpp;
         const int rows = min(rpp, ws.rows - row0);
-        const uint32_t row_bytes = ws.row_elems * 2;
+        const uint32_t row_bytes = ws.row_bytes();
         tk::arrive_expect_tx(sm.page_full[ring], rows * row_bytes);
         tk::store_release_shared(sm.ring_issued, page_counter + 1);  // after arming: see wait_page_issued
         if (ws.row_stride == ws.row_elems) {  // contiguous rows: one copy
-          tk::bulk_load<WEIGHT_HINT>(dst, ws.base + (long long)row0 * ws.row_stride, rows * row_bytes,
-                                     sm.page_full[ring]);
+          tk::bulk_load<WEIGHT_HINT>(dst, ws.row(row0), rows * row_bytes, sm.page_full[ring]);
         } else {  // strided rows (a K-slice of W_down): one copy per row
           MK_ROLLED
           for (int r = 0; r < rows; ++r)
-            tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes, ws.base + (long long)(row0 + r) * ws.row_stride,
-                                       row_bytes, sm.page_full[ring]);
+            tk::bulk_load<WEIGHT_HINT>(dst + r * row_bytes, ws.row(row0 + r), row_bytes, sm.page_full[ring]);
         }
       }
       if (p == n_pages - 1) timing_mark(g, w, MARK_LOADER);

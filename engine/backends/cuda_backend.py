@@ -14,6 +14,7 @@ from engine.cuda.device_stream import DeviceStream, KernelFields, launch
 from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
+from engine.cuda.fp8_weights import check_fp8_dims, is_fp8, kernel_weight_buffers
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
@@ -111,22 +112,24 @@ class CudaBackend(Backend):
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
         self.num_sms = num_sms or props.multi_processor_count
+        packed = pack_weights(weights, torch.bfloat16)
+        check_fp8_dims(packed, self.dims)
+        # W_o's panel pages are bf16 boxes: an fp8 W_o streams as rows (and batch-1 attention is not fused with it)
+        w_o_panels = self.kernel.w_o_panels and not is_fp8(packed, "w_o")
         # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM and memory is fast
         # (engine/cuda/fusion.py, device_tuning.py)
-        fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), self.kernel.w_o_panels,
+        fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), w_o_panels,
                                      self.kernel.attn_kv_ring, self.tuning.fuse_small_w_o)
         split_kw.setdefault("fuse_max_tokens", self.limits.max_tokens_per_matvec)
         if split_kw.setdefault("fuse_o_proj", fused["fuse_o_proj"]) and fused["fuse_o_proj"]:
             split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
         self.policy = policy
         self.timeout_ns = timeout_ns
-        if weights.quantized:  # the kernel's pages are bf16 rows (the engine loads fp8 checkpoints dequantised)
-            raise ValueError("the cuda backend runs no fp8 matrices yet: load the checkpoint with dequantize_fp8=True")
-        self.weights = {k: v.to(self._device) for k, v in pack_weights(weights, torch.bfloat16).items()}
+        self.weights = {k: v.to(self._device) for k, v in kernel_weight_buffers(packed).items()}
         # The kernel's extra read-only buffers, passed like the weights: W_o's tensor map for the fused op's
         # panel pages (csrc/interpreter/panel_pages.cuh) where the option is on and head_dim allows it.
         self._kernel_buffers = dict(self.weights)
-        if self.kernel.w_o_panels:
+        if w_o_panels:
             w_o_map = torch.empty(W_O_MAP_BYTES, dtype=torch.uint8, device=self._device)
             if self.module.encode_w_o_map(w_o_map.data_ptr(), self.weights["w_o"].data_ptr(), self.dims.layers,
                                           self.dims.hidden, self.dims.n_heads, self.dims.head_dim):

@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="import MODULE first so it can register_engine_runner(); repeatable")
     p.add_argument("--logprob-check", action=argparse.BooleanOptionalAction, default=BenchConfig.logprob_check,
                    help="after the timed runs, each row's max |logprob - fp32 reference| on its own tokens")
+    p.add_argument("--quantization", default=None, choices=["fp8"],
+                   help="fp8 weights (one scale per output channel) in the megakernel rows, next to a same-run bf16 "
+                        "row; the floor counts fp8 bytes")
     add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
 
@@ -102,7 +105,7 @@ def run_cli(args: argparse.Namespace) -> int:
         batch=batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
         kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len,
-        prompt_lens=args.prompt_lens)
+        prompt_lens=args.prompt_lens, quantization=args.quantization)
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

@@ -48,6 +48,9 @@ class BenchConfig:
     # count and `prompt_len` the first one's (sequence 0, whose tokens the rows report). Empty: `batch` prompts of
     # `prompt_len` tokens. The PyTorch baselines decode equal-length batches only: they are skipped when lengths differ.
     prompt_lens: tuple[int, ...] = ()
+    # "fp8": the megakernel rows load the weights quantised (LLM(quantization=...)), next to a same-run bf16
+    # `megakernel-bf16` row; the floor counts fp8 bytes. The PyTorch baselines stay bf16.
+    quantization: str | None = None
 
     def lengths(self) -> tuple[int, ...]:
         """Every sequence's prompt length."""
@@ -78,6 +81,8 @@ class BenchConfig:
         if unknown:
             raise ValueError(f"skip_baselines: unknown {', '.join(unknown)}; valid: {', '.join(sorted(SKIP_ALIASES))}")
         parse_dtype(self.dtype)
+        if self.quantization not in (None, "fp8"):
+            raise ValueError(f"quantization must be fp8 or unset, got {self.quantization!r}")
         parse_kernel_options(self.kernel_options)
 
     def skipped(self) -> set[str]:

@@ -25,6 +25,15 @@ def weight_params_read_per_token(config: LlamaConfig) -> int:
     return config.num_hidden_layers * per_layer + h + lm_head  # + final norm
 
 
+def fp8_weight_bytes_read_per_token(config: LlamaConfig, dtype_bytes: int) -> int:
+    """Bytes a step of fp8 matrices reads (--quantization fp8): a byte per matrix element and a float32 scale per
+    output row; the norms stay in `dtype_bytes` (the embedding's one row per token is not counted, as above)."""
+    h, i = config.hidden_size, config.intermediate_size
+    rows = config.num_hidden_layers * (config.q_size + 2 * config.kv_size + h + 2 * i + h) + config.vocab_size
+    norms = (2 * config.num_hidden_layers + 1) * h
+    return (weight_params_read_per_token(config) - norms) + 4 * rows + norms * dtype_bytes
+
+
 def kv_bytes_per_context_token(config: LlamaConfig, dtype_bytes: int) -> int:
     return 2 * config.num_hidden_layers * config.kv_size * dtype_bytes
 
@@ -60,12 +69,14 @@ class Floor:
 
 
 def decode_floor(config: LlamaConfig, dtype_bytes: int, prompt_len: int, new_tokens: int,
-                 bandwidth_gbps: float, batch: int = 1, prompt_lens: tuple[int, ...] = ()) -> Floor:
+                 bandwidth_gbps: float, batch: int = 1, prompt_lens: tuple[int, ...] = (),
+                 fp8_weights: bool = False) -> Floor:
     """The floor of one decode step of `batch` sequences of `prompt_len` tokens (or of sequences of `prompt_lens`):
     the weights once, every sequence's KV (its `seconds_per_token` is then per step)."""
     if bandwidth_gbps <= 0:
         raise ValueError(f"decode_floor: bandwidth_gbps must be > 0, got {bandwidth_gbps}")
-    weight = weight_params_read_per_token(config) * dtype_bytes
+    weight = (fp8_weight_bytes_read_per_token(config, dtype_bytes) if fp8_weights
+              else weight_params_read_per_token(config) * dtype_bytes)
     contexts = sum(mean_decode_context(p, new_tokens) for p in (prompt_lens or (prompt_len,) * batch))
     kv = kv_bytes_per_context_token(config, dtype_bytes) * contexts
     return Floor(weight_bytes=weight, kv_bytes=kv, bandwidth_gbps=bandwidth_gbps)

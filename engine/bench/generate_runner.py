@@ -49,15 +49,16 @@ SAMPLED_SETTINGS: dict[str, float | int] = {"temperature": 0.8, "top_p": 0.95, "
 
 def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                     new_tokens: int, backend: str = "cuda", sampled: bool = False,
-                    kernel_options: tuple[str, ...] = ()) -> tuple[Sequence[int], float]:
+                    kernel_options: tuple[str, ...] = (), quantization: str | None = None) -> tuple[Sequence[int], float]:
     """An engine runner (engine/bench/engines.py) over the public `LLM` API on `backend`; greedy, or with
-    SAMPLED_SETTINGS where `sampled`; `kernel_options` as `LLM(kernel_options=...)` takes them."""
+    SAMPLED_SETTINGS where `sampled`; `kernel_options` and `quantization` as `LLM(...)` takes them."""
     if new_tokens < 2:
         raise ValueError("the generate row times decode tokens after the first: --new-tokens must be >= 2")
     params = bench_params(sampled, max_tokens=new_tokens)
     prompt = {"prompt_token_ids": list(prompt_ids)}
     max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1)
-    with bench_llm(weights, backend, max_num_seqs=1, max_model_len=max_len, kernel_options=kernel_options) as llm:
+    with bench_llm(weights, backend, max_num_seqs=1, max_model_len=max_len, kernel_options=kernel_options,
+                   quantization=quantization) as llm:
         llm.generate(prompt, params)  # warm-up: compiles the streams of both shapes
         synchronize(weights.device)
         out = llm.generate(prompt, params)[0]
@@ -78,7 +79,7 @@ def bench_params(sampled: bool, max_tokens: int) -> Any:
 
 @contextmanager
 def bench_llm(weights: LlamaWeights, backend: str, max_num_seqs: int, max_model_len: int,
-              kernel_options: tuple[str, ...] = ()) -> Iterator[Any]:
+              kernel_options: tuple[str, ...] = (), quantization: str | None = None) -> Iterator[Any]:
     """An `LLM` on `weights` written as a checkpoint (the public API, as a user loads a model); its memory is
     given back when the block ends, before the next runner."""
     from engine import LLM
@@ -86,7 +87,8 @@ def bench_llm(weights: LlamaWeights, backend: str, max_num_seqs: int, max_model_
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
         model_dir = write_checkpoint(weights, Path(d))
         llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
-                  max_num_seqs=max_num_seqs, max_model_len=max_model_len, kernel_options=kernel_options)
+                  max_num_seqs=max_num_seqs, max_model_len=max_model_len, kernel_options=kernel_options,
+                  quantization=quantization)
     try:
         yield llm
     finally:

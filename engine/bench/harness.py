@@ -152,7 +152,7 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     if engines is None:
         engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch,
                                           config.prompt_lens if config.mixed_lengths() else (),
-                                          config.kernel_options))
+                                          config.kernel_options, config.quantization))
         if config.batch == 1:
             engines.update(DEFAULT_REGISTRY.runners())
         elif DEFAULT_REGISTRY.runners():
@@ -177,7 +177,7 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
         raise ValueError(f"prompt_len + new_tokens = {longest + config.new_tokens} exceeds "
                          f"max_position_embeddings={cfg.max_position_embeddings}")
     floor = decode_floor(cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
-                         bandwidth.gbps, config.batch, config.prompt_lens)
+                         bandwidth.gbps, config.batch, config.prompt_lens, fp8_weights=config.quantization is not None)
     gen = torch.Generator().manual_seed(config.seed + 1)
     prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()
     # Sequence 0 decodes the prompt itself; at --batch N the others its rotations (as the engine rows do).

@@ -27,7 +27,8 @@ from engine.cuda.kernel_options import KernelOptions
 from engine.engine_config import EngineConfig
 from models.llama.config import LlamaConfig
 from models.llama.step_batch import StepBatch
-from models.llama.weights import LlamaWeights
+from models.llama.fp8 import Fp8Scheme
+from models.llama.weights import LlamaWeights, quantize_weights
 
 PAGE_SIZE = EngineConfig.page_size  # the engine's KV page size
 
@@ -92,23 +93,28 @@ class MegakernelRunner:
     """An engine runner (engine/bench/engines.py) over a CudaBackend built with `options` (its keyword arguments,
     from `--kernel-option`; the engine's defaults where unset)."""
     options: Mapping[str, object] = field(default_factory=dict)
+    quantization: str | None = None  # "fp8": the weights quantised per output channel first, as LLM loads them
 
     def __call__(self, weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                  new_tokens: int) -> tuple[Sequence[int], float]:
         pages = -(-(len(prompt_ids) + new_tokens) // PAGE_SIZE)
         kw = {**self.options, "embed_in_stream": not folds_embedding(self.options, config)}
+        if self.quantization is not None:
+            weights = quantize_weights(weights, Fp8Scheme("channel"))
         backend = CudaBackend(weights, num_pages=pages, page_size=PAGE_SIZE, **kw)  # type: ignore[arg-type]
         return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 
 def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1,
-                       lengths: tuple[int, ...] = (), option_texts: tuple[str, ...] = ()) -> dict[str, EngineRunner]:
+                       lengths: tuple[int, ...] = (), option_texts: tuple[str, ...] = (),
+                       quantization: str | None = None) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
     engine/bench/generate_runner.py, with `option_texts` as `LLM(kernel_options=...)`), `megakernel-sampled`, the same
     with top-p / top-k / a penalty sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
     `options` (the same `--kernel-option`s, parsed), so the engine's overhead over the kernel shows. Elsewhere
     `engine-torch`: `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
-    (engine/bench/batch_runner.py), of the prompt's length or of `lengths`."""
+    (engine/bench/batch_runner.py), of the prompt's length or of `lengths`. `quantization` ("fp8"): the batch-1
+    rows run fp8 weights, and `megakernel-bf16` is the product row without it, in the same run."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:
@@ -116,8 +122,16 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
         return {"megakernel": partial(batch_runner, batch=batch, lengths=lengths, kernel_options=option_texts),
                 "megakernel" + SAMPLED_SUFFIX: partial(batch_runner, batch=batch, sampled=True, lengths=lengths,
                                                        kernel_options=option_texts)}
+    if batch > 1 and quantization is not None:
+        raise ValueError("--quantization benches batch 1 (the batched rows run bf16 weights)")
+    q = quantization
     if not on_gpu:  # the engine's own torch path, timed the same way
-        return {"engine-torch": partial(generate_runner, backend="torch")}
-    return {"megakernel": partial(generate_runner, kernel_options=option_texts),
-            "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True, kernel_options=option_texts),
-            "megakernel-kernel-only": MegakernelRunner(dict(options))}
+        return {"engine-torch": partial(generate_runner, backend="torch", quantization=q)}
+    rows: dict[str, EngineRunner] = {
+        "megakernel": partial(generate_runner, kernel_options=option_texts, quantization=q),
+        "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True, kernel_options=option_texts,
+                                               quantization=q),
+        "megakernel-kernel-only": MegakernelRunner(dict(options), q)}
+    if q is not None:
+        rows["megakernel-bf16"] = partial(generate_runner, kernel_options=option_texts)
+    return rows

@@ -59,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"SMs to schedule for (vm only; default {DEFAULT_SIMULATED_SMS}, an H100's or H200's)")
     p.add_argument("--page-size", type=_positive_int, default=EngineConfig.page_size, help="KV page size (tokens)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    p.add_argument("--quantization", default=None, choices=["fp8"],
+                   help="cuda: fp8 weights (one scale per output channel), as LLM(quantization=...) loads them")
     add_kernel_option_argument(p)  # the same A/B knobs as bench (SplitParams fields also shape VM timelines)
 
 

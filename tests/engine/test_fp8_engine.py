@@ -89,16 +89,29 @@ def test_a_prequantized_checkpoint_runs_on_every_backend(tiny_checkpoint: str, t
     scores = {backend: _scored(LLM(str(ckpt), backend=backend, dtype="float32", progress=False, num_pages=32))
               for backend in ("torch", "vm")}
     assert max(abs(a - b) for a, b in zip(scores["torch"], scores["vm"])) < 1e-4
-    # the cuda backend (no fp8 pages yet) loads it dequantised, and says so
+    # the cuda backend streams per-channel fp8 as it is
     options = fp8_load_options(EngineConfig(model=str(ckpt)), "cuda", ckpt)
-    assert options["dequantize_fp8"] and options["quantize"] is None
-    assert "the cuda backend runs them dequantised to bfloat16" in capsys.readouterr().err
+    assert not options["dequantize_fp8"] and options["quantize"] is None
+    assert capsys.readouterr().err == ""
+
+
+def test_block_scaled_checkpoints_load_dequantised_for_the_megakernel(tmp_path: Path, capsys) -> None:
+    # the megakernel applies one scale per output row: 128 x 128 block scales are dequantised, and that is said
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}}))
+    options = fp8_load_options(EngineConfig(model=str(tmp_path)), "cuda", tmp_path)
+    assert options["dequantize_fp8"]
+    err = capsys.readouterr().err
+    assert "the cuda backend runs them dequantised to bfloat16" in err and "block scales" in err
+    assert not fp8_load_options(EngineConfig(model=str(tmp_path)), "vm", tmp_path)["dequantize_fp8"]
 
 
 def test_what_cannot_run_is_refused_naming_the_setting(tiny_checkpoint: str, capsys) -> None:
-    with pytest.raises(ValueError, match="quantization 'fp8' runs on the torch and vm backends: the cuda backend"):
-        check_quantization(EngineConfig(model="m", quantization="fp8"), "cuda")
-    check_quantization(EngineConfig(model="m", quantization="fp8"), "vm")
+    with pytest.raises(ValueError, match="quantization 'fp8-block' runs on the torch and vm backends: the cuda "
+                                         "backend applies one scale per output channel"):
+        check_quantization(EngineConfig(model="m", quantization="fp8-block"), "cuda")
+    check_quantization(EngineConfig(model="m", quantization="fp8"), "cuda")
+    check_quantization(EngineConfig(model="m", quantization="fp8-block"), "vm")
     with pytest.raises(ValueError, match="quantization must be one of"):
         EngineConfig(model="m", quantization="int4")
     with pytest.raises(ValueError, match="quantization_skip: 'o_proj' is not one of"):

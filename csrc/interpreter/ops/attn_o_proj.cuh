@@ -94,13 +94,9 @@ struct Op<OP_ATTN_O_PROJ> : OpTraits {
   static constexpr bool CHAIN = true;
   // W_o columns of heads [head_begin, head_end) of the group, rows [row_begin, row_end) of the layer.
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
-    WeightStream s;
     const long long head0 = (long long)in.a[1] * (g.n_heads / g.n_kv) + in.a[2];
-    s.base = g.w_o + (in.layer * in.H + in.a[4]) * in.Q + head0 * g.head_dim;
-    s.rows = in.a[5] - in.a[4];
-    s.row_elems = (in.a[3] - in.a[2]) * g.head_dim;
-    s.row_stride = in.Q;
-    return s;
+    return matrix_rows(g.w_o, g.w_o_scale, in.layer * in.H + in.a[4], in.a[5] - in.a[4], head0 * g.head_dim,
+                       (in.a[3] - in.a[2]) * g.head_dim, in.Q);
   }
   template <bool B1>
   __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {

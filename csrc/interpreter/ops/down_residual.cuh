@@ -33,12 +33,8 @@ template <>
 struct Op<OP_DOWN_RESIDUAL> : OpTraits {
   // W_down rows [row_begin, row_end) of the layer, columns [k_begin, k_end): strided rows.
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
-    WeightStream s;
-    s.base = g.w_down + (in.layer * in.H + in.a[0]) * in.I + in.a[2];
-    s.rows = in.a[1] - in.a[0];
-    s.row_elems = in.a[3] - in.a[2];
-    s.row_stride = in.I;
-    return s;
+    return matrix_rows(g.w_down, g.w_down_scale, in.layer * in.H + in.a[0], in.a[1] - in.a[0], in.a[2],
+                       in.a[3] - in.a[2], in.I);
   }
   template <bool B1>
   __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {

@@ -96,12 +96,7 @@ template <>
 struct Op<OP_LM_HEAD> : OpTraits {
   // LM-head rows [v_begin, v_end).
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
-    WeightStream s;
-    s.base = g.lm_head + (long long)in.a[0] * in.H;
-    s.rows = in.a[1] - in.a[0];
-    s.row_elems = (int)in.H;
-    s.row_stride = in.H;
-    return s;
+    return matrix_rows(g.lm_head, g.lm_head_scale, in.a[0], in.a[1] - in.a[0], 0, (int)in.H, in.H);
   }
   template <bool B1>
   __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {

@@ -44,12 +44,7 @@ struct Op<OP_O_PROJ_RESIDUAL> : OpTraits {
   static constexpr bool CHAIN = true;
   // W_o rows [row_begin, row_end) of the layer.
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
-    WeightStream s;
-    s.base = g.w_o + (in.layer * in.H + in.a[0]) * in.Q;
-    s.rows = in.a[1] - in.a[0];
-    s.row_elems = (int)in.Q;
-    s.row_stride = in.Q;
-    return s;
+    return matrix_rows(g.w_o, g.w_o_scale, in.layer * in.H + in.a[0], in.a[1] - in.a[0], 0, (int)in.Q, in.Q);
   }
   template <bool B1>
   __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {

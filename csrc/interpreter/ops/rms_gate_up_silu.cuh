@@ -38,12 +38,8 @@ template <>
 struct Op<OP_RMS_GATE_UP_SILU> : OpTraits {
   // The tile-interleaved W_gate_up rows of intermediate [i_begin, i_end) of the layer (2 per element).
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
-    WeightStream s;
-    s.base = g.w_gate_up + (in.layer * 2 * in.I + 2LL * in.a[0]) * in.H;
-    s.rows = 2 * (in.a[1] - in.a[0]);
-    s.row_elems = (int)in.H;
-    s.row_stride = in.H;
-    return s;
+    return matrix_rows(g.w_gate_up, g.w_gate_up_scale, in.layer * 2 * in.I + 2LL * in.a[0], 2 * (in.a[1] - in.a[0]),
+                       0, (int)in.H, in.H);
   }
   template <bool B1>
   __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {

@@ -90,13 +90,8 @@ struct Op<OP_RMS_QKV_ROPE_APPEND> : OpTraits {
   static constexpr bool CHAIN = true;
   // W_qkv rows [row_begin, row_end) of the layer.
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
-    WeightStream s;
     const long long qkv_rows = (long long)g.n_kv * (g.n_heads / g.n_kv + 2) * g.head_dim;
-    s.base = g.w_qkv + (in.layer * qkv_rows + in.a[0]) * in.H;
-    s.rows = in.a[1] - in.a[0];
-    s.row_elems = (int)in.H;
-    s.row_stride = in.H;
-    return s;
+    return matrix_rows(g.w_qkv, g.w_qkv_scale, in.layer * qkv_rows + in.a[0], in.a[1] - in.a[0], 0, (int)in.H, in.H);
   }
   template <bool B1>
   __device__ __forceinline__ static bool execute(const Globals& g, const Shared& sm, const int* w) {
