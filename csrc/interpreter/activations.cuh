@@ -17,12 +17,13 @@ namespace mk::vm {
 
 inline constexpr int LOADS_IN_FLIGHT = 4;
 
-// dst[k] = src[k] for k < n (src written by other SMs in this launch: L2 loads); dst in bf16 when as_bf16.
-__device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n, bool as_bf16) {
+// dst[k] = src[k] for k < n (src written by other SMs in this launch: L2 loads); dst in bf16 when as_bf16 (f16 when
+// also f16).
+__device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int n, bool as_bf16, bool f16) {
   const int tid = threadIdx.x;
   if (!aligned16(src, n) || !aligned16(dst, n)) {
     MK_ROLLED
-    for (int k = tid; k < n; k += CONSUMER_THREADS) store_x1(dst, k, load_cg(src + k), as_bf16);
+    for (int k = tid; k < n; k += CONSUMER_THREADS) store_x1(dst, k, load_cg(src + k), as_bf16, f16);
     return;
   }
   const float4* s4 = reinterpret_cast<const float4*>(src);
@@ -38,17 +39,17 @@ __device__ __forceinline__ void copy_to_shared(float* dst, const float* src, int
 #pragma unroll
     for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
       const int i = base + u * CONSUMER_THREADS;
-      if (i < n4) store_x4(dst, 4 * i, v[u], as_bf16);
+      if (i < n4) store_x4(dst, 4 * i, v[u], as_bf16, f16);
     }
   }
 }
 
-// x[i][k] = src[row(i) * src_stride + col0 + k] for k < K (bf16 when x_is_bf16).
-// B1: the batch-1 kernel variants (one row: the rows-in-flight path is not compiled in).
+// x[i][k] = src[row(i) * src_stride + col0 + k] for k < K (bf16 when x_is_bf16, f16 when x_is_f16 for the
+// instruction's slot w). B1: the batch-1 kernel variants (one row: the rows-in-flight path is not compiled in).
 template <bool B1, typename RowOf>
 __device__ __forceinline__ void load_rows(const Globals& g, const Shared& sm, const float* src, long long src_stride,
-                                          int col0, int nx, int K, RowOf row_of) {
-  const bool as_bf16 = x_is_bf16(g, nx, K);
+                                          int col0, int nx, int K, RowOf row_of, const int* w) {
+  const bool as_bf16 = x_is_bf16(g, nx, K), f16 = x_is_f16(g, nx, K, w);
   const int pitch = x_pitch(nx, K, as_bf16);
   if constexpr (!B1) {
     if (nx > 1 && rows_in_flight_ok(src + col0, src_stride, K)) {
@@ -58,20 +59,21 @@ __device__ __forceinline__ void load_rows(const Globals& g, const Shared& sm, co
     }
   }
   for (int i = 0; i < nx; ++i)
-    copy_to_shared(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * src_stride + col0, K, as_bf16);
+    copy_to_shared(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * src_stride + col0, K, as_bf16, f16);
   consumer_sync();
 }
 
 // Sum of squares of src[0..n) while storing src[k] * w[k] into dst (both loads in flight together; dst in
-// bf16 when as_bf16).
-__device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src, const bf16* w, int n, bool as_bf16) {
+// bf16 when as_bf16, f16 when also f16).
+__device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src, const bf16* w, int n, bool as_bf16,
+                                                   bool f16) {
   const int tid = threadIdx.x;
   float ss = 0.f;
   if (!aligned16(src, n) || !aligned16(dst, n) || (reinterpret_cast<uintptr_t>(w) & 7)) {
     MK_ROLLED
     for (int k = tid; k < n; k += CONSUMER_THREADS) {
       const float v = load_cg(src + k);
-      store_x1(dst, k, v * __bfloat162float(w[k]), as_bf16);
+      store_x1(dst, k, v * __bfloat162float(w[k]), as_bf16, f16);
       ss = fmaf(v, v, ss);
     }
     return ss;
@@ -95,7 +97,7 @@ __device__ __forceinline__ float copy_scaled_sumsq(float* dst, const float* src,
     for (int u = 0; u < LOADS_IN_FLIGHT; ++u) {
       const int i = base + u * CONSUMER_THREADS;
       if (i < n4) {
-        store_x4(dst, 4 * i, scale4_sumsq(v[u], wv[u], ss), as_bf16);
+        store_x4(dst, 4 * i, scale4_sumsq(v[u], wv[u], ss), as_bf16, f16);
       }
     }
   }
@@ -110,9 +112,9 @@ static_assert(MAX_TOKEN_GROUP * NUM_CONSUMER_WARPS <= SCRATCH_FLOATS - 2,
               "per-warp sums of squares must fit scratch below the launch's abort flag (interpreter.cu)");
 template <bool B1, typename RowOf>
 __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared& sm, const float* src, int nx,
-                                                  const bf16* weight, RowOf row_of) {
+                                                  const bf16* weight, RowOf row_of, const int* w) {
   const int H = g.hidden_size;
-  const bool as_bf16 = x_is_bf16(g, nx, H);
+  const bool as_bf16 = x_is_bf16(g, nx, H), f16 = x_is_f16(g, nx, H, w);
   const int pitch = x_pitch(nx, H, as_bf16);
   if constexpr (!B1) {
     if (nx > 1 && rows_in_flight_ok(src, H, H) && !(reinterpret_cast<uintptr_t>(weight) & 7)) {
@@ -122,7 +124,8 @@ __device__ __forceinline__ void load_rows_rmsnorm(const Globals& g, const Shared
     }
   }
   for (int i = 0; i < nx; ++i) {
-    float ss = copy_scaled_sumsq(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * H, weight, H, as_bf16);
+    float ss = copy_scaled_sumsq(x_row(sm, i, pitch, as_bf16), src + (long long)row_of(i) * H, weight, H, as_bf16,
+                                 f16);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(tk::FULL_MASK, ss, o);
     if (tk::lane_id() == 0) sm.scratch[i * NUM_CONSUMER_WARPS + tk::warp_id()] = ss;

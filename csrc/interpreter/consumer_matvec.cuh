@@ -153,9 +153,11 @@ enum class PagePath { GENERAL, ONE_ROW_MMA, TOKENS_MMA };
 // + r] (nullptr: shared `out`, rows of the stream's length); only the TOKENS_MMA path takes another place (an LM
 // head's logits in global memory: ops/lm_head.cuh).
 template <int NX, PagePath PATH = PagePath::GENERAL>
-__device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, const WeightStream ws, int nx,
-                                           const int* instr, const PagePass pass, float* out = nullptr,
-                                           int out_stride = 0) {
+__device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, int nx, const int* instr,
+                                           const PagePass pass, float* out = nullptr, int out_stride = 0) {
+  // Read here from the slot, not passed: every op's call site then marshals no stream (the general kernel spilled
+  // more with the stream's fp8 scales in the argument list).
+  const WeightStream ws = slot_stream(instr);
   if (out == nullptr) {
     out = sm.out;
     out_stride = ws.rows;
@@ -170,6 +172,9 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
   const bool mma = NX == 1 && nx == 1 && g.mma_matvec && mma_row_ok(ws.row_elems);
   if constexpr (MMA_ONLY) {
     if (!mma) return variant_mismatch(g, instr);
+  }
+  if constexpr (PATH == PagePath::TOKENS_MMA) {  // never fp8 rows: their x is fp32 (Globals::mma_x_rows = 1)
+    if (fp8) return variant_mismatch(g, instr);
   }
   const int x_pitch_bf16 = ws.row_elems + X_ROW_SKEW;  // TOKENS_MMA: activations.cuh x_pitch
   if (!(pass.first && pass.last) && n_pages > sm.ring_pages) return ring_hold_error(g, instr, n_pages, sm.ring_pages);
@@ -189,16 +194,12 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
       const uint32_t page_addr = tk::smem_addr(sm.page(ring)), x_addr = tk::smem_addr(sm.x);
       constexpr int R = ROWS_PER_CALL<NX>;
       if (fp8) {
-        // One row on the tensor cores (x bf16), else the CUDA cores: several bf16 rows where the tensor-core token
-        // path would take them (a token group, up to MAX_TOKEN_GROUP), fp32 rows otherwise (activations.cuh).
+        // One row on the tensor cores (x f16), else the CUDA cores (x fp32: activations.cuh x_is_bf16).
         if (NX == 1 && mma) {
           dot_page_mma_fp8(page_addr, row_bytes, rows, ws.row_elems, x_addr, out, row0, ws.scale + row0);
-        } else if constexpr (PATH == PagePath::TOKENS_MMA) {
-          dot_page_fp8_cores<MAX_TOKEN_GROUP, true>(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx,
-                                                    out, row0, out_stride, ws.scale + row0);
-        } else if constexpr (!MMA_ONLY) {
-          dot_page_fp8_cores<NX, false>(page_addr, row_bytes, rows, ws.row_elems, x_addr, ws.row_elems, nx, out, row0,
-                                        out_stride, ws.scale + row0);
+        } else if constexpr (PATH == PagePath::GENERAL) {
+          dot_page_fp8_cores<NX>(page_addr, row_bytes, rows, ws.row_elems, x_addr, nx, out, row0, out_stride,
+                                 ws.scale + row0);
         }
       } else if constexpr (PATH == PagePath::TOKENS_MMA) {
         dot_page_tokens_mma(page_addr, row_bytes, rows, ws.row_elems, x_addr, x_pitch_bf16, nx, out, row0,
@@ -247,22 +248,21 @@ __device__ __noinline__ bool consume_pages(const Globals& g, const Shared sm, co
 // `grp`: the token group whose rows x holds (token_groups.cuh).
 template <bool B1>
 __device__ __forceinline__ bool matvec(const Globals& g, const Shared& sm, const TokenGroup& grp, const int* instr) {
-  const WeightStream ws = slot_stream(instr);
-  const int nx = grp.n;
+  const int nx = grp.n, row_elems = instr[W_SLOT_STREAM + 3];
   if constexpr (B1) {
     if (nx != 1) return variant_mismatch(g, instr);
-    return consume_pages<1, PagePath::ONE_ROW_MMA>(g, sm, ws, 1, instr, ONLY_PASS);
+    return consume_pages<1, PagePath::ONE_ROW_MMA>(g, sm, 1, instr, ONLY_PASS);
   }
   const PagePass pass = grp.pass;
-  if (nx <= 1) return consume_pages<1>(g, sm, ws, nx, instr, pass);
-  if (x_is_bf16(g, nx, ws.row_elems))
-    return consume_pages<MAX_TOKENS_PER_MATVEC, PagePath::TOKENS_MMA>(g, sm, ws, nx, instr, pass);
+  if (nx <= 1) return consume_pages<1>(g, sm, nx, instr, pass);
+  if (x_is_bf16(g, nx, row_elems))
+    return consume_pages<MAX_TOKENS_PER_MATVEC, PagePath::TOKENS_MMA>(g, sm, nx, instr, pass);
   // Groups of more rows than the CUDA-core loops hold take the tensor cores only: a stream that needs them there is
   // the host's mistake (engine/cuda/limits.py token_group).
   if (nx > MAX_TOKENS_PER_MATVEC) return variant_mismatch(g, instr);
-  if (nx <= 2) return consume_pages<2>(g, sm, ws, nx, instr, pass);
-  if (nx <= 4) return consume_pages<4>(g, sm, ws, nx, instr, pass);
-  return consume_pages<8>(g, sm, ws, nx, instr, pass);
+  if (nx <= 2) return consume_pages<2>(g, sm, nx, instr, pass);
+  if (nx <= 4) return consume_pages<4>(g, sm, nx, instr, pass);
+  return consume_pages<8>(g, sm, nx, instr, pass);
 }
 
 // The weight-streaming MLP ops and the LM head, once a token group's input is in shared memory: on the first group

@@ -3,13 +3,17 @@
 // see the same values as for bf16 rows. A 16 KB page holds twice the rows of a bf16 one: at batch 1, where the
 // weight bytes are the step's time, that is the point of fp8.
 //
-// Widening: an e4m3 byte s.eeee.mmm moved into a bf16's sign and low exponent/mantissa bits (s at 15, eeee.mmm at
-// 10..4) is the same number times 2^-120 (the exponent biases are 7 and 127), subnormals and zero included (bf16's
-// subnormals scale the same way); one bf16 multiply by 2^120 restores it exactly. Four integer ops and one multiply
-// per pair, no conversion unit.
+// Widening on the tensor cores' path: e4m3 is a subset of f16, one cvt widens a pair exactly, and the product runs
+// as f16 x f16 with fp32 sums (x is written to shared memory as f16 for it: activations.cuh x_is_f16). The
+// conversions bound an op's last page, which one warp computes on the op's critical path: the 1B's took 2.2 µs
+// against a bf16 page's 0.85-1.2 µs (H200 profile). Measured and not kept: bit-level widening to bf16 with a
+// multiply (3 µs; 0.724 against 0.637 ms/token), half the rows by integer ops beside the cvt (0.666), pages half full
+// (0.725), an op's last page spread over the warps a row each (0.804, and bf16 slower too).
+// The CUDA cores' path widens to fp32: the byte's bits moved into an fp32's sign and low exponent/mantissa bits are
+// the number times 2^-120, restored by one multiply (exact, subnormals and zero included).
 //
 // The batch-1 tensor-core mapping (dot_rows_mma_fp8): lane l loads 16 consecutive bytes of a weight row, k =
-// 16 l .. 16 l + 15 of a 512-element block, and the same 16 bf16 of x; product c of the block takes bytes 4c..4c+3.
+// 16 l .. 16 l + 15 of a 512-element block, and the same 16 elements of x; product c of the block takes k 4c..4c+3.
 // Lane l = 4 g + q supplies A[g][2q, 2q+1, 2q+8, 2q+9] (row 0 of the pair; row 1 at g + 8) and B[2q, 2q+1, 2q+8,
 // 2q+9][g] from those four k, so A's row g and B's column g are the same k (a permutation the sum does not see):
 // D[g][g] and D[g + 8][g] are the two rows' partial dot products; the other entries are discarded (as in
@@ -28,22 +32,16 @@ namespace mk::vm {
 
 inline constexpr int FP8_LANE_ELEMS = 16;                         // bytes of a row one lane loads per block
 inline constexpr int FP8_BLOCK_ELEMS = 32 * FP8_LANE_ELEMS;       // row elements one warp covers per block
-inline constexpr uint32_t BF16X2_TWO_POW_120 = 0x7B807B80u;       // 2^120 in both halves
 inline constexpr uint32_t FP32_TWO_POW_120 = 0x7B800000u;         // 2^120
 
 // Rows the fp8 paths take: whole 16-byte vectors (a lane's load).
 __host__ __device__ constexpr bool fp8_row_ok(int K) { return K % FP8_LANE_ELEMS == 0; }
 
-// Bytes 2i, 2i + 1 of w (i = HALF) as a bf16 pair (low element from the lower byte).
-template <int HALF>
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t w) {
-  static_assert(HALF == 0 || HALF == 1, "a word holds two pairs");
-  // byte 2i to bits 15..8, byte 2i + 1 to bits 31..24, zeros elsewhere
-  const uint32_t t = __byte_perm(w, 0u, HALF == 0 ? 0x1404u : 0x3424u);
-  const uint32_t v = (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
-  uint32_t r;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(v), "r"(BF16X2_TWO_POW_120));
-  return r;
+// Four e4m3 bytes as two f16 pairs, exactly: bytes 0, 1 in `lo`, 2, 3 in `hi` (the lower byte the lower half).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 }
 
 // The four bytes of w as floats (f[0] from the lowest byte).
@@ -56,9 +54,8 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float (&f)[4]) {
 }
 
 // out[out_row0 + r] = scale[r] * W[first + r] . x for r < nrows (<= ROWS): fp8 rows of one page against one
-// bf16 x row, on the tensor cores (scale: the scales of these rows). Lanes past K load zeros, so any K of whole vectors works.
-// ROWS = 1 (a page shared by the warps a row each: consumer_matvec.cuh) leaves the pair's second row zero instead
-// of widening a copy of the first.
+// f16 x row, on the tensor cores (scale: the scales of these rows). Lanes past K load zeros, so any K of whole vectors
+// works. ROWS = 1 leaves the pair's second row zero instead of widening a copy of the first.
 template <int ROWS>
 __device__ __forceinline__ void dot_rows_mma_fp8(uint32_t page_addr, int row_bytes, int first, int nrows, int K,
                                                  uint32_t x_addr, float* out, int out_row0, const float* scale) {
@@ -77,15 +74,14 @@ __device__ __forceinline__ void dot_rows_mma_fp8(uint32_t page_addr, int row_byt
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[p][h][i] = 0.f;
-#pragma unroll 2
+  MK_ROLLED
   for (int kb = 0; kb < K; kb += FP8_BLOCK_ELEMS) {
     const bool in = kb + lane * FP8_LANE_ELEMS < K;
-    uint4 w[ROWS], xv[2];
+    uint4 w[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) w[r] = tk::load_shared_u4_if(row_addr[r] + kb, in);
-    xv[0] = tk::load_shared_u4_if(x_lane + 2 * kb, in);
-    xv[1] = tk::load_shared_u4_if(x_lane + 2 * kb + 16, in);
-    const uint32_t xw[8] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y, xv[1].z, xv[1].w};
+    const uint4 x0 = tk::load_shared_u4_if(x_lane + 2 * kb, in), x1 = tk::load_shared_u4_if(x_lane + 2 * kb + 16, in);
+    const uint32_t xh[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
     for (int p = 0; p < PAIRS; ++p) {
       const uint4 second = w[ROWS > 1 ? 2 * p + 1 : 0];
@@ -93,9 +89,10 @@ __device__ __forceinline__ void dot_rows_mma_fp8(uint32_t page_addr, int row_byt
       const uint32_t w1[4] = {second.x, second.y, second.z, second.w};
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const uint32_t a[4] = {e4m3x2_to_bf16x2<0>(w0[c]), ROWS > 1 ? e4m3x2_to_bf16x2<0>(w1[c]) : 0u,
-                               e4m3x2_to_bf16x2<1>(w0[c]), ROWS > 1 ? e4m3x2_to_bf16x2<1>(w1[c]) : 0u};
-        tk::detail::mma_16x8x16_acc(acc[p][c & 1], a, xw[2 * c], xw[2 * c + 1]);
+        uint32_t a[4] = {0u, 0u, 0u, 0u};
+        e4m3x4_to_f16x2(w0[c], a[0], a[2]);
+        if constexpr (ROWS > 1) e4m3x4_to_f16x2(w1[c], a[1], a[3]);
+        tk::detail::mma_16x8x16_f16_acc(acc[p][c & 1], a, xh[2 * c], xh[2 * c + 1]);
       }
     }
   }
@@ -121,9 +118,10 @@ __device__ __forceinline__ void dot_rows_mma_fp8(uint32_t page_addr, int row_byt
   }
 }
 
-// The `rows` fp8 rows of one page against one bf16 x row: 4 rows per call where the page has them, else 2.
-// scale: the page's rows' scales.
-__device__ __forceinline__ void dot_page_mma_fp8(uint32_t page_addr, int row_bytes, int rows, int K, uint32_t x_addr,
+// The `rows` fp8 rows of one page against one f16 x row, 4 rows per call where the page has them, else 2, 1 (8
+// rows per call made the kernel spill). scale: the page's rows' scales. Not inlined: the batch-1 kernels' page loop
+// it sits beside stays as compact as it was for bf16 pages (their speed follows their code size: code_size.cuh).
+__device__ __noinline__ void dot_page_mma_fp8(uint32_t page_addr, int row_bytes, int rows, int K, uint32_t x_addr,
                                                  float* out, int out_row0, const float* scale) {
   if (rows == 1) return dot_rows_mma_fp8<1>(page_addr, row_bytes, 0, 1, K, x_addr, out, out_row0, scale);
   int r = 0;
@@ -135,40 +133,29 @@ __device__ __forceinline__ void dot_page_mma_fp8(uint32_t page_addr, int row_byt
     dot_rows_mma_fp8<2>(page_addr, row_bytes, r, min(2, rows - r), K, x_addr, out, out_row0 + r, scale + r);
 }
 
-// x[t][k .. k + 16) as floats: x fp32 rows of `pitch` floats, or bf16 rows of `pitch` elements (XBF16).
-template <bool XBF16>
+// x[t][k .. k + 16) of fp32 x rows of `pitch` floats.
 __device__ __forceinline__ void load_x16(float (&f)[16], uint32_t x_addr, int pitch, int t, int k, bool in) {
-  if constexpr (XBF16) {
-    const uint32_t a = x_addr + (uint32_t)(t * pitch + k) * 2;
-    const uint4 lo = tk::load_shared_u4_if(a, in), hi = tk::load_shared_u4_if(a + 16, in);
-    const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const uint32_t a = x_addr + (uint32_t)(t * pitch + k) * 4;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  } else {
-    const uint32_t a = x_addr + (uint32_t)(t * pitch + k) * 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 v = tk::load_shared_f4_if(a + 16 * i, in);
-      f[4 * i] = v.x;
-      f[4 * i + 1] = v.y;
-      f[4 * i + 2] = v.z;
-      f[4 * i + 3] = v.w;
-    }
+  for (int i = 0; i < 4; ++i) {
+    const float4 v = tk::load_shared_f4_if(a + 16 * i, in);
+    f[4 * i] = v.x;
+    f[4 * i + 1] = v.y;
+    f[4 * i + 2] = v.z;
+    f[4 * i + 3] = v.w;
   }
 }
 
 inline constexpr int FP8_CORE_ROWS = 2;  // rows per call of the CUDA-core path
 
 // out[t * out_stride + out_row0 + r] = scale[r] * W[first + r] . x[t] for r < nrows (<= FP8_CORE_ROWS), t < nx
-// (<= NX; scale: these rows' scales): fp8 rows on the CUDA cores, for every case the tensor-core path above does not take (several x rows,
-// rows it cannot take). The weights are widened once per k-step and used for every x row.
-template <int NX, bool XBF16>
+// (<= NX; scale: these rows' scales): fp8 rows on the CUDA cores, for every case the tensor-core path above does not
+// take (several x rows, in fp32: x_layout.cuh x_is_bf16; rows it cannot take). The weights are widened once per
+// k-step and used for every x row. (Inlined: as a call from the page loops the general kernel spilled twice as much.)
+template <int NX>
 __device__ __forceinline__ void dot_rows_fp8_cores(uint32_t page_addr, int row_bytes, int first, int nrows, int K,
-                                                   uint32_t x_addr, int x_pitch, int nx, float* out, int out_row0,
-                                                   int out_stride, const float* scale) {
+                                                   uint32_t x_addr, int nx, float* out, int out_row0, int out_stride,
+                                                   const float* scale) {
   constexpr int R = FP8_CORE_ROWS;
   const int lane = tk::lane_id();
   float acc[R][NX];
@@ -197,7 +184,7 @@ __device__ __forceinline__ void dot_rows_fp8_cores(uint32_t page_addr, int row_b
     for (int t = 0; t < NX; ++t) {
       if (t < nx) {
         float xf[16];
-        load_x16<XBF16>(xf, x_addr, x_pitch, t, k, in);
+        load_x16(xf, x_addr, K, t, k, in);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -220,15 +207,15 @@ __device__ __forceinline__ void dot_rows_fp8_cores(uint32_t page_addr, int row_b
   }
 }
 
-// The `rows` fp8 rows of one page against nx (<= NX) x rows on the CUDA cores (scale: the page's rows' scales).
-template <int NX, bool XBF16>
+// The `rows` fp8 rows of one page against nx (<= NX) fp32 x rows on the CUDA cores (scale: the page's rows' scales).
+template <int NX>
 __device__ __forceinline__ void dot_page_fp8_cores(uint32_t page_addr, int row_bytes, int rows, int K, uint32_t x_addr,
-                                                   int x_pitch, int nx, float* out, int out_row0, int out_stride,
+                                                   int nx, float* out, int out_row0, int out_stride,
                                                    const float* scale) {
   MK_ROLLED
   for (int r = 0; r < rows; r += FP8_CORE_ROWS)
-    dot_rows_fp8_cores<NX, XBF16>(page_addr, row_bytes, r, min(FP8_CORE_ROWS, rows - r), K, x_addr, x_pitch, nx, out,
-                                  out_row0 + r, out_stride, scale + r);
+    dot_rows_fp8_cores<NX>(page_addr, row_bytes, r, min(FP8_CORE_ROWS, rows - r), K, x_addr, nx, out, out_row0 + r,
+                           out_stride, scale + r);
 }
 
 }  // namespace mk::vm

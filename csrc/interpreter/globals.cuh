@@ -78,6 +78,7 @@ struct Globals {
   int defer_free_pages;      // an op's last this-many ring pages are freed after its release (consumer.cuh)
   int low_cap_inputs;        // 1: the low cap also while any op reads its input (state.cuh set_low_cap_from)
   int mma_matvec;            // 1: batch-1 page matvecs on the tensor cores (dot_rows_mma.cuh)
+  int mma_x_rows;            // ... for at most this many x rows: MAX_TOKEN_GROUP, or 1 where the matrices are fp8
   int token_group;           // activation rows per matvec pass of a step of several tokens (token_groups.cuh)
   int lm_head_direct;        // 1: an LM head of one token group of sequences writes its logits directly (ops/lm_head.cuh)
   int attn_tiles;            // 1: many-query attention on the tensor cores (attention_tiles.cuh)

@@ -2,6 +2,8 @@
 // stores that put them there.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include "dot_rows_mma.cuh"
 #include "state.cuh"
 
@@ -11,12 +13,24 @@ __device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
   return ((reinterpret_cast<uintptr_t>(p) & 15) | (n_floats & 3)) == 0;
 }
 
+// Whether instruction w's stream is fp8 (its slot's scales: weight_stream.cuh).
+__device__ __forceinline__ bool fp8_stream(const int* w) {
+  return *reinterpret_cast<const float* const*>(w + W_SLOT_SCALE) != nullptr;
+}
+
 // Whether an instruction's x goes to shared memory as bf16: exactly when its pages run on the tensor cores
 // (consume_pages: K whole chunks; one row takes dot_rows_mma.cuh, several dot_tokens_mma.cuh), which round x
 // to bf16 anyway. Written once by the loaders below, x then costs each page half the shared loads and no
-// conversions.
+// conversions. Several rows take the tensor cores only where the model's streams are bf16 (Globals::mma_x_rows: 1
+// where they are fp8, whose several rows run on the CUDA cores, in fp32).
 __device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
-  return nx <= MAX_TOKEN_GROUP && g.mma_matvec && mma_row_ok(K);
+  return nx <= g.mma_x_rows && g.mma_matvec && mma_row_ok(K);
+}
+
+// Whether x's one row is written as f16 instead of bf16: for an fp8 stream's tensor-core pages (dot_fp8.cuh), which
+// multiply f16 (e4m3 widens to it exactly); w: the instruction's slot.
+__device__ __forceinline__ bool x_is_f16(const Globals& g, int nx, int K, const int* w) {
+  return nx == 1 && x_is_bf16(g, nx, K) && fp8_stream(w);
 }
 
 // Elements from one x row to the next. Several bf16 rows are X_ROW_SKEW elements further apart than K: the
@@ -30,9 +44,13 @@ __device__ __forceinline__ float* x_row(const Shared& sm, int i, int pitch, bool
                  : sm.x + (long long)i * pitch;
 }
 
-// dst (bf16 when as_bf16, else fp32) element k..k+3 = v.
-__device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf16) {
-  if (as_bf16) {
+// dst (bf16 when as_bf16, f16 when also f16, else fp32) element k..k+3 = v.
+__device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf16, bool f16 = false) {
+  if (as_bf16 && f16) {
+    const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(reinterpret_cast<bf16*>(dst) + k) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  } else if (as_bf16) {
     const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
     *reinterpret_cast<uint2*>(reinterpret_cast<bf16*>(dst) + k) =
         make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
@@ -50,8 +68,9 @@ __device__ __forceinline__ float4 scale4_sumsq(float4 v, uint2 w, float& ss) {
   return make_float4(v.x * w01.x, v.y * w01.y, v.z * w23.x, v.w * w23.y);
 }
 
-__device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16) {
-  if (as_bf16) reinterpret_cast<bf16*>(dst)[k] = __float2bfloat16(v);
+__device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16, bool f16 = false) {
+  if (as_bf16 && f16) reinterpret_cast<__half*>(dst)[k] = __float2half_rn(v);
+  else if (as_bf16) reinterpret_cast<bf16*>(dst)[k] = __float2bfloat16(v);
   else dst[k] = v;
 }
 

@@ -14,7 +14,7 @@ from engine.cuda.device_stream import DeviceStream, KernelFields, launch
 from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
-from engine.cuda.fp8_weights import check_fp8_dims, is_fp8, kernel_weight_buffers
+from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, kernel_weight_buffers
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
@@ -87,22 +87,28 @@ class CudaBackend(Backend):
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         self.limits.check_model(self.dims)
+        packed = pack_weights(weights, torch.bfloat16)
+        check_fp8_dims(packed, self.dims)
+        fp8 = any(is_fp8(packed, name) for name in STREAMED_MATRICES)
+        # Several x rows in bf16 for the tensor cores (KernelOptions.mma_matvec); an fp8 stream's take the CUDA cores
+        # in fp32 (csrc/interpreter/x_layout.cuh x_is_bf16), so x holds fewer of them and the LM head is never direct.
+        bf16_rows = self._bf16_rows = self.kernel.mma_matvec and not fp8
         mlp_slices = split_kw.get("mlp_slices")
         # Activation rows per matvec pass (csrc/interpreter/token_groups.cuh), the kernel's Globals::token_group; the
         # builder cuts blocks for the same group (their outputs fit `out` for that many rows)
-        group = self.limits.token_group(self.dims, mlp_slices, self.kernel.mma_matvec,  # type: ignore[arg-type]
+        group = self.limits.token_group(self.dims, mlp_slices, bf16_rows,  # type: ignore[arg-type]
                                         self.kernel.mma_token_group)
         asked = split_kw.get("token_group")
         if asked is not None and not 1 <= int(asked) <= group:  # type: ignore[call-overload]
             raise ValueError(f"token_group {asked}: this model's matvecs take at most {group} rows of x at once")
         self.token_group = int(asked) if asked is not None else group  # type: ignore[call-overload]
-        self.max_tokens_per_step = self.limits.max_tokens(self.dims, mlp_slices, self.kernel.mma_matvec,  # type: ignore[arg-type]
+        self.max_tokens_per_step = self.limits.max_tokens(self.dims, mlp_slices, bf16_rows,  # type: ignore[arg-type]
                                                           self.kernel.mma_token_group)
         if self.max_tokens_per_step > self.token_group:  # steps of several token groups
             split_kw.setdefault("token_group", self.token_group)
             split_kw.setdefault("held_pages", self.limits.min_ring_pages)
             split_kw.setdefault("page_bytes", self.limits.page_bytes)
-        if self.kernel.lm_head_direct and self.kernel.mma_matvec and self.limits.row_takes_mma(self.dims.hidden):
+        if self.kernel.lm_head_direct and bf16_rows and self.limits.row_takes_mma(self.dims.hidden):
             split_kw.setdefault("lm_head_direct_max_seqs", min(self.token_group, self.limits.mma_group_cap))
         # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
         # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
@@ -112,8 +118,6 @@ class CudaBackend(Backend):
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
         self.num_sms = num_sms or props.multi_processor_count
-        packed = pack_weights(weights, torch.bfloat16)
-        check_fp8_dims(packed, self.dims)
         # W_o's panel pages are bf16 boxes: an fp8 W_o streams as rows (and batch-1 attention is not fused with it)
         w_o_panels = self.kernel.w_o_panels and not is_fp8(packed, "w_o")
         # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM and memory is fast
@@ -169,6 +173,8 @@ class CudaBackend(Backend):
                            self.kernel)
         fields["timeout_ns"] = max(self.timeout_ns, ds.timeout_ns)  # the step's allowance (engine/cuda/watchdog.py)
         fields["token_group"] = self.token_group
+        # x rows the tensor cores take (csrc/interpreter/x_layout.cuh x_is_bf16): fp8 streams take one
+        fields["mma_x_rows"] = self.limits.mma_group_cap if self._bf16_rows else 1
         return fields
 
     def _compiled(self, batch: StepBatch) -> CompiledStream:
@@ -179,8 +185,11 @@ class CudaBackend(Backend):
                 continue
             if cs.backend_state is None:
                 try:
+                    # x of one row is 2-byte for the tensor cores, bf16 or (fp8 streams) f16; several rows bf16 only
+                    # where the streams are bf16
+                    bf16_x = self._bf16_rows or (self.kernel.mma_matvec and batch.num_tokens == 1)
                     ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
-                                                        self.kernel.max_ring_pages, self.kernel.mma_matvec,
+                                                        self.kernel.max_ring_pages, bf16_x,
                                                         self.kernel.attn_tiles, self.token_group,
                                                         self._split_kw.get("lm_head_direct_max_seqs", 0))
                 except ValueError as exc:

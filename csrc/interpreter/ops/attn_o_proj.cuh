@@ -45,10 +45,11 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   }
   const bool panels = panel_stream(g, w);
   const bool x_bf16 = panels || x_is_bf16(g, nq, K);  // as the page math reads x (activations.cuh)
+  const bool x_f16 = !panels && x_is_f16(g, nq, K, w);
   const int pitch = x_pitch(nq, K, x_bf16 && !panels);
   MK_ROLLED
   for (int i = threadIdx.x; i < nq * K; i += CONSUMER_THREADS)
-    store_x1(sm.x, pitch == K ? i : i / K * pitch + i % K, sm.out[i], x_bf16);
+    store_x1(sm.x, pitch == K ? i : i / K * pitch + i % K, sm.out[i], x_bf16, x_f16);
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
   // Panel pages (one-token steps) or row copies: the loader made the same choice (panel_stream).

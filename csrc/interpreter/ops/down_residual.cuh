@@ -17,7 +17,7 @@ __device__ bool op_down(const Globals& g, const Shared& sm, const int* w) {
   const int T = B1 ? 1 : sa.num_tokens(), row_begin = w[3], rows = w[4] - w[3], k_begin = w[5], K = w[6] - w[5];
   return for_each_token_group<B1>(g, T, [=, &g, &sm](const TokenGroup& grp) {
     const int t0 = grp.base, n = grp.n;
-    load_rows<B1>(g, sm, g.act, g.intermediate, k_begin, n, K, [&](int i) { return t0 + i; });
+    load_rows<B1>(g, sm, g.act, g.intermediate, k_begin, n, K, [&](int i) { return t0 + i; }, w);
     if (!streamed_matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED
     for (int idx = threadIdx.x; idx < n * rows; idx += CONSUMER_THREADS) {

@@ -22,7 +22,7 @@ __device__ bool op_o_proj(const Globals& g, const Shared& sm, const int* w) {
     float resid = 0.f;
     if (preload && threadIdx.x < n * rows)
       resid = load_cg(g.hidden + (long long)(t0 + threadIdx.x / rows) * g.hidden_size + row_begin + threadIdx.x % rows);
-    load_rows<B1>(g, sm, g.attn_out, Q, 0, n, Q, [&](int i) { return t0 + i; });
+    load_rows<B1>(g, sm, g.attn_out, Q, 0, n, Q, [&](int i) { return t0 + i; }, w);
     if (threadIdx.x == 0 && grp.pass.first) timing_mark(g, w, MARK_INPUT);
     if (!matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED

@@ -19,7 +19,7 @@ __device__ bool op_gate_up(const Globals& g, const Shared& sm, const int* w) {
   return for_each_token_group<B1>(g, T, [=, &g, &sm](const TokenGroup& grp) {
     const int t0 = grp.base, nt = grp.n;
     load_rows_rmsnorm<B1>(g, sm, g.mid, nt, g.mlp_norm + (long long)layer * g.hidden_size,
-                          [&](int i) { return t0 + i; });
+                          [&](int i) { return t0 + i; }, w);
     if (!streamed_matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED
     for (int idx = threadIdx.x; idx < nt * n; idx += CONSUMER_THREADS) {

@@ -42,7 +42,7 @@ __device__ bool op_qkv(const Globals& g, const Shared& sm, const int* w) {
       if ((r % group_rows) >> hd_log <= G) pre_freq = g.rope_inv_freq[(r & (hd - 1)) / 2];
     }
     load_rows_rmsnorm<B1>(g, sm, g.hidden, nt, g.attn_norm + (long long)layer * g.hidden_size,
-                          [&](int i) { return t0 + i; });
+                          [&](int i) { return t0 + i; }, w);
     if (threadIdx.x == 0 && tg.pass.first) timing_mark(g, w, MARK_INPUT);
     MK_ROLLED
     for (int idx = threadIdx.x; idx < nt * n_copy; idx += CONSUMER_THREADS) {
