@@ -26,7 +26,7 @@ def check_quantization(cfg: EngineConfig, backend: str) -> None:
     weight loads."""
     if cfg.quantization is not None and backend not in FP8_BACKENDS:
         raise ValueError(f"quantization {cfg.quantization!r} runs on the {' and '.join(FP8_BACKENDS)} backends: the "
-                         f"{backend} backend's fp8 weight pages are not built yet")
+                         f"{backend} backend runs no fp8 matrices")
     if cfg.quantization == "fp8-block" and backend not in FP8_BLOCK_BACKENDS:
         raise ValueError(f"quantization 'fp8-block' runs on the {' and '.join(FP8_BLOCK_BACKENDS)} backends: the "
                          f"{backend} backend applies one scale per output channel (use quantization 'fp8')")
@@ -44,7 +44,7 @@ def fp8_load_options(cfg: EngineConfig, backend: str, model_dir: str | Path) -> 
     runs_fp8 = backend in FP8_BACKENDS and (not blocks or backend in FP8_BLOCK_BACKENDS)
     if quant is not None and not runs_fp8 and cfg.progress:
         why = ("it applies one scale per output channel, the checkpoint has block scales" if blocks
-               else "its fp8 weight pages are not built yet")
+               else "it runs no fp8 matrices")
         print(f"note: {model_dir} holds fp8 weights ({quant.method}); the {backend} backend runs them dequantised "
               f"to {cfg.dtype} ({why})", file=sys.stderr)
     schemes = {"fp8": Fp8Scheme("channel"), "fp8-block": Fp8Scheme("block")}
