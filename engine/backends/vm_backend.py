@@ -12,7 +12,8 @@ from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledSt
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from engine.vm.buffers import GlobalBuffers
 from engine.vm.machine import VM, StepTrace, SyncState
-from models.llama.kv_cache import PagedKVCache
+from models.llama.kv_cache import FP8_KV, PagedKVCache
+from models.llama.kv_scales import kv_scales
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LlamaWeights
 
@@ -31,9 +32,10 @@ class VMBackend(Backend):
         self.dims = ModelDims.from_config(self.config)
         dtype = weight_dtype or weights.dtype
         self.packed = pack_weights(weights, dtype)
-        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size,
-                                        dtype=kv_dtype or dtype, head_dim=self.dims.head_dim)  # stored heads
-                                                                                                # (head_padding.py)
+        kv_dtype = kv_dtype or dtype
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=kv_dtype,
+                                        head_dim=self.dims.head_dim,  # stored heads (head_padding.py)
+                                        scales=kv_scales(weights) if kv_dtype == FP8_KV else None)
         self.target = TargetDevice(num_sms=num_sms)
         self.params = BuildParams.of(policy, **split_kw)
         self.cache = StreamCache(self.dims, page_size, self.params, self.target)

@@ -4,8 +4,9 @@ Position p of a sequence lives in page block_table[p // page_size], row p % page
 sequence owns is decided by the block manager; this class only stores rows and reads them back.
 
 An fp8 cache (e4m3) stores k / scale and v / scale, with one scale per layer and KV head (`k_scale`, `v_scale`
-[num_layers, num_kv_heads], float32; 1 unless a checkpoint calibrated them), so a head's rows can be written a few
-dims at a time, and reads them back times the scale: half the bytes of bf16, twice the tokens per pool.
+[num_layers, num_kv_heads], float32; the backends derive them from the weights: models/llama/kv_scales.py), so a
+head's rows can be written a few dims at a time, and reads them back times the scale: half the bytes of bf16, twice
+the tokens per pool.
 """
 from __future__ import annotations
 
@@ -48,17 +49,23 @@ class PagedKVCache:
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
         head_dim: int | None = None,
+        scales: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> PagedKVCache:
         """`head_dim`: the width of a stored head, where a backend stores heads wider than the config's (zero-padded
-        dims: engine/instructions/head_padding.py); default the config's."""
+        dims: engine/instructions/head_padding.py); default the config's. `scales`: an fp8 cache's (k_scale,
+        v_scale) [num_layers, num_kv_heads] (models/llama/kv_scales.py); default 1."""
         if num_pages <= 0 or page_size <= 0:
             raise ValueError(f"PagedKVCache.allocate: num_pages={num_pages} and page_size={page_size} must be > 0")
         shape = (config.num_hidden_layers, num_pages, config.num_key_value_heads, page_size, head_dim or config.head_dim)
-        scales: tuple[torch.Tensor | None, ...] = (None, None)
+        stored: tuple[torch.Tensor | None, ...] = (None, None)
         if dtype == FP8_KV:
-            scales = tuple(torch.ones(shape[0], shape[2], dtype=torch.float32, device=device) for _ in range(2))
+            given = scales or tuple(torch.ones(shape[0], shape[2]) for _ in range(2))
+            if any(tuple(s.shape) != (shape[0], shape[2]) for s in given):
+                raise ValueError(f"PagedKVCache.allocate: fp8 scales must be [{shape[0]}, {shape[2]}], got "
+                                 f"{[list(s.shape) for s in given]}")
+            stored = tuple(s.to(device=device, dtype=torch.float32).contiguous() for s in given)
         return PagedKVCache(torch.zeros(shape, dtype=dtype, device=device),
-                            torch.zeros(shape, dtype=dtype, device=device), *scales)
+                            torch.zeros(shape, dtype=dtype, device=device), *stored)
 
     @property
     def num_layers(self) -> int:
