@@ -9,6 +9,8 @@ The per-layer pieces are module-level functions so the VM can reuse exactly this
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -75,10 +77,17 @@ def mlp(config: LlamaConfig, layer: LayerWeights, h: torch.Tensor) -> torch.Tens
     return linear(F.silu(linear(x, layer.gate_proj)) * linear(x, layer.up_proj), layer.down_proj)
 
 
+def _whole(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 def decoder_layer(config: LlamaConfig, layer_idx: int, layer: LayerWeights, h: torch.Tensor,
                   cos: torch.Tensor, sin: torch.Tensor, batch: StepBatch, kv: PagedKVCache,
-                  slots: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """One transformer block: append this step's K/V to the cache, attend over it, MLP; residuals."""
+                  slots: tuple[torch.Tensor, torch.Tensor],
+                  reduce: Callable[[torch.Tensor], torch.Tensor] = _whole) -> torch.Tensor:
+    """One transformer block: append this step's K/V to the cache, attend over it, MLP; residuals. `reduce`: what
+    completes the O and down projections' outputs before each residual add (a tensor-parallel rank's partial sums are
+    all-reduced: models/llama/tensor_parallel.py); the identity for a whole model."""
     q, k, v = qkv_rope(config, layer, h, cos, sin)
     kv.write(layer_idx, slots[0], slots[1], k, v)
     attn = torch.empty(h.shape[0], config.q_size, dtype=h.dtype, device=h.device)
@@ -88,8 +97,8 @@ def decoder_layer(config: LlamaConfig, layer_idx: int, layer: LayerWeights, h: t
         lo, hi = starts[s], starts[s + 1]
         k_ctx, v_ctx = kv.gather(layer_idx, batch.block_tables[s], ctx_lens[s])
         attn[lo:hi] = attend(config, q[lo:hi], k_ctx.to(h.dtype), v_ctx.to(h.dtype), batch.positions[lo:hi])
-    h = h + linear(attn, layer.o_proj)
-    return h + mlp(config, layer, h)
+    h = h + reduce(linear(attn, layer.o_proj))
+    return h + reduce(mlp(config, layer, h))
 
 
 def final_logits(weights: LlamaWeights, h: torch.Tensor) -> torch.Tensor:
