@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from engine.bench.bandwidth import measure_copy_bandwidth
-from engine.bench.floor import decode_floor, kv_bytes_per_context_token, mean_decode_context, \
-    weight_params_read_per_token
+from engine.bench.floor import decode_floor, fp8_weight_bytes_read_per_token, kv_bytes_per_context_token, \
+    mean_decode_context, weight_params_read_per_token
 from models.llama.presets import preset_config
 
 
@@ -43,6 +43,17 @@ def test_decode_floor_by_hand() -> None:
     assert decode_floor(cfg, 2, 32, 128, 4280.0).seconds_per_token * 1e3 == pytest.approx(0.578, abs=0.002)
     with pytest.raises(ValueError, match="bandwidth"):
         decode_floor(cfg, 2, 32, 128, 0.0)
+
+
+def test_fp8_floor_counts_a_byte_per_weight_and_a_scale_per_row() -> None:
+    cfg = preset_config("llama-3.2-1b")
+    # rows: per layer q 2048 + k,v 2 * 512 + o 2048 + gate,up 2 * 8192 + down 2048 = 23552; the LM head's 128256
+    rows = 16 * 23552 + 128256
+    norms = (2 * 16 + 1) * 2048  # kept in bf16
+    want = (1_235_814_400 - norms) + 4 * rows + 2 * norms
+    assert fp8_weight_bytes_read_per_token(cfg, 2) == want
+    f8 = decode_floor(cfg, 2, 32, 128, 4280.0, fp8_weights=True)
+    assert f8.weight_bytes == want and f8.kv_bytes == decode_floor(cfg, 2, 32, 128, 4280.0).kv_bytes
 
 
 def test_copy_bandwidth_positive_and_consistent() -> None:
