@@ -44,10 +44,15 @@ __device__ __forceinline__ float* x_row(const Shared& sm, int i, int pitch, bool
                  : sm.x + (long long)i * pitch;
 }
 
+// v within f16's finite range: an fp8 stream's x (the norm's input times its weight) past 65504 saturates there
+// instead of turning the products into inf and NaN.
+__device__ __forceinline__ float f16_finite(float v) { return fminf(fmaxf(v, -65504.f), 65504.f); }
+
 // dst (bf16 when as_bf16, f16 when also f16, else fp32) element k..k+3 = v.
 __device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf16, bool f16 = false) {
   if (as_bf16 && f16) {
-    const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+    const __half2 lo = __floats2half2_rn(f16_finite(v.x), f16_finite(v.y));
+    const __half2 hi = __floats2half2_rn(f16_finite(v.z), f16_finite(v.w));
     *reinterpret_cast<uint2*>(reinterpret_cast<bf16*>(dst) + k) =
         make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
   } else if (as_bf16) {
@@ -69,7 +74,7 @@ __device__ __forceinline__ float4 scale4_sumsq(float4 v, uint2 w, float& ss) {
 }
 
 __device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16, bool f16 = false) {
-  if (as_bf16 && f16) reinterpret_cast<__half*>(dst)[k] = __float2half_rn(v);
+  if (as_bf16 && f16) reinterpret_cast<__half*>(dst)[k] = __float2half_rn(f16_finite(v));
   else if (as_bf16) reinterpret_cast<bf16*>(dst)[k] = __float2bfloat16(v);
   else dst[k] = v;
 }
