@@ -6,9 +6,9 @@
 // Widening on the tensor cores' path: e4m3 is a subset of f16, one cvt widens a pair exactly, and the product runs
 // as f16 x f16 with fp32 sums (x is written to shared memory as f16 for it: activations.cuh x_is_f16). The
 // conversions bound an op's last page, which one warp computes on the op's critical path: the 1B's took 2.2 µs
-// against a bf16 page's 0.85-1.2 µs (H200 profile). Measured and not kept: bit-level widening to bf16 with a
-// multiply (3 µs; 0.724 against 0.637 ms/token), half the rows by integer ops beside the cvt (0.666), pages half full
-// (0.725), an op's last page spread over the warps a row each (0.804, and bf16 slower too).
+// against a bf16 page's 0.85-1.2 µs (H200 profile). Measured and not kept (docs/PERFORMANCE.md, FP8 weights):
+// bit-level widening to bf16 with a multiply (its last pages 3 µs), half the rows widened by integer ops beside the
+// cvt, pages half full, an op's last page spread over the warps a row each (bf16 slower too).
 // The CUDA cores' path widens to fp32: the byte's bits moved into an fp32's sign and low exponent/mantissa bits are
 // the number times 2^-120, restored by one multiply (exact, subnormals and zero included).
 //
