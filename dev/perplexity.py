@@ -2,7 +2,8 @@
 quantization, in one run: the fp8 issue's accuracy check on a real checkpoint.
 
     python -m dev.perplexity --model ~/.cache/megakernel/models/SmolLM2-135M-Instruct [--backend torch]
-        [--settings none,fp8,fp8/fp8] [--file dev/data/english_passage.txt] [--json out.json]
+        [--settings none,fp8,fp8/fp8] [--quantization-skip lm_head] [--file dev/data/english_passage.txt]
+        [--json out.json]
 
 A setting is WEIGHTS[/KV]: the weights' quantization (none, fp8) and the KV cache's dtype (auto, fp8).
 
@@ -37,14 +38,16 @@ def main() -> None:
     ap.add_argument("--settings", default="none,fp8,fp8/fp8", help="comma-separated WEIGHTS[/KV] (see above)")
     ap.add_argument("--file", type=Path, default=PASSAGE)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--quantization-skip", default="", help="comma list kept unquantised in the fp8 settings (lm_head)")
     args = ap.parse_args()
     text = args.file.read_text()
     rows = []
     for setting in args.settings.split(","):
         weights, _, kv = setting.partition("/")
         start = time.perf_counter()
+        skip = tuple(s for s in args.quantization_skip.split(",") if s) if weights != "none" else ()
         llm = LLM(args.model, backend=args.backend, dtype=args.dtype, quantization=None if weights == "none" else weights,
-                  kv_cache_dtype=kv or "auto", progress=False, max_num_seqs=1)
+                  quantization_skip=skip, kv_cache_dtype=kv or "auto", progress=False, max_num_seqs=1)
         ids = llm.get_tokenizer()(text)["input_ids"]
         ppl = perplexity(llm, ids)
         rows.append({"quantization": weights, "kv_cache_dtype": kv or "auto", "tokens": len(ids), "perplexity": ppl,
@@ -54,6 +57,7 @@ def main() -> None:
               flush=True)
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "backend": args.backend, "dtype": args.dtype,
+                                         "quantization_skip": args.quantization_skip,
                                          "file": str(args.file), "rows": rows}, indent=1))
 
 
