@@ -20,8 +20,6 @@
 // dot_rows_mma.cuh, one activation column uses 1/8 of a product).
 #pragma once
 
-#include <cuda_bf16.h>
-
 #include "../tk/mma.cuh"
 #include "../tk/shared_vec.cuh"
 #include "../tk/util.cuh"
@@ -33,9 +31,6 @@ namespace mk::vm {
 inline constexpr int FP8_LANE_ELEMS = 16;                         // bytes of a row one lane loads per block
 inline constexpr int FP8_BLOCK_ELEMS = 32 * FP8_LANE_ELEMS;       // row elements one warp covers per block
 inline constexpr uint32_t FP32_TWO_POW_120 = 0x7B800000u;         // 2^120
-
-// Rows the fp8 paths take: whole 16-byte vectors (a lane's load).
-__host__ __device__ constexpr bool fp8_row_ok(int K) { return K % FP8_LANE_ELEMS == 0; }
 
 // Four e4m3 bytes as two f16 pairs, exactly: bytes 0, 1 in `lo`, 2, 3 in `hi` (the lower byte the lower half).
 __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {

@@ -62,13 +62,18 @@ __device__ __forceinline__ void store_slot_stream(int* slot, const WeightStream&
   *reinterpret_cast<const float**>(slot + W_SLOT_SCALE) = s.scale;
 }
 
+// The stream's fp8 scales from its slot (nullptr: bf16 rows).
+__device__ __forceinline__ const float* slot_scales(const int* slot) {
+  return *reinterpret_cast<const float* const*>(slot + W_SLOT_SCALE);
+}
+
 __device__ __forceinline__ WeightStream slot_stream(const int* slot) {
   WeightStream s;
   s.base = *reinterpret_cast<const uint8_t* const*>(slot + W_SLOT_STREAM);
   s.rows = slot[W_SLOT_STREAM + 2];
   s.row_elems = slot[W_SLOT_STREAM + 3];
   s.row_stride = *reinterpret_cast<const long long*>(slot + W_SLOT_STREAM + 4);
-  s.scale = *reinterpret_cast<const float* const*>(slot + W_SLOT_SCALE);
+  s.scale = slot_scales(slot);
   return s;
 }
 static_assert(W_SLOT_NUM_PAGES >= WORDS && W_SLOT_STREAM % 2 == 0 && W_SLOT_STREAM + 6 <= SLOT_WORDS &&

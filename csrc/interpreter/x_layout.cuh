@@ -6,16 +6,12 @@
 
 #include "dot_rows_mma.cuh"
 #include "state.cuh"
+#include "weight_stream.cuh"
 
 namespace mk::vm {
 
 __device__ __forceinline__ bool aligned16(const void* p, long long n_floats) {
   return ((reinterpret_cast<uintptr_t>(p) & 15) | (n_floats & 3)) == 0;
-}
-
-// Whether instruction w's stream is fp8 (its slot's scales: weight_stream.cuh).
-__device__ __forceinline__ bool fp8_stream(const int* w) {
-  return *reinterpret_cast<const float* const*>(w + W_SLOT_SCALE) != nullptr;
 }
 
 // Whether an instruction's x goes to shared memory as bf16: exactly when its pages run on the tensor cores
@@ -30,7 +26,7 @@ __device__ __forceinline__ bool x_is_bf16(const Globals& g, int nx, int K) {
 // Whether x's one row is written as f16 instead of bf16: for an fp8 stream's tensor-core pages (dot_fp8.cuh), which
 // multiply f16 (e4m3 widens to it exactly); w: the instruction's slot.
 __device__ __forceinline__ bool x_is_f16(const Globals& g, int nx, int K, const int* w) {
-  return nx == 1 && x_is_bf16(g, nx, K) && fp8_stream(w);
+  return nx == 1 && x_is_bf16(g, nx, K) && slot_scales(w) != nullptr;
 }
 
 // Elements from one x row to the next. Several bf16 rows are X_ROW_SKEW elements further apart than K: the
