@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from models.llama.fp8 import FP8_DTYPE, Fp8Matrix
-from models.llama.weights import Matrix
+from models.llama.weights import Matrix, dense
 
 SCALE_SUFFIX, COLS_SUFFIX = "_scale", "_scale_cols"
 # What a 2-D transform of packing.py does to one layer's matrices (cat, row/column selection, padding).
@@ -48,7 +48,7 @@ def _pack(name: str, layers: Sequence[Sequence[Matrix]], transform: Transform,
     if not any(isinstance(m, Fp8Matrix) for m in flat):
         return {name: torch.stack([transform(layer) for layer in layers]).to(dtype).contiguous()}  # type: ignore[arg-type]
     if not all(isinstance(m, Fp8Matrix) for m in flat):
-        plain = [[m.dequantize(dtype) if isinstance(m, Fp8Matrix) else m.to(dtype) for m in layer] for layer in layers]
+        plain = [[dense(m, dtype) for m in layer] for layer in layers]
         return {name: torch.stack([transform(layer) for layer in plain]).contiguous()}
     data = torch.stack([transform([m.data.view(torch.uint8) for m in layer]) for layer in layers])  # type: ignore[union-attr]
     full = torch.stack([transform([m.row_scales() for m in layer]) for layer in layers])  # type: ignore[union-attr]

@@ -19,17 +19,13 @@ import math
 
 import torch
 
-from models.llama.fp8 import FP8_MAX, Fp8Matrix
-from models.llama.weights import LlamaWeights, Matrix
-
-
-def _rows(m: Matrix) -> torch.Tensor:
-    return m.dequantize(torch.float32) if isinstance(m, Fp8Matrix) else m.float()
+from models.llama.fp8 import FP8_MAX
+from models.llama.weights import LlamaWeights, Matrix, dense
 
 
 def _head_bounds(w: Matrix, gamma: torch.Tensor, heads: int, factor: float) -> torch.Tensor:
     """The largest |value| each of `heads` heads of w's rows can take for a normalised input: [heads]."""
-    per_dim = (_rows(w).cpu() * gamma.float().cpu()[None, :]).norm(dim=1) * factor
+    per_dim = (dense(w, torch.float32).cpu() * gamma.float().cpu()[None, :]).norm(dim=1) * factor
     return per_dim.view(heads, -1).amax(dim=1)
 
 

@@ -19,7 +19,7 @@ from models.llama.fp8 import Fp8Matrix
 from models.llama.kv_cache import PagedKVCache
 from models.llama.rope import apply_rope, rope_cos_sin
 from models.llama.step_batch import StepBatch
-from models.llama.weights import LayerWeights, LlamaWeights, Matrix
+from models.llama.weights import LayerWeights, LlamaWeights, Matrix, dense
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -31,7 +31,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def linear(x: torch.Tensor, w: Matrix) -> torch.Tensor:
     """x @ w.T in x's dtype (w [out, in], a tensor or an fp8 matrix)."""
-    return x @ (w.dequantize(x.dtype) if isinstance(w, Fp8Matrix) else w).T
+    return x @ dense(w, x.dtype).T
 
 
 def embed(weights: LlamaWeights, token_ids: torch.Tensor) -> torch.Tensor:

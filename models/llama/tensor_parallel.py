@@ -23,7 +23,7 @@ import torch.distributed as dist
 from models.llama.config import LlamaConfig
 from models.llama.fp8 import Fp8Matrix
 from models.llama.kv_cache import PagedKVCache
-from models.llama.model import check_batch, decoder_layer, rms_norm
+from models.llama.model import check_batch, decoder_layer, embed, final_logits
 from models.llama.rope import rope_cos_sin
 from models.llama.step_batch import StepBatch
 from models.llama.weights import LayerWeights, LlamaWeights, Matrix
@@ -54,20 +54,22 @@ def shard_config(config: LlamaConfig, world: int) -> LlamaConfig:
                    intermediate_size=config.intermediate_size // world)
 
 
+def _splittable(m: Fp8Matrix) -> Fp8Matrix:
+    if m.granularity not in ("channel", "tensor"):
+        raise ValueError("tensor parallelism splits fp8 matrices with per-channel or per-tensor scales only")
+    return m
+
+
 def _rows(m: Matrix, lo: int, hi: int) -> Matrix:
     if isinstance(m, Fp8Matrix):
-        if m.granularity != "channel" and m.granularity != "tensor":
-            raise ValueError("tensor parallelism splits fp8 matrices with per-channel or per-tensor scales only")
-        scale = m.scale[lo:hi] if m.granularity == "channel" else m.scale
+        scale = _splittable(m).scale[lo:hi] if m.granularity == "channel" else m.scale
         return Fp8Matrix(m.data[lo:hi].contiguous(), scale.contiguous(), m.granularity, m.block)
     return m[lo:hi].contiguous()
 
 
 def _cols(m: Matrix, lo: int, hi: int) -> Matrix:
     if isinstance(m, Fp8Matrix):
-        if m.granularity != "channel" and m.granularity != "tensor":
-            raise ValueError("tensor parallelism splits fp8 matrices with per-channel or per-tensor scales only")
-        return Fp8Matrix(m.data[:, lo:hi].contiguous(), m.scale, m.granularity, m.block)
+        return Fp8Matrix(_splittable(m).data[:, lo:hi].contiguous(), m.scale, m.granularity, m.block)
     return m[:, lo:hi].contiguous()
 
 
@@ -126,28 +128,23 @@ class TensorParallelLlama:
         self.weights = weights
         self.config = weights.config
         self.tp = tp
-        self.vocab_lo = tp.rank * weights.embed_tokens.shape[0]
+        self.vocab_rows = weights.embed_tokens.shape[0]
+        self.vocab_lo = tp.rank * self.vocab_rows
 
     def _embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        e = self.weights.embed_tokens
         local = token_ids - self.vocab_lo
-        mine = (local >= 0) & (local < e.shape[0])
-        rows = local.clamp(0, e.shape[0] - 1)
-        h = e.dequantize(self.weights.dtype, rows=rows) if isinstance(e, Fp8Matrix) else e[rows]
+        mine = (local >= 0) & (local < self.vocab_rows)
+        h = embed(self.weights, local.clamp(0, self.vocab_rows - 1))
         return self.tp.all_reduce(h * mine[:, None].to(h.dtype))
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch, kv: PagedKVCache) -> torch.Tensor:
-        vocab = self.weights.embed_tokens.shape[0] * self.tp.world
-        check_batch(replace(self.config, vocab_size=vocab), batch, kv)
+        check_batch(self.config, batch, kv)  # token ids against the whole vocabulary: the shard config keeps it
         h = self._embed(batch.token_ids)
         cos, sin = rope_cos_sin(self.config, batch.positions)
         slots = kv.slot_mapping(batch)
         for i, layer in enumerate(self.weights.layers):
             h = decoder_layer(self.config, i, layer, h, cos, sin, batch, kv, slots, reduce=self.tp.all_reduce)
-        x = rms_norm(h[batch.last_token_indices()], self.weights.norm, self.config.rms_norm_eps)
-        w = self.weights.lm_head
-        local = x @ (w.dequantize(x.dtype) if isinstance(w, Fp8Matrix) else w).T
-        return self.tp.all_gather_last(local.to(torch.float32))
+        return self.tp.all_gather_last(final_logits(self.weights, h[batch.last_token_indices()]))
 
     __call__ = forward

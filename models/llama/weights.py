@@ -31,6 +31,11 @@ __all__ = ["INDEX_FILE", "SINGLE_FILE", "LayerWeights", "LlamaWeights", "Matrix"
            "weights_from_state_dict"]
 
 Matrix = torch.Tensor | Fp8Matrix
+
+
+def dense(m: Matrix, dtype: torch.dtype) -> torch.Tensor:
+    """The values matrix `m` stands for, in `dtype` (an fp8 matrix dequantised)."""
+    return m.dequantize(dtype) if isinstance(m, Fp8Matrix) else m.to(dtype)
 # What `quantization_skip` may name: the LM head and the embedding (one matrix when tied: skipping either keeps it).
 SKIPPABLE = ("lm_head", "embed_tokens")
 
