@@ -34,6 +34,10 @@ struct Globals {
   // W_o as 2-D boxes for ATTN_O_PROJ's panel pages (panel_pages.cuh), in global memory, encoded once by the
   // host (encode_w_o_map); nullptr: the fused op copies W_o rows one by one.
   const CUtensorMap* w_o_map;
+  // TILE_MATMUL's tensor maps (tile_matmul.cuh TileMapIndex: the four layer matrices and the LM head, then the
+  // stream's hidden, attention output and act), in global memory, encoded per stream by the host (encode_tile_maps);
+  // nullptr: the stream has no tiles.
+  const CUtensorMap* tile_maps;
   // paged KV cache [L, num_pages, n_kv, page_size, head_dim]
   bf16* k_cache;
   bf16* v_cache;

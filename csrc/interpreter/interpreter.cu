@@ -122,6 +122,7 @@ Globals globals_from_dict(const py::dict& d) {
 #undef MK_PTR
   g.timing = ptr_field<long long>(d, "timing", /*optional=*/true);
   g.w_o_map = ptr_field<const CUtensorMap>(d, "w_o_map", /*optional=*/true);
+  g.tile_maps = ptr_field<const CUtensorMap>(d, "tile_maps", /*optional=*/true);
   // fp8 matrices' scales (absent: bf16 matrices; weight_stream.cuh)
   g.w_qkv_scale = ptr_field<const float>(d, "w_qkv_scale", /*optional=*/true);
   g.w_o_scale = ptr_field<const float>(d, "w_o_scale", /*optional=*/true);
@@ -182,6 +183,35 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
                                                      mk::vm::BOX_ROWS, mk::vm::PANEL_COLS, CU_TENSOR_MAP_SWIZZLE_128B);
   MK_CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(dst), &map, sizeof(map), cudaMemcpyHostToDevice));
   return true;
+}
+
+// TILE_MATMUL's maps (tile_matmul.cuh TileMapIndex) to dst (device memory, 64-byte aligned, NUM_TILE_MAPS maps):
+// the four layer-stacked matrices and the LM head in boxes of TILE_W_BOX_ROWS x TILE_K bf16, then the stream's
+// activations (`tokens` rows) in boxes of TILE_X_BOX_ROWS x TILE_X_BOX_COLS fp32, all with the 128-byte swizzle.
+void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, int intermediate, int qkv_rows,
+                      int q_cols, int vocab, int tokens) {
+  using mk::vm::bf16;
+  if (dst % 64 != 0) throw std::invalid_argument("encode_tile_maps: dst must be 64-byte aligned");
+  const auto ptr = [&](const char* name) { return reinterpret_cast<const void*>(d[name].cast<uintptr_t>()); };
+  const auto weights = [&](const char* name, uint64_t rows, uint64_t cols) {
+    return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), rows, cols, cols, mk::vm::TILE_W_BOX_ROWS,
+                                      mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  const auto acts = [&](const char* name, uint64_t cols) {
+    return mk::tk::make_tensor_map_2d(static_cast<const float*>(ptr(name)), (uint64_t)tokens, cols, cols,
+                                      mk::vm::TILE_X_BOX_ROWS, mk::vm::TILE_X_BOX_COLS, CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  CUtensorMap maps[mk::vm::NUM_TILE_MAPS];
+  const uint64_t L = layers;
+  maps[mk::vm::TILE_QKV] = weights("w_qkv", L * qkv_rows, hidden);
+  maps[mk::vm::TILE_O] = weights("w_o", L * hidden, q_cols);
+  maps[mk::vm::TILE_GATE_UP] = weights("w_gate_up", L * 2 * intermediate, hidden);
+  maps[mk::vm::TILE_DOWN] = weights("w_down", L * hidden, intermediate);
+  maps[mk::vm::TILE_LM_HEAD] = weights("lm_head", vocab, hidden);
+  maps[mk::vm::TILE_MAP_X_HIDDEN] = acts("hidden", hidden);
+  maps[mk::vm::TILE_MAP_X_ATTN_OUT] = acts("attn_out", q_cols);
+  maps[mk::vm::TILE_MAP_X_ACT] = acts("act", intermediate);
+  MK_CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(dst), maps, sizeof(maps), cudaMemcpyHostToDevice));
 }
 
 void advance(uintptr_t step_args, uintptr_t out_tokens, uintptr_t history, int step, uintptr_t error,
@@ -250,6 +280,11 @@ PYBIND11_MODULE(mk_interpreter, m) {
         py::arg("n_heads"), py::arg("head_dim"),
         "Write W_o's tensor map for the fused op's panel pages to dst (device, 128 bytes); False if head_dim is "
         "not a multiple of 64.");
+  m.def("encode_tile_maps", &encode_tile_maps, py::arg("dst"), py::arg("buffers"), py::arg("layers"),
+        py::arg("hidden"), py::arg("intermediate"), py::arg("qkv_rows"), py::arg("q_cols"), py::arg("vocab"), py::arg("tokens"),
+        "Write TILE_MATMUL's tensor maps to dst (device, TILE_MAPS_BYTES): buffers maps w_qkv, w_o, w_gate_up, w_down, "
+        "lm_head, hidden, attn_out and act to device pointers; tokens: the activations' rows.");
+  m.attr("TILE_MAPS_BYTES") = (int)(mk::vm::NUM_TILE_MAPS * sizeof(CUtensorMap));
   m.attr("SAMPLE_MAX_VOCAB") = mk::sampling::SAMPLE_MAX_VOCAB;
   m.attr("FORMAT_VERSION") = mk::vm::FORMAT_VERSION;
   m.attr("PAGE_BYTES") = mk::vm::PAGE_BYTES;

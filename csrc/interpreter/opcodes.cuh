@@ -25,7 +25,8 @@ inline constexpr int WORDS = 32;
   X(RMS_GATE_UP_SILU, 6, STREAMED)    \
   X(DOWN_RESIDUAL, 7, STREAMED)       \
   X(LM_HEAD, 8, STREAMED)             \
-  X(ARGMAX_REDUCE, 9, NONE)
+  X(ARGMAX_REDUCE, 9, NONE)           \
+  X(TILE_MATMUL, 11, STREAMED)
 
 #define MK_OPCODE_CONSTANT(NAME, CODE, WEIGHTS) inline constexpr int OP_##NAME = CODE;
 MK_OPCODE_NOOP(MK_OPCODE_CONSTANT)

@@ -15,6 +15,7 @@
 #include "kv_stream.cuh"
 #include "ops/dispatch.cuh"
 #include "panel_pages.cuh"
+#include "tile_matmul.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {
@@ -134,6 +135,8 @@ __device__ void run_loader(const Globals& g, const Shared& sm) {
       uint8_t* dst = sm.page(ring);
       if (kv_stream) {
         issue_kv_stream_page(g, sm.ring_issued, w, p, dst, sm.page_full[ring], page_counter);
+      } else if (tile_stream(w)) {
+        issue_tile_page(g, sm.ring_issued, w, p, dst, sm.page_full[ring], page_counter);
       } else {
         const int row0 = p * rpp;
         const int rows = min(rpp, ws.rows - row0);

@@ -19,6 +19,12 @@ __device__ __forceinline__ void init_semaphore(semaphore& sem, uint32_t arrivals
                : "memory");
 }
 
+// Ends a barrier's life (no arrival or copy pending on it) before its memory is used for anything else or
+// initialised again.
+__device__ __forceinline__ void inval_semaphore(semaphore& sem) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_addr(&sem)) : "memory");
+}
+
 // Makes initialised barriers visible to the async proxy (TMA complete_tx) and other threads.
 __device__ __forceinline__ void fence_semaphore_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");

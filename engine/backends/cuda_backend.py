@@ -28,6 +28,7 @@ from engine.run_stops import RS_NOT_STOPPED, RS_STOPPED_AT, RunStops, worked_end
 from engine.sampling.run_sampler import RunSampler, StepAdvance
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.step_builder_tiles import tiles_fit
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.config import LlamaConfig
 from models.llama.kv_cache import PagedKVCache
@@ -117,6 +118,10 @@ class CudaBackend(Backend):
                             self.limits.one_token_slice_floats(self.dims, self.kernel.mma_matvec))
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
+        # Steps of more than one token group: their linear layers as tensor-core tiles (KernelOptions.tile_matmul), on
+        # bf16 weights (the tiles' boxes are bf16) where the model's widths take them
+        if self.kernel.tile_matmul and not fp8 and tiles_fit(self.dims):
+            split_kw.setdefault("tile_min_tokens", self.token_group + 1)
         self.num_sms = num_sms or props.multi_processor_count
         # W_o's panel pages are bf16 boxes: an fp8 W_o streams as rows (and batch-1 attention is not fused with it)
         w_o_panels = self.kernel.w_o_panels and not is_fp8(packed, "w_o")
@@ -199,11 +204,24 @@ class CudaBackend(Backend):
                 rows = self.limits.matvec_row_elems(cs.words, self.dims, "w_o_map" in self._kernel_buffers)
                 variant = kernel_variant(cs.shape, self.dims, self.page_size, cs.stream.plan.fused, self.kernel,
                                          self.limits.page_bytes, all(self.limits.row_takes_mma(k) for k in rows))
-                cs.backend_state = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS,
-                                                       ring_pages, variant)
+                ds = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS, ring_pages, variant)
+                if cs.stream.plan.tiles is not None:
+                    ds.tile_maps = self._tile_maps(ds)
+                cs.backend_state = ds
             return cs
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))
+
+    def _tile_maps(self, ds: DeviceStream) -> torch.Tensor:
+        """TILE_MATMUL's tensor maps for `ds` (the weights and this stream's activations; csrc/interpreter/
+        tile_matmul.cuh), in device memory."""
+        maps = torch.empty(int(self.module.TILE_MAPS_BYTES), dtype=torch.uint8, device=self._device)
+        buffers = {name: self.weights[name].data_ptr() for name in ("w_qkv", "w_o", "w_gate_up", "w_down", "lm_head")}
+        buffers.update({name: ds.acts[name].data_ptr() for name in ("hidden", "attn_out", "act")})
+        d = self.dims
+        self.module.encode_tile_maps(maps.data_ptr(), buffers, d.layers, d.hidden, d.intermediate, d.qkv_rows,
+                                     d.q_cols, d.vocab, int(ds.acts["hidden"].shape[0]))
+        return maps
 
     def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None) -> DeviceStream:
         """The compiled stream of `batch`'s shape with `batch`'s inputs on the device (`feed`'s slots from the previous

@@ -47,6 +47,7 @@ class DeviceStream:
     progress: torch.Tensor | None = None  # [grid, PROGRESS_WORDS]: post-mortem of a failed step
     _base_fields: KernelFields | None = field(default=None, repr=False)
     extra: dict[str, int] = field(default_factory=dict)
+    tile_maps: torch.Tensor | None = None  # TILE_MATMUL's tensor maps (encode_tile_maps), where the stream has tiles
 
     @staticmethod
     def create(cs: CompiledStream, dims: ModelDims, device: torch.device, err_words: int,
@@ -129,6 +130,8 @@ class DeviceStream:
                      lm_blocks=self.compiled.stream.lm_blocks, eps=float(dims.eps), timeout_ns=int(timeout_ns),
                      ring_pages=self.ring_pages, variant=self.variant, embed_next=0, **kernel.launch_fields(),
                      sa_header=self._header())
+            if self.tile_maps is not None:
+                f["tile_maps"] = self.tile_maps.data_ptr()
             self._base_fields = f
         f = dict(self._base_fields)
         f["epoch"] = self.epoch

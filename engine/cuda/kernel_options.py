@@ -88,6 +88,11 @@ DEFAULT_FOLD_EMBED = True
 # Batch-1 decode streams run a kernel variant compiled with only their paths (engine/cuda/variant.py): 1B shape
 # H200 0.794 -> 0.782 ms/token, H100 0.976 -> 0.952.
 DEFAULT_BATCH1_KERNEL = True
+# Steps of more tokens than one token group run their linear layers as TILE_MATMUL tiles (csrc/interpreter/
+# tile_matmul.cuh): each weight page read once per 64 tokens and multiplied with all of them on the tensor cores,
+# instead of the token groups' passes over pages held in the ring. Host-side: it changes the instruction streams
+# (SplitParams.tile_min_tokens), so the VM runs the same tiles.
+DEFAULT_TILE_MATMUL = True
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,7 @@ class KernelOptions:
     fold_advance: bool = DEFAULT_FOLD_ADVANCE  # read by on-device decode loops (CudaBackend.decode_steps, bench)
     fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
+    tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):

@@ -11,6 +11,11 @@ from engine.instructions import registry as op
 from engine.instructions.head_padding import LANE_HEAD_DIMS
 from engine.instructions.layout import ModelDims, pow2_align
 from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
+from engine.scheduler.compiler.step_builder_tiles import TILE_K_STEP, TILE_MAX_ROWS, TILE_MAX_TOKENS, TILE_ROW_UNIT
+
+# x stages a tile stream's ring leaves room for (tile_matmul.cuh: up to TILE_X_STAGES K steps of x in flight); three at
+# 64 tokens take the smallest ring's x.
+TILE_X_STAGES_WANTED = 3
 
 # Head dims whose many-query attention runs on the tensor cores (ops/attn_partial.cuh: 2 and 4 dims per lane).
 ATTN_TILE_HEAD_DIMS = (64, 128)
@@ -234,6 +239,8 @@ class InterpreterLimits:
             return self.attn_scratch_floats(int(a[5] - a[4]), d.head_dim) + 1
         if code == op.Opcode.ATTN_O_PROJ:
             return self._attn_o_proj_x(a, nx, d)
+        if code == op.Opcode.TILE_MATMUL:
+            return self._tile_x(a)
         k = row_elems(code, a, d)
         if k is None:
             return 1
@@ -246,6 +253,20 @@ class InterpreterLimits:
         if not out_direct:
             self._check_out(f"{op.Opcode(code).name} block of {rows} rows x {nx} tokens", nx * rows)
         return self.x_need(nx, k, bf16_x)
+
+    @staticmethod
+    def _tile_x(a: np.ndarray) -> int:
+        """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...) keeps in x two bf16
+        copies of a K step of its tokens (128 bytes per token) and TILE_X_STAGES_WANTED fp32 ones (256 bytes), then
+        its products (GATE_UP: tokens x rows fp32); its blocks must be whole tile units (tile_matmul.cuh)."""
+        rows, k, tokens = int(a[2] - a[1]), int(a[4] - a[3]), int(a[6] - a[5])
+        if not (TILE_ROW_UNIT <= rows <= TILE_MAX_ROWS and rows % TILE_ROW_UNIT == 0 and k > 0
+                and k % TILE_K_STEP == 0 and int(a[3]) % TILE_K_STEP == 0 and 1 <= tokens <= TILE_MAX_TOKENS):
+            raise UnsupportedOnGPU(f"TILE_MATMUL of {rows} rows x [{a[3]}, {a[4]}) x {tokens} tokens: tiles take "
+                                   f"{TILE_ROW_UNIT}-row multiples up to {TILE_MAX_ROWS} rows, whole "
+                                   f"{TILE_K_STEP}-column K steps and at most {TILE_MAX_TOKENS} tokens")
+        tok_pad = -(-tokens // 16) * 16
+        return max((2 + 2 * TILE_X_STAGES_WANTED) * tok_pad * 128 // 4, tokens * rows)
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:
         """ATTN_O_PROJ (operands seq, kv_group, head_begin, head_end, row_begin, row_end) runs its attention

@@ -24,6 +24,7 @@ def pair(weights: LlamaWeights, policy: str, num_pages: int = 64, page_size: int
     # gpu_kw: kernel-only options (e.g. attn_kv_ring) that do not change the instruction tensors.
     split_kw.setdefault("min_pages_per_split", 1)
     split_kw.setdefault("fuse_o_proj", False)  # the cuda backend's own default may fuse; the VM's does not
+    split_kw.setdefault("tile_min_tokens", None)  # ditto for tiles (KernelOptions.tile_matmul): a test asks for them
     # Unpadded steps (engine/cuda/step_padding.py): the tests compare every buffer of the step with the VM's.
     gpu = CudaBackend(weights, num_pages=num_pages, page_size=page_size, policy=policy, pad_steps=False,
                       **split_kw, **(gpu_kw or {}))

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from engine.backends.vm_backend import VMBackend
-from engine.instructions.format import W_NUM_WAITS, W_SIGNAL, W_SIGNAL_AMOUNT, W_WAITS
+from engine.instructions.format import W_NUM_WAITS, W_OPERANDS, W_SIGNAL, W_SIGNAL_AMOUNT, W_WAITS
+from engine.instructions.ops.tile_matmul import TileKind
 from engine.instructions.registry import Opcode
 from engine.instructions.step_args import StepArgsView
 from engine.vm.machine import VM, DeadlockError, SyncState
@@ -89,6 +90,48 @@ def test_missing_dependency_is_a_race(request, stream: str, opcode: Opcode, laye
         words[r, W_WAITS + 1] -= 1
     with pytest.raises(RaceError, match="race on buffer"):
         _run(vm, cs, words)
+
+
+# The tile layer (TILE_MATMUL): each kind's single wait, picked by its kind operand (word W_OPERANDS).
+TILE_KINDS = [
+    (TileKind.QKV, 0),       # waits EMBED
+    (TileKind.QKV, 1),       # waits the previous layer's DOWN tiles
+    (TileKind.O, 1),         # waits the layer's attention
+    (TileKind.GATE_UP, 0),   # waits every O tile (reads hidden, which they add into)
+    (TileKind.DOWN, 1),      # waits every GATE_UP tile (adds into hidden, which they read)
+    (TileKind.LM_HEAD, -1),  # waits the last layer's DOWN tiles
+]
+
+
+@pytest.fixture(scope="module")
+def tile_setup():  # noqa: ANN201
+    cfg = small_config(hidden=128, inter=192)
+    vm = VMBackend(random_weights(cfg, seed=6), 64, 8, num_sms=16, policy="dynamic", tile_min_tokens=2,
+                   tile_tokens=8)
+    scen = Scenario(cfg, [13, 6], 8, 64, seed=4)
+    batch, seqs = scen.batch([None, None])
+    scen.feed(seqs, vm.forward(batch).argmax(-1).tolist())
+    batch, _ = scen.batch([1, 1])  # a decode step: its LM head is tiles too
+    vm.forward(batch)
+    assert vm.last_stream.stream.plan.tiles is not None and vm.last_stream.stream.plan.tiles.lm_rows
+    return vm, vm.last_stream
+
+
+@pytest.mark.parametrize("kind,layer", TILE_KINDS, ids=[f"{k.name}-L{l}" for k, l in TILE_KINDS])
+@pytest.mark.parametrize("mutation", ["drop", "weaken"])
+def test_missing_tile_dependency_is_a_race(tile_setup, kind: TileKind, layer: int,  # noqa: ANN001
+                                           mutation: str) -> None:
+    vm, cs = tile_setup
+    words = cs.tensor.copy()
+    rows = np.nonzero((words[:, 0] == Opcode.TILE_MATMUL) & (words[:, 2] == layer) & (words[:, W_OPERANDS] == kind))[0]
+    r = int(np.random.default_rng(int(kind) + 3 * layer).choice(rows))
+    assert words[r, W_NUM_WAITS] == 1
+    if mutation == "drop" or words[r, W_WAITS + 1] == 1:
+        words[r, W_NUM_WAITS], words[r, W_WAITS], words[r, W_WAITS + 1] = 0, -1, 0
+    else:
+        words[r, W_WAITS + 1] -= 1
+    with pytest.raises(RaceError, match="race on buffer"):
+        _run(vm, cs, words, num_sms=16)
 
 
 @pytest.mark.parametrize("stream,opcode,layer", ALL_KINDS[::2], ids=ALL_IDS[::2])

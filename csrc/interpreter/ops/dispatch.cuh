@@ -2,7 +2,7 @@
 // below; the switches are generated from MK_OPCODES, one case per opcode, from each opcode's Op<OP_NAME>
 // (op_traits.cuh). An opcode is added with its header, its include here and its line in MK_OPCODES
 // (docs/ADDING_AN_OPCODE.md). Beyond these switches only the helpers shared by the two attention opcodes
-// name them (kv_stream.cuh, attention_ring.cuh, panel_pages.cuh), and the queue's end is NOOP's (ops/noop.cuh).
+// name them (kv_stream.cuh, attention_ring.cuh, panel_pages.cuh; TILE_MATMUL's loader side: tile_matmul.cuh), and the queue's end is NOOP's (ops/noop.cuh).
 #pragma once
 
 #include "../op_traits.cuh"
@@ -19,6 +19,7 @@
 #include "o_proj_residual.cuh"
 #include "rms_gate_up_silu.cuh"
 #include "rms_qkv_rope_append.cuh"
+#include "tile_matmul.cuh"
 
 namespace mk::vm {
 

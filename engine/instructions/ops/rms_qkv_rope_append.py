@@ -32,18 +32,28 @@ class RmsQkvRopeAppend:
 
 
 def execute(i: RmsQkvRopeAppend, b: Buffers) -> None:
-    d, a, layer = b.dims, b.args, i.header.layer
-    T = a.num_tokens
-    x = rms(b.get("hidden")[:T], b.w("attn_norm")[layer], d.eps)
-    y = x @ b.matrix("w_qkv", layer, slice(i.row_begin, i.row_end)).T  # [T, rows]
-    kind = b.rows.kind[i.row_begin: i.row_end]
-    head = b.rows.head[i.row_begin: i.row_end]
-    dim = b.rows.dim[i.row_begin: i.row_end]
+    T = b.args.num_tokens
+    write_qkv_rows(b, i.header.layer, i.row_begin, i.row_end, i.kv_group, 0, T)
+    if i.copy_end > i.copy_begin:  # fused O-proj: mid starts as the layer input (see ATTN_O_PROJ)
+        copy = slice(i.copy_begin, i.copy_end)
+        b.get("mid")[:T, copy] = b.get("hidden")[:T, copy]
+
+
+def write_qkv_rows(b: Buffers, layer: int, row_begin: int, row_end: int, kv_group: int, t0: int, t1: int) -> None:
+    """Tokens [t0, t1): RMSNorm(hidden) times packed W_qkv rows [row_begin, row_end) of one KV group, RoPE on q/k
+    rows, q rows into the q buffer, k/v rows into the paged cache at each token's slot (TILE_MATMUL's QKV tiles
+    share it)."""
+    d, a = b.dims, b.args
+    x = rms(b.get("hidden")[t0:t1], b.w("attn_norm")[layer], d.eps)
+    y = x @ b.matrix("w_qkv", layer, slice(row_begin, row_end)).T  # [tokens, rows]
+    kind = b.rows.kind[row_begin: row_end]
+    head = b.rows.head[row_begin: row_end]
+    dim = b.rows.dim[row_begin: row_end]
     rot = torch.from_numpy(kind < 2)
     if bool(rot.any()):
         # Packed rows come in adjacent rotate_half pairs (2i, 2i+1) = original dims (i, i + hd/2).
-        pair = torch.arange(i.row_begin, i.row_end) % d.head_dim // 2
-        ang = a.positions.to(torch.float32)[:, None] * b.w("rope_inv_freq")[pair][None, :]
+        pair = torch.arange(row_begin, row_end) % d.head_dim // 2
+        ang = a.positions[t0:t1].to(torch.float32)[:, None] * b.w("rope_inv_freq")[pair][None, :]
         c, s = torch.cos(ang), torch.sin(ang)
         x0, x1 = y[:, 0::2], y[:, 1::2]
         c0, s0 = c[:, 0::2], s[:, 0::2]
@@ -52,38 +62,42 @@ def execute(i: RmsQkvRopeAppend, b: Buffers) -> None:
     kind_t, head_t, dim_t = (torch.from_numpy(v) for v in (kind, head, dim))
     qm = kind_t == 0
     if bool(qm.any()):
-        b.get("q")[:T, head_t[qm] * d.head_dim + dim_t[qm]] = y[:, qm]
-    slots = a.slot_mapping
+        b.get("q")[t0:t1, head_t[qm] * d.head_dim + dim_t[qm]] = y[:, qm]
+    slots = a.slot_mapping[t0:t1]
     pages, rows = slots // a.page_size, slots % a.page_size
     for k in (1, 2):
         m = kind_t == k
         if bool(m.any()):
             dims = dim_t[m]
-            b.kv_write(k - 1, (layer, pages[:, None], i.kv_group, rows[:, None], dims[None, :]), layer, i.kv_group,
+            b.kv_write(k - 1, (layer, pages[:, None], kv_group, rows[:, None], dims[None, :]), layer, kv_group,
                        y[:, m])
-    if i.copy_end > i.copy_begin:  # fused O-proj: mid starts as the layer input (see ATTN_O_PROJ)
-        copy = slice(i.copy_begin, i.copy_end)
-        b.get("mid")[:T, copy] = b.get("hidden")[:T, copy]
 
 
 def accesses(i: RmsQkvRopeAppend, b: Buffers) -> list[Access]:
-    d, a, layer = b.dims, b.args, i.header.layer
-    T = a.num_tokens
-    kind = b.rows.kind[i.row_begin: i.row_end]
-    head = b.rows.head[i.row_begin: i.row_end]
-    dim = b.rows.dim[i.row_begin: i.row_end]
-    acc = [Access("hidden", "r", (box((0, T), (0, d.hidden)),))]
+    T = b.args.num_tokens
+    acc = qkv_rows_accesses(b, i.header.layer, i.row_begin, i.row_end, i.kv_group, 0, T)
+    if i.copy_end > i.copy_begin:
+        acc.append(Access("mid", "w", (box((0, T), (i.copy_begin, i.copy_end)),)))
+    return acc
+
+
+def qkv_rows_accesses(b: Buffers, layer: int, row_begin: int, row_end: int, kv_group: int, t0: int,
+                      t1: int) -> list[Access]:
+    """What write_qkv_rows reads and writes."""
+    d, a = b.dims, b.args
+    kind = b.rows.kind[row_begin: row_end]
+    head = b.rows.head[row_begin: row_end]
+    dim = b.rows.dim[row_begin: row_end]
+    acc = [Access("hidden", "r", (box((t0, t1), (0, d.hidden)),))]
     q = kind == 0
     if q.any():
-        acc.append(Access("q", "w", (box((0, T), runs(head[q] * d.head_dim + dim[q])),)))
-    slots = runs(a.slot_mapping.numpy())
+        acc.append(Access("q", "w", (box((t0, t1), runs(head[q] * d.head_dim + dim[q])),)))
+    slots = runs(a.slot_mapping[t0:t1].numpy())
     for k, name in ((1, "k_cache"), (2, "v_cache")):
         m = kind == k
         if m.any():
-            acc.append(Access(name, "w", (box((layer, layer + 1), slots, (i.kv_group, i.kv_group + 1),
+            acc.append(Access(name, "w", (box((layer, layer + 1), slots, (kv_group, kv_group + 1),
                                               runs(dim[m])),)))
-    if i.copy_end > i.copy_begin:
-        acc.append(Access("mid", "w", (box((0, T), (i.copy_begin, i.copy_end)),)))
     return acc
 
 

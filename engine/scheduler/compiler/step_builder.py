@@ -6,6 +6,9 @@ of (seq, group) waits only for its group (cut over heads, KV splits and parts of
 waits the layer's attention, gate/up waits O-proj, down of slice j waits only the gate/up blocks of slice j, the
 next layer's QKV waits all downs, LM head waits the last layer, argmax waits LM head.
 
+Steps of many tokens (`plan.tiles`) run each layer's linear maps as TILE_MATMUL tiles: QKV tiles signal the same
+per-group counters, O tiles wait the layer's attention, GATE_UP tiles all O tiles, DOWN tiles all GATE_UP tiles.
+
 Fused layers (`plan.fused`: opt-in, batch 1, short context) replace attention + O-proj with ATTN_O_PROJ:
 every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
 into hidden, which every QKV block reads, and into mid, which their copies initialise, besides reading
@@ -30,6 +33,7 @@ from engine.instructions.ops.lm_head import LmHead
 from engine.instructions.ops.o_proj_residual import OProjResidual
 from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
 from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
+from engine.instructions.ops.tile_matmul import TileKind, TileMatmul
 from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.step_builder_splits import Plan
 
@@ -110,15 +114,10 @@ class _Emitter:
         return np.array([self.signals.get(c, 0) for c in range(len(self.ctr.names))], dtype=np.int32)
 
 
-def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
-                     prev_waits: Waits) -> tuple[int, int]:
-    """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
+def _attention(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int, c_qkv: list[int],
+               per_group: list[int]) -> tuple[int, int]:
+    """ATTN_PARTIAL (+ ATTN_REDUCE) of one layer, group g waiting its c_qkv[g] blocks; returns O-proj's wait."""
     ctr, nh, nq = emit.ctr, len(plan.attn_heads), plan.q_parts
-    c_qkv = [ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
-    for a, b, g in plan.qkv:
-        emit(RmsQkvRopeAppend, layer, prev_waits, c_qkv[g], row_begin=a, row_end=b, kv_group=g,
-             copy_begin=0, copy_end=0)
-    per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
     c_attn = ctr(f"ATTN_DONE[{layer}]")
     for s in range(shape.num_seqs):
         ns = plan.splits_of(s)
@@ -131,11 +130,54 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
                              num_splits=ns, head_begin=h0, head_end=h1, q_part=qp, q_parts=nq)
             if ns > 1:
                 emit(AttnReduce, layer, [(c_part, ns * nh * nq)], c_attn, seq=s, kv_group=g, num_splits=ns)
-    c_o = ctr(f"OPROJ[{layer}]")
     attn_done = sum(dims.n_kv * (1 if plan.splits_of(s) > 1 else nh * nq) for s in range(shape.num_seqs))
+    return c_attn, attn_done
+
+
+def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
+                     prev_waits: Waits) -> tuple[int, int]:
+    """QKV, ATTN_PARTIAL (+ ATTN_REDUCE), O_PROJ_RESIDUAL of one layer; returns gate/up's wait."""
+    c_qkv = [emit.ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
+    for a, b, g in plan.qkv:
+        emit(RmsQkvRopeAppend, layer, prev_waits, c_qkv[g], row_begin=a, row_end=b, kv_group=g,
+             copy_begin=0, copy_end=0)
+    per_group = [sum(1 for *_, g in plan.qkv if g == gg) for gg in range(dims.n_kv)]
+    attn_wait = _attention(emit, dims, shape, plan, layer, c_qkv, per_group)
+    c_o = emit.ctr(f"OPROJ[{layer}]")
     for a, b in plan.o_proj:
-        emit(OProjResidual, layer, [(c_attn, attn_done)], c_o, row_begin=a, row_end=b)
+        emit(OProjResidual, layer, [attn_wait], c_o, row_begin=a, row_end=b)
     return c_o, len(plan.o_proj)
+
+
+def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
+                prev_waits: Waits) -> tuple[int, int]:
+    """One layer as TILE_MATMUL tiles around the attention instructions; returns the wait for all its DOWN tiles.
+    The residual stays in hidden (engine/instructions/ops/tile_matmul.py): GATE_UP waits every O tile, DOWN every
+    GATE_UP tile."""
+    tp = plan.tiles
+    assert tp is not None
+    c_qkv = [emit.ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
+    for t0, t1 in tp.tokens:
+        for a, b, g in tp.qkv:
+            emit(TileMatmul, layer, prev_waits, c_qkv[g], kind=TileKind.QKV, row_begin=a, row_end=b, k_begin=0,
+                 k_end=dims.hidden, tok_begin=t0, tok_end=t1)
+    per_group = [len(tp.tokens) * sum(1 for *_, g in tp.qkv if g == gg) for gg in range(dims.n_kv)]
+    attn_wait = _attention(emit, dims, shape, plan, layer, c_qkv, per_group)
+
+    def tiles(kind: TileKind, rows: tuple[tuple[int, int], ...], ks: tuple[tuple[int, int], ...], waits: Waits,
+              name: str) -> tuple[int, int]:
+        counter = emit.ctr(f"{name}[{layer}]")
+        for t0, t1 in tp.tokens:
+            for a, b in rows:
+                for k0, k1 in ks:
+                    emit(TileMatmul, layer, waits, counter, kind=kind, row_begin=a, row_end=b, k_begin=k0,
+                         k_end=k1, tok_begin=t0, tok_end=t1)
+        return counter, len(tp.tokens) * len(rows) * len(ks)
+
+    o_done = tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ")
+    gu_rows = tuple((2 * a, 2 * b) for a, b in tp.gate_up)
+    gu_done = tiles(TileKind.GATE_UP, gu_rows, ((0, dims.hidden),), [o_done], "GATE_UP")
+    return tiles(TileKind.DOWN, tp.down_rows, tp.down_k, [gu_done], "DOWN")
 
 
 def _attention_fused(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
@@ -180,10 +222,22 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
         prev_waits = [(c_embed, len(plan.embed))]
     attention = _attention_fused if plan.fused else _attention_split
     for layer in range(dims.layers):
+        if plan.tiles is not None:
+            prev_waits = [_tile_layer(emit, dims, shape, plan, layer, prev_waits)]
+            continue
         gu_wait = attention(emit, dims, shape, plan, layer, prev_waits)
         prev_waits = [_mlp(emit, plan, layer, gu_wait)]
     c_lm = emit.ctr("LM_HEAD")
-    for blk, (a, b) in enumerate(plan.lm_head):
-        emit(LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)
-    emit(ArgmaxReduce, -1, [(c_lm, len(plan.lm_head))], emit.ctr("DONE"), num_blocks=len(plan.lm_head))
+    lm_tiles = plan.tiles.lm_rows if plan.tiles is not None else ()
+    n_lm = len(plan.lm_head)
+    if lm_tiles:
+        for t0, t1 in plan.tiles.tokens:  # type: ignore[union-attr]
+            for blk, (a, b) in enumerate(lm_tiles):
+                emit(TileMatmul, -1, prev_waits, c_lm, kind=TileKind.LM_HEAD, row_begin=a, row_end=b, k_begin=0,
+                     k_end=dims.hidden, tok_begin=t0, tok_end=t1, block=blk)
+        n_lm = len(lm_tiles) * len(plan.tiles.tokens)  # type: ignore[union-attr]
+    else:
+        for blk, (a, b) in enumerate(plan.lm_head):
+            emit(LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)
+    emit(ArgmaxReduce, -1, [(c_lm, n_lm)], emit.ctr("DONE"), num_blocks=len(plan.lm_head))
     return Stream(dims, shape, plan, emit.out, emit.period(), list(emit.ctr.names))

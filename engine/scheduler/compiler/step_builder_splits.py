@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from engine.instructions.layout import ModelDims, StepShape, pow2_align
+from engine.scheduler.compiler.step_builder_tiles import TilePlan, tile_plan, tiles_fit
 from engine.scheduler.compiler.target import TargetDevice
 
 
@@ -79,6 +80,11 @@ class SplitParams:
     # LM heads of 2..this many sequences write their logits straight to global memory (the cuda backend's
     # KernelOptions.lm_head_direct), so the out buffer does not cap their blocks; 0: never.
     lm_head_direct_max_seqs: int = 0
+    # Steps of at least this many tokens run their linear layers as TILE_MATMUL tiles (step_builder_tiles.py) where
+    # the model's widths take them (None: never; the cuda backend's KernelOptions.tile_matmul), each tile over at
+    # most `tile_tokens` of the step's tokens.
+    tile_min_tokens: int | None = None
+    tile_tokens: int = 64
     held_pages: int = 9
     page_bytes: int = 16384
 
@@ -95,6 +101,8 @@ class SplitParams:
             raise ValueError(f"SplitParams.one_token_slice_floats must be >= 1 or None, got {self.one_token_slice_floats}")
         if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
             raise ValueError(f"SplitParams.fused_head_chunks must be >= 1 or None, got {self.fused_head_chunks}")
+        if (self.tile_min_tokens is not None and self.tile_min_tokens < 1) or self.tile_tokens < 1:
+            raise ValueError(f"SplitParams: tile_min_tokens >= 1 or None, tile_tokens >= 1; got {self}")
         if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:
             raise ValueError(f"SplitParams: token_group >= 1 or None, held_pages >= 1, page_bytes >= 16; got {self}")
 
@@ -136,6 +144,8 @@ class Plan:
     fused_rows: tuple[tuple[int, int], ...]  # O-proj row blocks; one ATTN_O_PROJ per (group, heads, rows)
     qkv_copy: tuple[tuple[int, int], ...]  # per plan.qkv entry: the hidden columns it copies into mid
     seq_splits: tuple[int, ...] = ()  # each sequence's KV splits (empty: num_splits for every sequence)
+    # The step's linear layers as TILE_MATMUL tiles (None: the matvec opcodes above)
+    tiles: TilePlan | None = None
 
     def splits_of(self, seq: int) -> int:
         return self.seq_splits[seq] if self.seq_splits else self.num_splits
@@ -341,6 +351,12 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     heads, rows, copy = _fused_cuts(d, shape, p, device, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
     heads_cut = attn_head_chunks(d, shape, p, device, ns, sum(seq_splits) if seq_splits else None)
     q_parts = 1 if fused else query_parts(d, shape, p, device)
+    tiles = None
+    if (not fused and p.tile_min_tokens is not None and shape.num_tokens >= p.tile_min_tokens
+            and tiles_fit(d)):
+        tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens)
+        if tiles.lm_rows:  # the LM head as tiles too: one block each (lm_max / lm_arg columns)
+            lm_head = list(tiles.lm_rows)
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
-                tuple(rows), tuple(copy), seq_splits)
+                tuple(rows), tuple(copy), seq_splits, tiles)

@@ -1,0 +1,77 @@
+"""How a step of many tokens cuts its linear layers into TILE_MATMUL tiles (engine/instructions/ops/tile_matmul.py).
+
+A tile is at most TILE_MAX_ROWS weight rows by at most `SplitParams.tile_tokens` tokens, its K columns streamed in
+TILE_K_STEP-wide steps: the weights are read once per token chunk instead of once per token group of the matvec
+form, and every product runs on the tensor cores. Ops whose output is narrow (O, down: the hidden width) are also
+cut over K (their tiles add into hidden), so every op has about `waves * num_sms` tiles.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.instructions.layout import ModelDims, StepShape
+from engine.scheduler.compiler.target import TargetDevice
+
+TILE_MAX_ROWS = 128  # weight rows of one tile (csrc/interpreter/tile_matmul.cuh TILE_WEIGHT_ROWS)
+TILE_K_STEP = 64     # columns per ring page of a tile (csrc/interpreter/tile_matmul.cuh TILE_K)
+TILE_ROW_UNIT = 16   # a tile's rows are whole tensor-core row blocks
+TILE_MAX_TOKENS = 64  # tokens of one tile (csrc/interpreter/tile_matmul.cuh TILE_TOKENS)
+
+Range = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """The tiles of every layer (identical for all layers); ranges are half-open."""
+
+    tokens: tuple[Range, ...]  # token chunks: every tile below runs once per chunk
+    qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
+    o_rows: tuple[Range, ...]
+    o_k: tuple[Range, ...]  # K-slices of the attention width: one tile per (row block, slice)
+    gate_up: tuple[Range, ...]  # intermediate columns (2 W_gate_up rows each), whole gate/up tile pairs
+    down_rows: tuple[Range, ...]
+    down_k: tuple[Range, ...]  # K-slices of the intermediate width
+    # LM head row blocks (vocabulary ids) where every sequence of the step has one token; empty: LM_HEAD instructions
+    lm_rows: tuple[Range, ...] = ()
+
+
+def _cut(lo: int, hi: int, parts: int, unit: int) -> list[Range]:
+    n = (hi - lo) // unit
+    parts = max(1, min(parts, n))
+    cuts = [lo + (k * n // parts) * unit for k in range(parts + 1)]
+    return [(cuts[k], cuts[k + 1]) for k in range(parts)]
+
+
+def tiles_fit(d: ModelDims) -> bool:
+    """Whether the model's widths take tiles: whole K steps everywhere, KV groups of whole row units, gate/up tile
+    pairs that fit one tile."""
+    return (d.hidden % TILE_K_STEP == 0 and d.q_cols % TILE_K_STEP == 0 and d.intermediate % TILE_K_STEP == 0
+            and d.group_rows % TILE_ROW_UNIT == 0 and d.hidden % TILE_ROW_UNIT == 0
+            and 2 * d.gu_tile <= TILE_MAX_ROWS and (TILE_MAX_ROWS // 2) % d.gu_tile == 0)
+
+
+def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int) -> TilePlan:
+    """About `waves * num_sms` tiles per op and token chunk; tiles_fit(d) must hold."""
+    target = waves * device.num_sms
+    chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
+    per_chunk = max(1.0, target / len(chunks))
+
+    def blocks(rows: int, want: float) -> int:
+        """Row blocks of at most TILE_MAX_ROWS rows; more, of at least 32 rows, where SMs would idle."""
+        fewest = math.ceil(rows / TILE_MAX_ROWS)
+        return max(fewest, min(rows // 32 if rows >= 32 else 1, math.floor(want)))
+
+    per_group = blocks(d.group_rows, per_chunk / d.n_kv)
+    qkv = [(a, b, g) for g in range(d.n_kv)
+           for a, b in _cut(g * d.group_rows, (g + 1) * d.group_rows, per_group, TILE_ROW_UNIT)]
+    rows = _cut(0, d.hidden, math.ceil(d.hidden / TILE_MAX_ROWS), TILE_ROW_UNIT)
+    o_k = _cut(0, d.q_cols, math.floor(per_chunk / len(rows)), TILE_K_STEP)
+    down_k = _cut(0, d.intermediate, math.floor(per_chunk / len(rows)), TILE_K_STEP)
+    gu = d.gu_tile
+    gate_up = _cut(0, d.intermediate, max(math.ceil(2 * d.intermediate / TILE_MAX_ROWS), math.floor(per_chunk)), gu)
+    lm_rows: list[Range] = []
+    if shape.num_tokens == shape.num_seqs and d.vocab % TILE_ROW_UNIT == 0:
+        lm_rows = _cut(0, d.vocab, math.ceil(d.vocab / TILE_MAX_ROWS), TILE_ROW_UNIT)
+    return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
+                    tuple(lm_rows))

@@ -1,0 +1,70 @@
+"""How a step of many tokens is cut into TILE_MATMUL tiles (engine/scheduler/compiler/step_builder_tiles.py) and what
+the host's fit check says of them (engine/cuda/limits.py), against the kernel's constants (csrc/interpreter/
+tile_matmul.cuh, parsed here)."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.cuda.limits import UnsupportedOnGPU
+from engine.instructions.layout import ModelDims
+from engine.instructions.ops.tile_matmul import TileKind, TileMatmul
+from engine.instructions.registry import OPCODES, Opcode
+from engine.profiling import decode_batch
+from engine.scheduler.compiler import step_builder_tiles as tiles
+from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
+from engine.scheduler.compiler.target import TargetDevice
+from models.llama.presets import preset_config
+from models.llama.step_batch import StepBatch
+from tests.engine.test_interpreter_limits import _limits
+
+HEADER = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "tile_matmul.cuh"
+H100 = TargetDevice(num_sms=132)
+
+
+def _compile(batch: StepBatch, preset: str = "llama-3.2-1b"):  # noqa: ANN202
+    d = ModelDims.from_config(preset_config(preset))
+    return d, compile_stream(d, batch, 16, BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17), H100)
+
+
+def test_the_kernels_tile_sizes_are_the_builders() -> None:
+    c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", HEADER.read_text())}
+    assert (c["TILE_WEIGHT_ROWS"], c["TILE_K"], c["TILE_TOKENS"]) == (
+        tiles.TILE_MAX_ROWS, tiles.TILE_K_STEP, tiles.TILE_MAX_TOKENS)
+
+
+def test_a_1b_decode_of_64_is_one_wave_of_tiles_per_op_and_fits_the_smallest_ring() -> None:
+    d, cs = _compile(decode_batch(64, 33, 16))
+    kinds = Counter(TileKind(i.kind) for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL)
+    per_layer = {k: n // (d.layers if k != TileKind.LM_HEAD else 1) for k, n in kinds.items()}
+    assert per_layer == {TileKind.QKV: 96, TileKind.O: 128, TileKind.GATE_UP: 132, TileKind.DOWN: 128,
+                         TileKind.LM_HEAD: 1002}
+    ops = {OPCODES.code_of(i) for i in cs.stream.instrs}
+    assert not ops & {Opcode.RMS_QKV_ROPE_APPEND, Opcode.O_PROJ_RESIDUAL, Opcode.RMS_GATE_UP_SILU,
+                      Opcode.DOWN_RESIDUAL, Opcode.LM_HEAD}
+    lim = _limits()
+    assert lim.fit_stream(cs.words, 64, 64, d) == lim.min_ring_pages  # x: 3 stages of 64 fp32 K steps + 2 bf16
+
+
+def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> None:
+    d, cs = _compile(StepBatch.build([list(range(1, 101))], [0], [list(range(7))], page_size=16))
+    chunks = {(i.tok_begin, i.tok_end) for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL}
+    assert chunks == {(0, 50), (50, 100)}
+    assert any(OPCODES.code_of(i) == Opcode.LM_HEAD for i in cs.stream.instrs)
+
+
+def test_steps_below_the_threshold_have_no_tiles() -> None:
+    _, cs = _compile(decode_batch(16, 33, 16))
+    assert cs.stream.plan.tiles is None
+
+
+@pytest.mark.parametrize("rows,k,tokens", [(144, 64, 8), (24, 64, 8), (32, 96, 8), (32, 64, 65)])
+def test_the_fit_check_refuses_tiles_the_kernel_cannot_run(rows: int, k: int, tokens: int) -> None:
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    words = OPCODES.encode_many([TileMatmul(TileKind.O, 0, rows, 0, k, 0, tokens)])
+    with pytest.raises(UnsupportedOnGPU, match="TILE_MATMUL"):
+        _limits().fit_stream(np.asarray(words), tokens, tokens, d)

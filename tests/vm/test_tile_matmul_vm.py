@@ -1,0 +1,50 @@
+"""Steps whose linear layers run as TILE_MATMUL tiles: the VM matches the reference model (logits within 1e-5, same
+greedy tokens) with the race detector on, over prompt chunks and decodes, several token chunks per tile."""
+from __future__ import annotations
+
+import pytest
+
+from engine.instructions.registry import OPCODES, Opcode
+from engine.backends.vm_backend import VMBackend
+from engine.instructions.ops.tile_matmul import TileKind
+from tests.vm.helpers import random_weights, run_pair, small_config
+
+# (heads, kv_heads, head_dim, hidden, inter): K widths in whole 64-column steps, gate/up pairs within a tile
+CONFIGS = [
+    (4, 2, 32, 128, 192),   # GQA 2
+    (8, 2, 16, 64, 128),    # GQA 4, group rows 96
+    (2, 1, 64, 128, 256),   # MQA, head_dim 64
+]
+
+
+def expect_tiles(tiles: bool):
+    def check(vm: VMBackend) -> None:
+        cs = vm.last_stream
+        assert cs is not None and (cs.stream.plan.tiles is not None) == tiles
+        ops = {OPCODES.code_of(i) for i in cs.stream.instrs}
+        assert (Opcode.TILE_MATMUL in ops) == tiles
+        if tiles:
+            assert not ops & {Opcode.RMS_QKV_ROPE_APPEND, Opcode.O_PROJ_RESIDUAL, Opcode.RMS_GATE_UP_SILU,
+                              Opcode.DOWN_RESIDUAL}
+            # a step of one token per sequence takes its LM head as tiles too
+            decode = cs.shape.num_tokens == cs.shape.num_seqs
+            assert (Opcode.LM_HEAD not in ops) == decode
+            kinds = {i.kind for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL}
+            assert (TileKind.LM_HEAD in kinds) == decode
+    return check
+
+
+@pytest.mark.parametrize("heads,kv,hd,hidden,inter", CONFIGS)
+@pytest.mark.parametrize("tile_tokens", [8, 64])
+def test_tile_steps_match_reference(heads: int, kv: int, hd: int, hidden: int, inter: int, tile_tokens: int) -> None:
+    cfg = small_config(hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, inter=inter)
+    w = random_weights(cfg, seed=heads + hidden)
+    run_pair(cfg, w, [[None, None, None], [5, 1, 1], [1, 1, 1], [1, 1, 1]], prompt_lens=[11, 17, 3], num_sms=12,
+             tile_min_tokens=3, tile_tokens=tile_tokens, after_step=expect_tiles(True))
+
+
+def test_steps_below_the_threshold_keep_the_matvec_opcodes() -> None:
+    cfg = small_config(hidden=128, inter=192)
+    w = random_weights(cfg, seed=2)
+    run_pair(cfg, w, [[None], [1], [1]], prompt_lens=[9], num_sms=8, tile_min_tokens=4, after_step=None)
+    run_pair(cfg, w, [[1, 1]], prompt_lens=[1, 1], num_sms=8, tile_min_tokens=4, after_step=expect_tiles(False))
