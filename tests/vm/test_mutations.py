@@ -71,6 +71,15 @@ def _pick(words: np.ndarray, opcode: int, layer: int, seed: int) -> int:
     return int(np.random.default_rng(seed).choice(rows))
 
 
+def _loosen_wait(words: np.ndarray, r: int, mutation: str) -> None:
+    """Instruction r's single wait dropped, or its target one short ("weaken"; dropped where the target is 1)."""
+    assert words[r, W_NUM_WAITS] == 1
+    if mutation == "drop" or words[r, W_WAITS + 1] == 1:
+        words[r, W_NUM_WAITS], words[r, W_WAITS], words[r, W_WAITS + 1] = 0, -1, 0
+    else:
+        words[r, W_WAITS + 1] -= 1
+
+
 # (stream fixture, waiter opcode, layer): the split-attention stream's kinds, then the fused stream's.
 ALL_KINDS = [("setup", o, l) for o, l in KINDS] + [("fused_setup", o, l) for o, l in FUSED_KINDS]
 ALL_IDS = [f"{s}-{o.name}-L{l}" for s, o, l in ALL_KINDS]
@@ -82,12 +91,7 @@ def test_missing_dependency_is_a_race(request, stream: str, opcode: Opcode, laye
                                       mutation: str) -> None:
     vm, cs = request.getfixturevalue(stream)
     words = cs.tensor.copy()
-    r = _pick(words, opcode, layer, seed=int(opcode) * 7 + layer)
-    assert words[r, W_NUM_WAITS] == 1
-    if mutation == "drop" or words[r, W_WAITS + 1] == 1:
-        words[r, W_NUM_WAITS], words[r, W_WAITS], words[r, W_WAITS + 1] = 0, -1, 0
-    else:
-        words[r, W_WAITS + 1] -= 1
+    _loosen_wait(words, _pick(words, opcode, layer, seed=int(opcode) * 7 + layer), mutation)
     with pytest.raises(RaceError, match="race on buffer"):
         _run(vm, cs, words)
 
@@ -124,12 +128,7 @@ def test_missing_tile_dependency_is_a_race(tile_setup, kind: TileKind, layer: in
     vm, cs = tile_setup
     words = cs.tensor.copy()
     rows = np.nonzero((words[:, 0] == Opcode.TILE_MATMUL) & (words[:, 2] == layer) & (words[:, W_OPERANDS] == kind))[0]
-    r = int(np.random.default_rng(int(kind) + 3 * layer).choice(rows))
-    assert words[r, W_NUM_WAITS] == 1
-    if mutation == "drop" or words[r, W_WAITS + 1] == 1:
-        words[r, W_NUM_WAITS], words[r, W_WAITS], words[r, W_WAITS + 1] = 0, -1, 0
-    else:
-        words[r, W_WAITS + 1] -= 1
+    _loosen_wait(words, int(np.random.default_rng(int(kind) + 3 * layer).choice(rows)), mutation)
     with pytest.raises(RaceError, match="race on buffer"):
         _run(vm, cs, words, num_sms=16)
 

@@ -37,42 +37,49 @@ __device__ __forceinline__ void tile_qkv_pair(const Globals& g, const StepArgs& 
   }
 }
 
-// LM_HEAD: each token's (max, first argmax) over the tile's rows into lm_max / lm_arg[token, block]: a lane's four
-// products, the four lanes of a token row, then the warps of its row blocks through shared out (past the norm's sums).
-__device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
-                                               const float (&acc)[4][2][4], int row0, int m0, int mstep) {
-  const int lane = tk::lane_id(), warp = tk::warp_id(), tq = lane & 3, mt = (t.tokens + 15) / 16;
-  float* best_val = sm.out + 4 * TILE_TOKENS;  // [warp][token]
-  int* best_row = reinterpret_cast<int*>(sm.out + (4 + NUM_CONSUMER_WARPS) * TILE_TOKENS);
+// f(m, half, i) for each token row of this lane's products (tile_products' acc[m][n][2 * half + e]): the tile's token
+// i = 16 (m0 + m * mstep) + lane / 4 + 8 half, for the token blocks this warp has.
+template <typename F>
+__device__ __forceinline__ void for_each_acc_token(int m0, int mstep, int mt, F&& f) {
+  const int gq = tk::lane_id() >> 2;
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
     const int mb = m0 + m * mstep;
     if (mb >= mt) break;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float v = -INFINITY;
-      int r = 0x7fffffff;
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = acc[m][n][2 * half + e];  // the norm's scale is positive: the order is the same
-          const int row = row0 + 8 * n + 2 * tq + e;
-          if (x > v || (x == v && row < r)) v = x, r = row;
-        }
-#pragma unroll
-      for (int s = 1; s <= 2; s <<= 1) {
-        const float ov = __shfl_xor_sync(tk::FULL_MASK, v, s);
-        const int orow = __shfl_xor_sync(tk::FULL_MASK, r, s);
-        if (ov > v || (ov == v && orow < r)) v = ov, r = orow;
-      }
-      const int i = mb * 16 + (lane >> 2) + 8 * half;
-      if (tq == 0 && i < TILE_TOKENS) {
-        best_val[warp * TILE_TOKENS + i] = v;
-        best_row[warp * TILE_TOKENS + i] = r;
-      }
-    }
+    for (int half = 0; half < 2; ++half) f(m, half, mb * 16 + gq + 8 * half);
   }
+}
+
+// LM_HEAD: each token's (max, first argmax) over the tile's rows into lm_max / lm_arg[token, block]: a lane's four
+// products, the four lanes of a token row, then the warps of its row blocks through shared out (past the norm's sums).
+__device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
+                                               const float (&acc)[4][2][4], int row0, int m0, int mstep) {
+  const int warp = tk::warp_id(), tq = tk::lane_id() & 3, mt = (t.tokens + 15) / 16;
+  float* best_val = sm.out + 4 * TILE_TOKENS;  // [warp][token]
+  int* best_row = reinterpret_cast<int*>(sm.out + (4 + NUM_CONSUMER_WARPS) * TILE_TOKENS);
+  for_each_acc_token(m0, mstep, mt, [&](int m, int half, int i) {
+    float v = -INFINITY;
+    int r = 0x7fffffff;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = acc[m][n][2 * half + e];  // the norm's scale is positive: the order is the same
+        const int row = row0 + 8 * n + 2 * tq + e;
+        if (x > v || (x == v && row < r)) v = x, r = row;
+      }
+#pragma unroll
+    for (int s = 1; s <= 2; s <<= 1) {
+      const float ov = __shfl_xor_sync(tk::FULL_MASK, v, s);
+      const int orow = __shfl_xor_sync(tk::FULL_MASK, r, s);
+      if (ov > v || (ov == v && orow < r)) v = ov, r = orow;
+    }
+    if (tq == 0) {
+      best_val[warp * TILE_TOKENS + i] = v;
+      best_row[warp * TILE_TOKENS + i] = r;
+    }
+  });
   consumer_sync();
   const int nrg = t.rows / 16, per_rg = NUM_CONSUMER_WARPS / nrg, block = w[W_OPERANDS + 7];
   for (int i = threadIdx.x; i < t.tokens; i += CONSUMER_THREADS) {
@@ -96,37 +103,30 @@ __device__ __noinline__ bool op_tile_matmul(const Globals& g, const Shared sm, c
   int row0, m0, mstep;
   if (!tile_products(g, sm, w, t, acc, row0, m0, mstep)) return false;
   const StepArgs sa(g);
-  const int lane = tk::lane_id(), gq = lane >> 2, tq = lane & 3, mt = (t.tokens + 15) / 16, layer = w[W_LAYER];
+  const int tq = tk::lane_id() & 3, mt = (t.tokens + 15) / 16, layer = w[W_LAYER];
   float* stage_out = sm.x;  // GATE_UP: [tokens, rows], the x stages' room (their copies have all landed)
+  for_each_acc_token(m0, mstep, mt, [&](int m, int half, int i) {
+    if (i >= t.tokens) return;
+    const int tok = t.tok_begin + i;
+    const float inv = t.normalised() ? tile_rms_inv(g, sm, i) : 1.f;
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int mb = m0 + m * mstep;
-    if (mb >= mt) break;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = mb * 16 + gq + 8 * half;  // the tile's token
-      if (i >= t.tokens) continue;
-      const int tok = t.tok_begin + i;
-      const float inv = t.normalised() ? tile_rms_inv(g, sm, i) : 1.f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const int lr = row0 + 8 * n + 2 * tq;
-        const float x0 = acc[m][n][2 * half] * inv, x1 = acc[m][n][2 * half + 1] * inv;
-        if (t.kind == TILE_QKV) {
-          tile_qkv_pair(g, sa, layer, t.row_begin + lr, tok, x0, x1);
-        } else if (t.kind == TILE_GATE_UP) {
-          stage_out[i * t.rows + lr] = x0;
-          stage_out[i * t.rows + lr + 1] = x1;
-        } else if (t.kind == TILE_LM_HEAD) {
-          *reinterpret_cast<float2*>(g.logits + (long long)tok * g.vocab + t.row_begin + lr) = make_float2(x0, x1);
-        } else {  // O, DOWN: into the residual
-          float* h = g.hidden + (long long)tok * g.hidden_size + t.row_begin + lr;
-          atomicAdd(h, x0);
-          atomicAdd(h + 1, x1);
-        }
+    for (int n = 0; n < 2; ++n) {
+      const int lr = row0 + 8 * n + 2 * tq;
+      const float x0 = acc[m][n][2 * half] * inv, x1 = acc[m][n][2 * half + 1] * inv;
+      if (t.kind == TILE_QKV) {
+        tile_qkv_pair(g, sa, layer, t.row_begin + lr, tok, x0, x1);
+      } else if (t.kind == TILE_GATE_UP) {
+        stage_out[i * t.rows + lr] = x0;
+        stage_out[i * t.rows + lr + 1] = x1;
+      } else if (t.kind == TILE_LM_HEAD) {
+        *reinterpret_cast<float2*>(g.logits + (long long)tok * g.vocab + t.row_begin + lr) = make_float2(x0, x1);
+      } else {  // O, DOWN: into the residual
+        float* h = g.hidden + (long long)tok * g.hidden_size + t.row_begin + lr;
+        atomicAdd(h, x0);
+        atomicAdd(h + 1, x1);
       }
     }
-  }
+  });
   if (t.kind == TILE_LM_HEAD) return tile_lm_argmax(g, sm, w, t, acc, row0, m0, mstep);
   if (t.kind != TILE_GATE_UP) return true;
   consumer_sync();
