@@ -66,11 +66,14 @@ class EngineConfig:
     quantization_skip: tuple[str, ...] = ()
     # "fp8": KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory.
     kv_cache_dtype: str = "auto"
+    # Ranks the weights are split over (Megatron-style, engine/backends/tensor_parallel_backend.py): this process and
+    # one worker process per other rank; 1: one process. The torch backend on CPUs for now.
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_NAMES)}, got {self.dtype!r}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "page_size", "decode_steps"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "page_size", "decode_steps", "tensor_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:

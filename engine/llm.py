@@ -17,6 +17,10 @@ class LLM:
         self.engine = LLMEngine(model, backend=backend, dtype=dtype, **engine_kwargs)
         self._ids = itertools.count()
 
+    def close(self) -> None:
+        """End what the engine started besides this process (tensor-parallel workers); the LLM is unusable after."""
+        self.engine.close()
+
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer
 

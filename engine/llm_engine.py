@@ -89,6 +89,13 @@ class LLMEngine:
         if self.choice.name == "cuda":  # a shape the megakernel cannot run fails here, before the weights load
             from engine.backends.cuda_backend import check_model_shape
             check_model_shape(self.config)
+        if cfg.tensor_parallel_size > 1:  # sizes the ranks cannot split fail here too, naming the field
+            from models.llama.tensor_parallel import check_tensor_parallel
+            if self.choice.name != "torch" or self.choice.device.type != "cpu":
+                raise ValueError(f"tensor_parallel_size {cfg.tensor_parallel_size} runs the torch backend on CPUs for "
+                                 f"now (got backend {self.choice.name!r} on {self.choice.device}); the GPU ranks "
+                                 "(NCCL, the megakernel per rank) are not built")
+            check_tensor_parallel(self.config, cfg.tensor_parallel_size)
         weights = load_weights(model, self.config, dtype=cfg.torch_dtype, device=weights_device,
                                progress=cfg.progress, **fp8_load_options(cfg, self.choice.name, model))
         # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.
@@ -101,6 +108,8 @@ class LLMEngine:
             options["kv_dtype"] = cfg.kv_torch_dtype
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy
+        if cfg.tensor_parallel_size > 1:
+            options["world"] = cfg.tensor_parallel_size
         if self.choice.name == "cuda" and cfg.kernel_options:
             from engine.cuda.backend_options import parse_kernel_options
             options.update(parse_kernel_options(cfg.kernel_options))
@@ -170,6 +179,10 @@ class LLMEngine:
         if params.seed is None:  # drawn only for admitted requests, so rejected ones do not shift the stream
             state.noise_key = int(torch.randint(0, 2**62, (1,), generator=self._rng).item())
         self._requests[request_id] = state
+
+    def close(self) -> None:
+        """Release the backend's workers (a tensor-parallel engine's processes); the engine runs no step after it."""
+        self.backend.close()
 
     def abort(self, request_id: str) -> bool:
         state = self._requests.pop(request_id, None)

@@ -77,6 +77,9 @@ class Backend(ABC):
             batch = batch.next_decode(ids, page_size)
         return steps
 
+    def close(self) -> None:
+        """Release what outlives the object's references (worker processes; nothing for most backends)."""
+
     def stream_stats(self) -> StreamStats:
         """Compiled-stream cache hits, misses and compile seconds so far (backends that run instruction streams;
         the rest compile nothing)."""

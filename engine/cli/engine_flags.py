@@ -40,6 +40,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-dtype", default=EngineConfig.kv_cache_dtype, choices=KV_CACHE_DTYPES,
                    help="fp8: KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory "
                         "(the torch and vm backends)")
+    p.add_argument("--tensor-parallel-size", type=int, default=EngineConfig.tensor_parallel_size,
+                   help="processes the weights are split over (Megatron-style; one worker process per rank beyond "
+                        "this one): the torch backend on CPUs for now")
     add_kernel_option_argument(p)
 
 
@@ -54,4 +57,5 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 decode_steps=args.decode_steps, revision=args.revision,
                 gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
                 kernel_options=tuple(args.kernel_option), quantization=args.quantization,
-                quantization_skip=tuple(args.quantization_skip), kv_cache_dtype=args.kv_cache_dtype)
+                quantization_skip=tuple(args.quantization_skip), kv_cache_dtype=args.kv_cache_dtype,
+                tensor_parallel_size=args.tensor_parallel_size)

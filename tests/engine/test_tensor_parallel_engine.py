@@ -1,0 +1,55 @@
+"""`LLM(..., tensor_parallel_size=N)` on the torch backend over CPU worker processes (gloo): the same greedy tokens and
+logprobs (<= 1e-4, fp32) as one process; sizes the ranks cannot split and backends without ranks refused before any
+weight loads; a worker that dies makes the next step fail naming it, instead of hanging."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.errors import EngineFatalError
+
+PROMPTS = [[5, 17, 200, 42, 9, 77, 100, 3], [11, 13, 2]]
+PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)
+
+
+def _run(llm: LLM) -> list[tuple[list[int], list[float]]]:
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], PARAMS)
+    return [(list(o.outputs[0].token_ids), [lp[t] for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)])
+            for o in outs]
+
+
+def test_two_ranks_decode_what_one_process_decodes(tiny_checkpoint: str) -> None:
+    want = _run(LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=16))
+    llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=16, tensor_parallel_size=2)
+    try:
+        got = _run(llm)
+    finally:
+        llm.close()
+    for (tokens, lps), (want_tokens, want_lps) in zip(got, want):
+        assert tokens == want_tokens
+        assert max(abs(a - b) for a, b in zip(lps, want_lps)) <= 1e-4
+
+
+def test_sizes_the_ranks_cannot_split_are_refused_naming_the_field(tiny_checkpoint: str) -> None:
+    with pytest.raises(ValueError, match="num_key_value_heads"):  # the tiny preset has 2 KV heads
+        LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, tensor_parallel_size=4)
+
+
+def test_backends_without_ranks_are_refused(tiny_checkpoint: str) -> None:
+    with pytest.raises(ValueError, match="tensor_parallel_size 2 runs the torch backend on CPUs"):
+        LLM(tiny_checkpoint, backend="vm", progress=False, tensor_parallel_size=2)
+
+
+def test_a_dead_rank_fails_the_next_step_naming_it(tiny_checkpoint: str) -> None:
+    llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=16, tensor_parallel_size=2)
+    try:
+        worker = llm.engine.backend._workers[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(timeout=10)
+        with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):
+            llm.generate({"prompt_token_ids": PROMPTS[0]}, PARAMS)
+    finally:
+        llm.close()
