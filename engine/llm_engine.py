@@ -96,10 +96,12 @@ class LLMEngine:
                                  f"now (got backend {self.choice.name!r} on {self.choice.device}); the GPU ranks "
                                  "(NCCL, the megakernel per rank) are not built")
             check_tensor_parallel(self.config, cfg.tensor_parallel_size)
-        weights = load_weights(model, self.config, dtype=cfg.torch_dtype, device=weights_device,
-                               progress=cfg.progress, **fp8_load_options(cfg, self.choice.name, model))
+        load_options = dict(dtype=cfg.torch_dtype, device=weights_device, progress=cfg.progress,
+                            **fp8_load_options(cfg, self.choice.name, model))
+        # Several ranks read their shards themselves (the tensor-parallel backend), not the whole model here
+        weights = load_weights(model, self.config, **load_options) if cfg.tensor_parallel_size == 1 else None
         # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.
-        reserve = weights.num_bytes() if self.choice.name == "cuda" else 0
+        reserve = weights.num_bytes() if weights is not None and self.choice.name == "cuda" else 0
         # The instruction-stream backends store heads in the kernel's widths (engine/instructions/head_padding.py).
         stored = stored_head_dim(self.config.head_dim) if self.choice.name in ("vm", "cuda") else None
         self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve, stored)
@@ -108,12 +110,16 @@ class LLMEngine:
             options["kv_dtype"] = cfg.kv_torch_dtype
         if self.choice.name in ("vm", "cuda"):
             options["policy"] = cfg.policy
-        if cfg.tensor_parallel_size > 1:
-            options["world"] = cfg.tensor_parallel_size
         if self.choice.name == "cuda" and cfg.kernel_options:
             from engine.cuda.backend_options import parse_kernel_options
             options.update(parse_kernel_options(cfg.kernel_options))
-        self.backend = create_backend(self.choice, weights, self.num_pages, cfg.page_size, **options)
+        if weights is None:
+            from engine.backends.tensor_parallel_backend import TensorParallelBackend
+            self.backend = TensorParallelBackend(model, self.config, load_options, self.num_pages, cfg.page_size,
+                                                 self.choice.device, cfg.tensor_parallel_size,
+                                                 **options)  # type: ignore[arg-type]
+        else:
+            self.backend = create_backend(self.choice, weights, self.num_pages, cfg.page_size, **options)
         budget = cfg.max_num_batched_tokens
         if self.backend.max_tokens_per_step is not None:
             budget = min(budget, self.backend.max_tokens_per_step)

@@ -252,17 +252,20 @@ class AsyncEngine:
         finally:
             self._ready.set()
         self._publish_stats()
-        while not self._stop.is_set():
-            try:
-                self._drain(block=not self._engine.has_unfinished_requests())
-                if self._stop.is_set() or not self._engine.has_unfinished_requests():
-                    continue
-                outputs = self._engine.step()
-            except BaseException as exc:
-                self._die("engine step failed", exc)
-                return
-            self._dispatch(outputs)
-            self._publish_stats()
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._drain(block=not self._engine.has_unfinished_requests())
+                    if self._stop.is_set() or not self._engine.has_unfinished_requests():
+                        continue
+                    outputs = self._engine.step()
+                except BaseException as exc:
+                    self._die("engine step failed", exc)
+                    return
+                self._dispatch(outputs)
+                self._publish_stats()
+        finally:  # on this thread, which ran its steps: a tensor-parallel engine's workers end with it
+            self._engine.close()
 
     def _drain(self, block: bool) -> None:
         try:

@@ -43,16 +43,7 @@ def resolve_backend(requested: str, device: str | None = None) -> BackendChoice:
 
 def create_backend(choice: BackendChoice, weights: LlamaWeights, num_pages: int, page_size: int,
                    **options: object) -> Backend:
-    """Instantiate the chosen backend; imports are lazy so CPU machines never load CUDA code. `world` > 1: the torch
-    backend over that many tensor-parallel processes."""
-    world = int(options.pop("world", 1))  # type: ignore[call-overload]
-    if world > 1:
-        if choice.name != "torch":
-            raise ValueError(f"tensor_parallel_size {world} runs on the torch backend for now, not {choice.name!r} "
-                             "(the megakernel per rank is not built)")
-        from engine.backends.tensor_parallel_backend import TensorParallelBackend
-        return TensorParallelBackend(weights, num_pages=num_pages, page_size=page_size, device=choice.device,
-                                     world=world, **options)  # type: ignore[arg-type]
+    """Instantiate the chosen backend; imports are lazy so CPU machines never load CUDA code."""
     if choice.name == "torch":
         from engine.backends.torch_backend import TorchBackend
         return TorchBackend(weights, num_pages=num_pages, page_size=page_size, device=choice.device,

@@ -1,6 +1,7 @@
 """The torch reference model over a tensor-parallel group of processes (`EngineConfig.tensor_parallel_size`): this
-process is rank 0 and spawns one worker per other rank; every rank holds its shard of the weights (models/llama/
-tensor_parallel.py: Megatron-style, all-reduces after O and down, logits all-gathered) and of the KV heads.
+process is rank 0 and spawns one worker per other rank; every rank reads only its shard of the weights from the
+checkpoint (models/llama/tensor_parallel.py load_shard: Megatron-style, all-reduces after O and down, logits
+all-gathered) and holds its KV heads.
 
 Each step rank 0 broadcasts the StepBatch, every rank runs it, and rank 0 hands the whole logits to the engine: the
 engine, its scheduler and its sampler stay in this one process, so sampling happens once and no token has to be
@@ -14,6 +15,7 @@ import os
 import shutil
 import tempfile
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +26,8 @@ from engine.errors import EngineFatalError
 from models.llama.kv_cache import FP8_KV, PagedKVCache
 from models.llama.kv_scales import kv_scales
 from models.llama.step_batch import StepBatch
-from models.llama.tensor_parallel import TensorParallelGroup, TensorParallelLlama, check_tensor_parallel, shard_weights
+from models.llama.config import LlamaConfig
+from models.llama.tensor_parallel import TensorParallelGroup, TensorParallelLlama, check_tensor_parallel, load_shard
 from models.llama.weights import LlamaWeights
 
 # How long a collective may wait for the other ranks before the step fails (a rank that died inside a step).
@@ -37,9 +40,10 @@ def _rank_cache(shard: LlamaWeights, num_pages: int, page_size: int, kv_dtype: t
                                  scales=kv_scales(shard) if dtype == FP8_KV else None)
 
 
-def _worker(rank: int, world: int, init: str, shard: LlamaWeights, num_pages: int, page_size: int,
-            kv_dtype: torch.dtype | None, timeout_s: float) -> None:
-    """Rank `rank`'s loop: run every batch rank 0 broadcasts until it broadcasts None."""
+def _worker(rank: int, world: int, init: str, checkpoint: str, config: LlamaConfig, load_options: dict[str, Any],
+            num_pages: int, page_size: int, kv_dtype: torch.dtype | None, timeout_s: float) -> None:
+    """Rank `rank`'s loop: load its shard, then run every batch rank 0 broadcasts until it broadcasts None."""
+    shard = load_shard(checkpoint, config, rank, world, **{**load_options, "progress": False})
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
                             timeout=timedelta(seconds=timeout_s))
     try:
@@ -59,9 +63,12 @@ def _worker(rank: int, world: int, init: str, shard: LlamaWeights, num_pages: in
 class TensorParallelBackend(Backend):
     name = "torch"
 
-    def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, device: torch.device, world: int,
-                 kv_dtype: torch.dtype | None = None, timeout_s: float = DEFAULT_TP_TIMEOUT_S) -> None:
-        check_tensor_parallel(weights.config, world)
+    def __init__(self, checkpoint: str, config: LlamaConfig, load_options: dict[str, Any], num_pages: int,
+                 page_size: int, device: torch.device, world: int, kv_dtype: torch.dtype | None = None,
+                 timeout_s: float = DEFAULT_TP_TIMEOUT_S) -> None:
+        """`load_options`: load_weights' keywords for every rank's shard of `checkpoint` (the workers load theirs
+        meanwhile, without a progress bar)."""
+        check_tensor_parallel(config, world)
         if dist.is_initialized():
             raise RuntimeError("tensor_parallel_size > 1: this process already belongs to a torch.distributed group "
                                "(one tensor-parallel engine per process)")
@@ -75,14 +82,14 @@ class TensorParallelBackend(Backend):
         ctx = mp.get_context("spawn")
         self._workers = []
         for rank in range(1, world):
-            shard = shard_weights(weights, rank, world)  # its tensors go to the worker through shared memory
             proc = ctx.Process(target=_worker, name=f"megakernel-tp-rank{rank}", daemon=True,
-                               args=(rank, world, init, shard, num_pages, page_size, kv_dtype, timeout_s))
+                               args=(rank, world, init, checkpoint, config, load_options, num_pages, page_size,
+                                     kv_dtype, timeout_s))
             proc.start()
             self._workers.append(proc)
+        shard = load_shard(checkpoint, config, 0, world, **load_options)
         dist.init_process_group("gloo", init_method=init, rank=0, world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
-        shard = shard_weights(weights, 0, world)
         self.model = TensorParallelLlama(shard, TensorParallelGroup.current())
         self.kv = _rank_cache(shard, num_pages, page_size, kv_dtype)
         self._closed = False

@@ -16,17 +16,19 @@ A model these sizes do not divide is refused before any weight loads, naming the
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from models.llama.config import LlamaConfig
-from models.llama.fp8 import Fp8Matrix
 from models.llama.kv_cache import PagedKVCache
 from models.llama.model import check_batch, decoder_layer, embed, final_logits
 from models.llama.rope import rope_cos_sin
 from models.llama.step_batch import StepBatch
-from models.llama.weights import LayerWeights, LlamaWeights, Matrix
+from models.llama.weights import (LlamaWeights, MatrixPart, assemble_weights, load_weights, part_of,
+                                  to_state_dict)
 
 # (field, why it must divide): checked in this order, the first that does not divide is named
 DIVIDED_FIELDS = (("num_attention_heads", "query heads are split over the ranks"),
@@ -54,43 +56,41 @@ def shard_config(config: LlamaConfig, world: int) -> LlamaConfig:
                    intermediate_size=config.intermediate_size // world)
 
 
-def _splittable(m: Fp8Matrix) -> Fp8Matrix:
-    if m.granularity not in ("channel", "tensor"):
-        raise ValueError("tensor parallelism splits fp8 matrices with per-channel or per-tensor scales only")
-    return m
-
-
-def _rows(m: Matrix, lo: int, hi: int) -> Matrix:
-    if isinstance(m, Fp8Matrix):
-        scale = _splittable(m).scale[lo:hi] if m.granularity == "channel" else m.scale
-        return Fp8Matrix(m.data[lo:hi].contiguous(), scale.contiguous(), m.granularity, m.block)
-    return m[lo:hi].contiguous()
-
-
-def _cols(m: Matrix, lo: int, hi: int) -> Matrix:
-    if isinstance(m, Fp8Matrix):
-        return Fp8Matrix(_splittable(m).data[:, lo:hi].contiguous(), m.scale, m.granularity, m.block)
-    return m[:, lo:hi].contiguous()
-
-
-def shard_weights(weights: LlamaWeights, rank: int, world: int) -> LlamaWeights:
-    """Rank `rank`'s shard of `weights` (see the module docstring); its config is shard_config's."""
-    cfg = weights.config
-    sc = shard_config(cfg, world)
-    hd = cfg.head_dim
+def shard_parts(config: LlamaConfig, rank: int, world: int) -> dict[str, MatrixPart]:
+    """The parts of the checkpoint's matrices rank `rank` keeps (see the module docstring), by HF tensor name; the
+    norms it keeps whole."""
+    sc = shard_config(config, world)
+    hd = config.head_dim
     q = (rank * sc.num_attention_heads * hd, (rank + 1) * sc.num_attention_heads * hd)
     kv = (rank * sc.num_key_value_heads * hd, (rank + 1) * sc.num_key_value_heads * hd)
     mlp = (rank * sc.intermediate_size, (rank + 1) * sc.intermediate_size)
-    per_vocab = cfg.vocab_size // world
-    vocab = (rank * per_vocab, (rank + 1) * per_vocab)
-    layers = tuple(LayerWeights(
-        input_layernorm=lw.input_layernorm, q_proj=_rows(lw.q_proj, *q), k_proj=_rows(lw.k_proj, *kv),
-        v_proj=_rows(lw.v_proj, *kv), o_proj=_cols(lw.o_proj, *q),
-        post_attention_layernorm=lw.post_attention_layernorm, gate_proj=_rows(lw.gate_proj, *mlp),
-        up_proj=_rows(lw.up_proj, *mlp), down_proj=_cols(lw.down_proj, *mlp)) for lw in weights.layers)
-    embed = _rows(weights.embed_tokens, *vocab)
-    lm_head = embed if weights.lm_head is weights.embed_tokens else _rows(weights.lm_head, *vocab)
-    return LlamaWeights(sc, embed, layers, weights.norm, lm_head)
+    per_vocab = config.vocab_size // world
+    vocab = (0, rank * per_vocab, (rank + 1) * per_vocab)
+    layer = {"self_attn.q_proj.weight": (0, *q), "self_attn.k_proj.weight": (0, *kv), "self_attn.v_proj.weight": (0, *kv),
+             "self_attn.o_proj.weight": (1, *q), "mlp.gate_proj.weight": (0, *mlp), "mlp.up_proj.weight": (0, *mlp),
+             "mlp.down_proj.weight": (1, *mlp)}
+    parts = {f"model.layers.{i}.{suffix}": part for i in range(config.num_hidden_layers) for suffix, part in layer.items()}
+    parts["model.embed_tokens.weight"] = vocab
+    if not config.tie_word_embeddings:
+        parts["lm_head.weight"] = vocab
+    return parts
+
+
+def shard_weights(weights: LlamaWeights, rank: int, world: int) -> LlamaWeights:
+    """Rank `rank`'s shard of `weights` in memory (see the module docstring); its config is shard_config's."""
+    cfg = weights.config
+    parts = shard_parts(cfg, rank, world)
+    state = to_state_dict(weights, include_lm_head=not cfg.tie_word_embeddings, dequantize=False)
+    return assemble_weights(shard_config(cfg, world),
+                            {name: part_of(m, parts[name]) if name in parts else m for name, m in state.items()})
+
+
+def load_shard(model_dir: str | Path, config: LlamaConfig, rank: int, world: int, **load_kw: Any) -> LlamaWeights:
+    """Rank `rank`'s shard read from the checkpoint (only its part of each matrix: load_weights' `parts`); the other
+    keywords are load_weights'."""
+    check_tensor_parallel(config, world)
+    weights = load_weights(model_dir, config, parts=shard_parts(config, rank, world), **load_kw)
+    return replace(weights, config=shard_config(config, world))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ field of the dataclasses below is then an `Fp8Matrix` instead of a tensor; norms
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -90,7 +91,7 @@ class LlamaWeights:
 
 
 # HF tensor-name suffix inside "model.layers.{i}." -> LayerWeights field.
-_LAYER_TENSORS = {
+LAYER_TENSORS = {
     "input_layernorm.weight": "input_layernorm",
     "self_attn.q_proj.weight": "q_proj",
     "self_attn.k_proj.weight": "k_proj",
@@ -103,14 +104,32 @@ _LAYER_TENSORS = {
 }
 
 
-def _assemble(config: LlamaConfig, tensors: dict[str, Matrix]) -> LlamaWeights:
+def assemble_weights(config: LlamaConfig, tensors: dict[str, Matrix]) -> LlamaWeights:
+    """LlamaWeights from HF-named matrices (the LM head is the embedding where `config` ties them)."""
     layers = tuple(
-        LayerWeights(**{field: tensors[f"model.layers.{i}.{suffix}"] for suffix, field in _LAYER_TENSORS.items()})
+        LayerWeights(**{field: tensors[f"model.layers.{i}.{suffix}"] for suffix, field in LAYER_TENSORS.items()})
         for i in range(config.num_hidden_layers)
     )
     embed = tensors["model.embed_tokens.weight"]
     lm_head = embed if config.tie_word_embeddings else tensors["lm_head.weight"]
     return LlamaWeights(config, embed, layers, tensors["model.norm.weight"], lm_head)  # type: ignore[arg-type]
+
+
+# A part of a matrix: (dim, lo, hi) = its rows (dim 0) or columns (dim 1) [lo, hi).
+MatrixPart = tuple[int, int, int]
+
+
+def part_of(m: Matrix, part: MatrixPart) -> Matrix:
+    """Rows or columns [lo, hi) of `m` (contiguous); an fp8 matrix keeps the scales of those rows. Block-scaled fp8
+    matrices are not cut (their blocks would straddle the cut)."""
+    dim, lo, hi = part
+    if isinstance(m, Fp8Matrix):
+        if m.granularity not in ("channel", "tensor"):
+            raise ValueError("fp8 matrices are cut with per-channel or per-tensor scales only")
+        scale = m.scale[lo:hi] if dim == 0 and m.granularity == "channel" else m.scale
+        data = m.data[lo:hi] if dim == 0 else m.data[:, lo:hi]
+        return Fp8Matrix(data.contiguous(), scale.contiguous(), m.granularity, m.block)
+    return (m[lo:hi] if dim == 0 else m[:, lo:hi]).contiguous()
 
 
 def _skipped(name: str, config: LlamaConfig, skip: frozenset[str]) -> bool:
@@ -131,11 +150,14 @@ def load_weights(
     quantize: Fp8Scheme | None = None,
     quantization_skip: frozenset[str] = frozenset(),
     dequantize_fp8: bool = False,
+    parts: Mapping[str, MatrixPart] | None = None,
 ) -> LlamaWeights:
     """Load and validate a safetensors checkpoint (single file or sharded) into `dtype` on `device`.
     `quantize`: store every matrix but those `quantization_skip` names (SKIPPABLE) as fp8 with that scheme (a
     pre-quantized checkpoint's fp8 matrices stay as they are). `dequantize_fp8`: a pre-quantized checkpoint's fp8
-    matrices become `dtype` tensors instead (a backend that runs no fp8)."""
+    matrices become `dtype` tensors instead (a backend that runs no fp8). `parts`: keep only that part of the named
+    matrices (a tensor-parallel rank's shard), read as a slice of the file; a matrix quantised on load is quantised
+    whole first, so its scales are those of the whole model."""
     plan = plan_checkpoint(Path(model_dir), config)
     tensors: dict[str, Matrix] = {}
     by_file: dict[Path, list[str]] = {}
@@ -146,22 +168,30 @@ def load_weights(
         try:
             with safe_open(str(path), framework="pt") as f:
                 for name in names:
+                    part = parts.get(name) if parts else None
                     if name in plan.scales:
                         matrix = _stored_fp8(f, name, plan, device)
+                        matrix = part_of(matrix, part) if part else matrix
                         tensors[name] = matrix.dequantize(dtype) if dequantize_fp8 else matrix
                     elif quantize is not None and quantizable(name) and not _skipped(name, config,
                                                                                         quantization_skip):
                         try:
-                            tensors[name] = quantize_fp8(f.get_tensor(name).to(device=device), quantize)
+                            matrix = quantize_fp8(f.get_tensor(name).to(device=device), quantize)
                         except ValueError as e:  # a non-finite weight
                             raise WeightLoadError(f"tensor {name!r} in {path}: {e}") from e
+                        tensors[name] = part_of(matrix, part) if part else matrix
+                    elif part:
+                        dim, lo, hi = part
+                        sliced = f.get_slice(name)
+                        t = sliced[lo:hi] if dim == 0 else sliced[:, lo:hi]
+                        tensors[name] = t.to(device=device, dtype=dtype)
                     else:
                         tensors[name] = f.get_tensor(name).to(device=device, dtype=dtype)
                     bar.update(1)
         except SafetensorError as e:  # what the header check cannot see, e.g. a file changed meanwhile
             raise WeightLoadError(f"{path}: {e}") from e
     bar.close()
-    return _assemble(config, tensors)
+    return assemble_weights(config, tensors)
 
 
 def _stored_fp8(f: object, name: str, plan: CheckpointPlan, device: torch.device | str) -> Fp8Matrix:
@@ -185,7 +215,7 @@ def quantize_weights(weights: LlamaWeights, scheme: Fp8Scheme = Fp8Scheme(),
     for name, t in state.items():
         quantize = isinstance(t, torch.Tensor) and quantizable(name) and not _skipped(name, config, skip)
         out[name] = quantize_fp8(t, scheme) if quantize else t
-    return _assemble(config, out)
+    return assemble_weights(config, out)
 
 
 def weights_from_state_dict(
@@ -208,7 +238,7 @@ def weights_from_state_dict(
                 f"tensor {name!r} in <state_dict> has shape {tuple(state_dict[name].shape)}, expected {shape}"
             )
         tensors[name] = state_dict[name].to(device=device, dtype=dtype)
-    return _assemble(config, tensors)
+    return assemble_weights(config, tensors)
 
 
 def to_state_dict(weights: LlamaWeights, include_lm_head: bool = True,
@@ -217,7 +247,7 @@ def to_state_dict(weights: LlamaWeights, include_lm_head: bool = True,
     dequantised to float32 (the values they stand for), or as they are where `dequantize` is False."""
     out: dict[str, Matrix] = {"model.embed_tokens.weight": weights.embed_tokens, "model.norm.weight": weights.norm}
     for i, layer in enumerate(weights.layers):
-        for suffix, field in _LAYER_TENSORS.items():
+        for suffix, field in LAYER_TENSORS.items():
             out[f"model.layers.{i}.{suffix}"] = getattr(layer, field)
     if include_lm_head:
         out["lm_head.weight"] = weights.lm_head

@@ -84,3 +84,31 @@ def test_sizes_the_ranks_cannot_split_are_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match=r"does not divide vocab_size=250 \(the embedding and LM head rows"):
         check_tensor_parallel(odd_vocab, 4)
     assert shard_config(CFG, 4).num_key_value_heads == 1 and shard_config(CFG, 4).intermediate_size == 128
+
+
+@pytest.mark.parametrize("tied,fp8", [(True, False), (False, False), (False, True)])
+def test_a_rank_reads_only_its_shard_from_the_checkpoint(tied: bool, fp8: bool, tmp_path) -> None:
+    """load_shard (each rank's parts read as slices of the safetensors file; fp8 quantised whole first) equals the
+    in-memory shard of the whole model."""
+    from dataclasses import replace
+
+    from engine.bench.generate_runner import write_checkpoint
+    from models.llama.tensor_parallel import load_shard
+    from models.llama.weights import load_weights, to_state_dict
+
+    cfg = replace(CFG, tie_word_embeddings=tied, vocab_size=512)  # a checkpoint needs a tokenizer: 256 bytes + specials
+    weights = random_weights(cfg, seed=13)
+    ckpt = write_checkpoint(weights, tmp_path)
+    quant = {"quantize": Fp8Scheme("channel")} if fp8 else {}
+    whole = load_weights(ckpt, cfg, dtype=torch.float32, progress=False, **quant)
+    for rank in range(2):
+        got = load_shard(ckpt, cfg, rank, 2, dtype=torch.float32, progress=False, **quant)
+        want = shard_weights(whole, rank, 2)
+        assert got.config == want.config
+        a, b = to_state_dict(got, dequantize=False), to_state_dict(want, dequantize=False)
+        assert a.keys() == b.keys()
+        for name in a:
+            x, y = a[name], b[name]
+            if fp8:
+                x, y = getattr(x, "data", x), getattr(y, "data", y)
+            assert torch.equal(x, y), name
