@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.instructions.registry import OPCODE_NAMES, OPERAND_NAMES
+from engine.instructions.registry import OPCODE_KINDS, OPCODE_NAMES, OPERAND_NAMES
 from engine.scheduler.compiler.step_builder_cache import CompiledStream
 from profiler.record import MetaValue, ProfileRecord
 
@@ -20,5 +20,5 @@ def record_from_compiled(cs: CompiledStream, meta: dict[str, MetaValue], offset_
         opcode_names=OPCODE_NAMES, simulated=True,
         bytes_moved=np.array([c.weight_bytes + c.act_bytes for c in cs.costs], dtype=np.int64),
         meta={"source": "cost-model", "predicted_makespan_ns": int(round(tl.makespan_ns)), **meta},
-        operand_names=OPERAND_NAMES,
+        operand_names=OPERAND_NAMES, opcode_kinds=dict(OPCODE_KINDS),
     )

@@ -14,6 +14,7 @@ import numpy as np
 from profiler.colors import opcode_colors
 from profiler.deps import dependencies
 from profiler.marks import DRAWN_SEGMENTS, drawn_marks
+from profiler.record import opcode_of_key
 from profiler.spans import Spans
 
 
@@ -49,18 +50,18 @@ def _deps_columns(spans: Spans) -> dict[str, str] | None:
 def gantt_data(spans: Spans, label: str = "") -> dict[str, Any]:
     """One panel: columns, legend entries, rows, and (when present) marks and dependencies."""
     rec = spans.record
-    ops_sorted = sorted(rec.opcode_names)
-    colors = opcode_colors(rec.opcode_names)
+    ops_sorted = sorted(rec.work_names)  # opcodes, an opcode's kinds apart (ProfileRecord.opcode_kinds)
+    colors = opcode_colors(rec.work_names)
     width = rec.words.shape[1] - 1
     named = [len(v) for v in rec.operand_names.values()]
     # Operand columns: enough for the longest named list; unnamed opcodes show their first raw words.
     k = min(width, max(named) if named else 8)
     # Every opcode is named (ProfileRecord validates it), so searchsorted gives its legend slot.
-    op_slot = np.searchsorted(ops_sorted, rec.words[spans.index, 0])
+    op_slot = np.searchsorted(ops_sorted, rec.work_keys[spans.index])
     counts = np.bincount(op_slot, minlength=len(ops_sorted))
     ops = [
-        {"name": rec.opcode_names[op], "color": colors[op], "count": int(counts[k_op]),
-         "operands": rec.operand_names.get(op) or [f"w{j + 1}" for j in range(k)]}
+        {"name": rec.work_names[op], "color": colors[op], "count": int(counts[k_op]),
+         "operands": rec.operand_names.get(opcode_of_key(op)) or [f"w{j + 1}" for j in range(k)]}
         for k_op, op in enumerate(ops_sorted)
     ]
     row_start = np.searchsorted(spans.row, np.arange(spans.num_rows + 1)).astype(np.int32)

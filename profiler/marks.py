@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.record import W_OPCODE, ProfileRecord
+from profiler.record import ProfileRecord
 
 MARK_INPUT, MARK_LAST_PAGE, MARK_COMPUTED, MARK_LOADER, MARK_LAST_DONE, MARK_FIRST_PAGE = range(6)
 MARK_LAST_PAGE_CYCLES = 6  # a cycle count, not a timestamp
@@ -59,7 +59,7 @@ def mark_stats(record: ProfileRecord) -> list[MarkStats]:
     marks = record.marks_ns
     if marks is None or record.num_instructions == 0:
         return []
-    ops = record.words[:, W_OPCODE]
+    ops = record.work_keys  # an opcode's kinds apart (ProfileRecord.opcode_kinds)
     ready = record.start_ns + record.wait_ns
     _, first = np.unique(ops, return_index=True)
     out = []
@@ -72,7 +72,7 @@ def mark_stats(record: ProfileRecord) -> list[MarkStats]:
         zeros = np.zeros(int(sel.sum()), np.int64)
         at = lambda k: column[k] if isinstance(k, str) else (m[:, k] if k < m.shape[1] else zeros)  # noqa: E731
         means = tuple(_mean(at(a), at(b)) for _, a, b in INTERVAL_SPEC)
-        out.append(MarkStats(record.opcode_names[int(o)], int(sel.sum()), means, _page_cycles(m)))
+        out.append(MarkStats(record.work_names[int(o)], int(sel.sum()), means, _page_cycles(m)))
     return out
 
 

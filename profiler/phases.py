@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.record import W_ID, W_LAYER, W_OPCODE, ProfileRecord
+from profiler.record import W_ID, W_LAYER, ProfileRecord
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class _Group:  # one (layer, opcode) group of a step, in instruction order
 def _chained_groups(record: ProfileRecord) -> list[_Group]:
     """Within each step, the (layer, opcode) groups chained in instruction order. A multi-step record is its
     steps' records back to back; instruction ids restart at each step."""
-    ids, layer, opcodes = record.words[:, W_ID], record.words[:, W_LAYER], record.words[:, W_OPCODE]
+    ids, layer, opcodes = record.words[:, W_ID], record.words[:, W_LAYER], record.work_keys
     step = np.concatenate([[0], np.cumsum(np.diff(ids) < 0)])
     out: list[_Group] = []
     for st in np.unique(step).tolist():
@@ -78,7 +78,7 @@ def layer_phases(record: ProfileRecord) -> list[PhaseStats]:
     A layer's first op is measured from the previous layer's last op (or the embedding)."""
     if not _has_layers(record):
         return []
-    ids, layer, opcodes = record.words[:, W_ID], record.words[:, W_LAYER], record.words[:, W_OPCODE]
+    ids, layer, opcodes = record.words[:, W_ID], record.words[:, W_LAYER], record.work_keys
     ready = record.start_ns + record.wait_ns
     exec_ns = record.end_ns - ready
     per_op: dict[int, list[tuple[float, float]]] = {}
@@ -91,7 +91,7 @@ def layer_phases(record: ProfileRecord) -> list[PhaseStats]:
     for o in sorted(per_op, key=lambda k: first_id[k]):
         sel = (opcodes == o) & (layer >= 0)
         vals = np.array(per_op[o])
-        out.append(PhaseStats(record.opcode_names[int(o)], len(vals), float(vals[:, 0].mean()),
+        out.append(PhaseStats(record.work_names[int(o)], len(vals), float(vals[:, 0].mean()),
                               float(vals[:, 1].mean()), float(exec_ns[sel].mean()), float(exec_ns[sel].max())))
     return out
 

@@ -47,7 +47,7 @@ def merge_subpixel(start: np.ndarray, end: np.ndarray, op: np.ndarray, eps: floa
 def render_png(spans: Spans, path: str | Path) -> Path:
     path = Path(path)
     rec = spans.record
-    colors = opcode_colors(rec.opcode_names)
+    colors = opcode_colors(rec.work_names)
     rows = spans.num_rows
     # One band per SM (like the HTML page); an SM's sub-lanes split its band.
     sms, band, lanes = np.unique(spans.row_sm, return_inverse=True, return_counts=True)
@@ -58,7 +58,7 @@ def render_png(spans: Spans, path: str | Path) -> Path:
     makespan_us = max(float(spans.end_ns.max()) / 1e3, 1e-3) if spans.end_ns.size else 1.0
     eps_us = makespan_us / WIDTH_PX
     bounds = np.searchsorted(spans.row, np.arange(rows + 1))
-    opcodes = rec.words[spans.index, 0]
+    opcodes = rec.work_keys[spans.index]  # an opcode's kinds apart (ProfileRecord.opcode_kinds)
     boxes: list[np.ndarray] = []  # [x0, x1, y0, y1] per (merged) span
     box_ops: list[np.ndarray] = []
     wait_boxes: list[np.ndarray] = []  # the waiting part of spans whose wait is at least a pixel wide
@@ -97,7 +97,7 @@ def render_png(spans: Spans, path: str | Path) -> Path:
     ax.set_title(("SIMULATED (VM / cost model): " if rec.simulated else "") + title,
                  color="#c62828" if rec.simulated else "black", fontsize=11)
     present = sorted(set(np.unique(opcodes).tolist()))
-    handles = [Patch(facecolor=colors[o], label=rec.opcode_names[o]) for o in present]
+    handles = [Patch(facecolor=colors[o], label=rec.work_names[o]) for o in present]
     if present:
         handles.append(Patch(facecolor=tint(to_rgba(colors[present[0]])), label="lighter: waiting"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)

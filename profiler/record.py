@@ -62,6 +62,9 @@ class ProfileRecord:
     marks_ns:     int64 [N, M] raw sub-phase timestamps inside each instruction (GPU timing records,
                   csrc/interpreter/marks.cuh; 0 = not reached), except column MARK_LAST_PAGE_CYCLES, a
                   cycle count (profiler/marks.py); None when the source has none.
+    opcode_kinds: opcode -> (word index of its kind operand, kind value -> name) for opcodes whose instructions
+                  do different work by kind (TILE_MATMUL's QKV, O, ...): the summaries, charts and traces show
+                  each kind apart, as "NAME.KIND" (work_keys / work_names).
     """
 
     words: np.ndarray
@@ -75,6 +78,7 @@ class ProfileRecord:
     meta: dict[str, MetaValue] = field(default_factory=dict)
     operand_names: dict[int, list[str]] = field(default_factory=dict)
     marks_ns: np.ndarray | None = None
+    opcode_kinds: dict[int, tuple[int, dict[int, str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Frozen dataclass: normalise dtypes through object.__setattr__ once, here.
@@ -113,6 +117,22 @@ class ProfileRecord:
                     f"ProfileRecord.operand_names[{op}]: {len(names)} names but only {width - 1} operand words"
                 )
         set_("operand_names", operands)
+        kinds = {int(op): (int(word), {int(v): str(name) for v, name in names.items()})
+                 for op, (word, names) in self.opcode_kinds.items()}
+        for op, (word, _) in kinds.items():
+            if not 0 < word < width:
+                raise ProfileFormatError(f"ProfileRecord.opcode_kinds[{op}]: word {word} outside the {width} words")
+        set_("opcode_kinds", kinds)
+        keys = words[:, W_OPCODE].astype(np.int64)
+        names = dict(self.opcode_names)
+        for op, (word, kind_names) in kinds.items():
+            sel = words[:, W_OPCODE] == op
+            values = words[sel, word].astype(np.int64)
+            keys[sel] = work_key(op, values)
+            for v in np.unique(values).tolist():
+                names[int(work_key(op, v))] = f"{self.opcode_names.get(op, op)}.{kind_names.get(v, v)}"
+        set_("_work_keys", keys)
+        set_("_work_names", names)
         for k, v in self.meta.items():
             if not isinstance(k, str) or not isinstance(v, (str, int, float)):
                 raise ProfileFormatError(f"ProfileRecord.meta[{k!r}]: keys must be str, values str/int/float")
@@ -132,6 +152,28 @@ class ProfileRecord:
     def opcodes(self) -> np.ndarray:
         return self.words[:, W_OPCODE]
 
+    @property
+    def work_keys(self) -> np.ndarray:
+        """int64 [N]: each instruction's opcode, or for an opcode of `opcode_kinds` its (opcode, kind) key."""
+        return self._work_keys  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def work_names(self) -> dict[int, str]:
+        """work key -> name: the opcode's, "NAME.KIND" for a kind."""
+        return self._work_names  # type: ignore[attr-defined, no-any-return]
+
+
+def work_key(opcode: int, kind: int | np.ndarray) -> int | np.ndarray:
+    """The key of an instruction of `opcode` and `kind` (past every opcode number: opcodes stay below 32)."""
+    return KIND_KEY_BASE * (opcode + 1) + kind
+
+
+def opcode_of_key(key: int) -> int:
+    return key if key < KIND_KEY_BASE else key // KIND_KEY_BASE - 1
+
+
+KIND_KEY_BASE = 1024  # kinds take values below it
+
 
 def concat_records(records: list[ProfileRecord]) -> ProfileRecord:
     """Several steps' records as one (names, meta and `simulated` from the first)."""
@@ -143,7 +185,8 @@ def concat_records(records: list[ProfileRecord]) -> ProfileRecord:
     cat = lambda name: np.concatenate([getattr(r, name) for r in records])  # noqa: E731
     marks = cat("marks_ns") if all(r.marks_ns is not None for r in records) else None
     return ProfileRecord(words=cat("words"), sm=cat("sm"), start_ns=cat("start_ns"), end_ns=cat("end_ns"),
-                         wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, simulated=first.simulated,
+                         wait_ns=cat("wait_ns"), opcode_names=first.opcode_names, opcode_kinds=first.opcode_kinds,
+                         simulated=first.simulated,
                          bytes_moved=cat("bytes_moved"), meta=first.meta, operand_names=first.operand_names,
                          marks_ns=marks)
 
@@ -157,6 +200,8 @@ def save_npz(record: ProfileRecord, path: str | Path) -> Path:
         "simulated": record.simulated,
         "opcode_names": {str(k): v for k, v in record.opcode_names.items()},
         "operand_names": {str(k): v for k, v in record.operand_names.items()},
+        "opcode_kinds": {str(k): [w, {str(v): n for v, n in names.items()}]
+                         for k, (w, names) in record.opcode_kinds.items()},
         "meta": record.meta,
     }
     arrays = {name: getattr(record, name) for name in _ARRAYS}
@@ -212,6 +257,8 @@ def load_npz(path: str | Path) -> ProfileRecord:
             meta=header.get("meta", {}),
             operand_names={int(k): v for k, v in header.get("operand_names", {}).items()},
             marks_ns=contents.get("marks_ns"),
+            opcode_kinds={int(k): (int(w), {int(v): n for v, n in names.items()})
+                          for k, (w, names) in header.get("opcode_kinds", {}).items()},
         )
     except KeyError as e:
         raise ProfileFormatError(f"{path}: header is missing {e}") from e

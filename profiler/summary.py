@@ -82,10 +82,11 @@ def summarize(record: ProfileRecord) -> Summary:
     run = dur - record.wait_ns
     ready = np.minimum(start + record.wait_ns, end)  # a wait longer than the span (bad clocks) leaves no work
     opcodes = []
-    for op in np.unique(record.opcodes):
-        sel = record.opcodes == op
+    keys = record.work_keys  # an opcode's kinds apart (ProfileRecord.opcode_kinds)
+    for op in np.unique(keys):
+        sel = keys == op
         d, r = dur[sel], run[sel]
-        opcodes.append(OpcodeStats(record.opcode_names[int(op)], int(d.size), int(d.sum()), float(d.mean()),
+        opcodes.append(OpcodeStats(record.work_names[int(op)], int(d.size), int(d.sum()), float(d.mean()),
                                    float(np.percentile(d, 50)), float(np.percentile(d, 99)),
                                    float(record.wait_ns[sel].mean()), float(r.mean()), float(np.percentile(r, 99))))
     opcodes.sort(key=lambda o: (-o.total_ns, o.name))

@@ -70,6 +70,7 @@ def to_trace(spans: Spans) -> dict[str, Any]:
     idx = spans.index.tolist()
     starts, ends, rows = spans.start_ns.tolist(), spans.end_ns.tolist(), spans.row.tolist()
     words = rec.words[spans.index].tolist()
+    keys = rec.work_keys[spans.index].tolist()
     sms, waits, moved = (rec.sm[spans.index].tolist(), rec.wait_ns[spans.index].tolist(),
                          rec.bytes_moved[spans.index].tolist())
     decoders = {op: _operand_decoder(rec, op) for op in rec.opcode_names}
@@ -78,7 +79,7 @@ def to_trace(spans: Spans) -> dict[str, Any]:
         args: dict[str, Any] = {"instr": i, "sm": sms[j], **decoders[w[0]](w), "wait_ns": waits[j]}
         if moved[j]:
             args["bytes"] = moved[j]
-        events.append({"name": rec.opcode_names[w[0]], "cat": cat, "ph": "X", "pid": PID, "tid": rows[j] + 1,
+        events.append({"name": rec.work_names[keys[j]], "cat": cat, "ph": "X", "pid": PID, "tid": rows[j] + 1,
                        "ts": _us(starts[j]), "dur": _us(ends[j] - starts[j]), "args": args})
     events.extend(flow_events(spans))
     other = {str(k): v for k, v in rec.meta.items()}

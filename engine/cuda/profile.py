@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.cuda.device_stream import DeviceStream
 from engine.cuda.variant import VARIANT_NAMES
-from engine.instructions.registry import OPCODE_NAMES, OPERAND_NAMES
+from engine.instructions.registry import OPCODE_KINDS, OPCODE_NAMES, OPERAND_NAMES
 from profiler.record import MetaValue, ProfileRecord
 
 
@@ -27,4 +27,4 @@ def record_from_timing(ds: DeviceStream | None, mark0: int, meta: dict[str, Meta
     return ProfileRecord(words=cs.stream.words()[ran], sm=t[ran, 3], start_ns=t[ran, 0], end_ns=t[ran, 2],
                          wait_ns=np.maximum(t[ran, 1] - t[ran, 0], 0), opcode_names=OPCODE_NAMES,
                          simulated=False, bytes_moved=costs[ran], meta={**meta, "kernel": VARIANT_NAMES[ds.variant]},
-                         operand_names=OPERAND_NAMES, marks_ns=t[ran, mark0:])
+                         operand_names=OPERAND_NAMES, opcode_kinds=dict(OPCODE_KINDS), marks_ns=t[ran, mark0:])

@@ -8,7 +8,7 @@ ends with `SPEC = OpSpec(...)`; the opcode table (engine/instructions/registry.p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -72,6 +72,9 @@ class OpSpec:
     execute: Callable[[Any, Buffers], None]  # reference semantics: reads and writes `Buffers` as the GPU does
     accesses: Callable[[Any, Buffers], list[Access]]  # regions touched under the live step args
     cost: Callable[[Any, CostInputs], InstrCost]  # HBM / activation bytes and FLOPs
+    # (operand, value -> name) where the opcode's instructions do different work by one operand (TILE_MATMUL's kind):
+    # profiles show each kind apart
+    kinds: tuple[str, Mapping[int, str]] | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name != self.name.upper():
@@ -80,6 +83,8 @@ class OpSpec:
         if not isinstance(operands, tuple) or len(operands) > NUM_OPERANDS:
             raise InstructionFormatError(f"{self.name}: OPERANDS must be a tuple of at most {NUM_OPERANDS} "
                                          f"field names, got {operands!r}")
+        if self.kinds is not None and self.kinds[0] not in operands:
+            raise InstructionFormatError(f"{self.name}: kinds names {self.kinds[0]!r}, not one of its OPERANDS")
 
 
 def with_header(instr: Instruction, **changes: object) -> Instruction:

@@ -52,6 +52,10 @@ class OpcodeTable:
         # Names of words 1.. for the profiler's tooltips: id, layer, then the operands.
         self.operand_names: Mapping[int, list[str]] = MappingProxyType(
             {c: ["id", "layer", *s.instruction.OPERANDS] for c, s in self.specs.items()})
+        # The profiler's kinds (OpSpec.kinds): opcode -> (word index of the kind operand, value -> name).
+        self.kinds: Mapping[int, tuple[int, dict[int, str]]] = MappingProxyType(
+            {c: (W_OPERANDS + s.instruction.OPERANDS.index(s.kinds[0]), dict(s.kinds[1]))
+             for c, s in self.specs.items() if s.kinds is not None})
 
     def with_op(self, code: int, spec: OpSpec) -> OpcodeTable:
         """This table plus one opcode (a new number): how a test or an experiment adds one."""
@@ -180,6 +184,7 @@ OPCODES = OpcodeTable({
 Opcode = OPCODES.enum()
 OPCODE_NAMES = OPCODES.names
 OPERAND_NAMES = OPCODES.operand_names
+OPCODE_KINDS = OPCODES.kinds
 encode = OPCODES.encode
 encode_many = OPCODES.encode_many
 decode = OPCODES.decode

@@ -108,4 +108,4 @@ def cost(i: TileMatmul, c: CostInputs) -> InstrCost:
     return InstrCost(r * k * c.weight_bytes, n * k * 4 + out_bytes, 2 * n * r * k)
 
 
-SPEC = OpSpec("TILE_MATMUL", TileMatmul, execute, accesses, cost)
+SPEC = OpSpec("TILE_MATMUL", TileMatmul, execute, accesses, cost, kinds=("kind", {k.value: k.name for k in TileKind}))
