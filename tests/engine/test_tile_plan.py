@@ -68,3 +68,14 @@ def test_the_fit_check_refuses_tiles_the_kernel_cannot_run(rows: int, k: int, to
     words = OPCODES.encode_many([TileMatmul(TileKind.O, 0, rows, 0, k, 0, tokens)])
     with pytest.raises(UnsupportedOnGPU, match="TILE_MATMUL"):
         _limits().fit_stream(np.asarray(words), tokens, tokens, d)
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m", "llama-3.2-3b", "llama-3.1-8b"])
+def test_other_shapes_tile_and_fit(preset: str) -> None:
+    """Every tile of a 32-sequence decode and a 100-token prompt of these widths (576, 3072, 4096) is one the kernel
+    runs, and the ring keeps x room for its stages."""
+    lim = _limits()
+    for batch in (decode_batch(32, 33, 16), StepBatch.build([list(range(1, 101))], [0], [list(range(7))], page_size=16)):
+        d, cs = _compile(batch, preset)
+        assert cs.stream.plan.tiles is not None
+        assert lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d) >= lim.min_ring_pages
