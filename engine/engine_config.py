@@ -157,3 +157,18 @@ def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device,
             f"max_model_len {cfg.max_model_len} needs {-(-cfg.max_model_len // cfg.page_size)} KV pages "
             f"but only {num_pages} fit (page_size {cfg.page_size})")
     return num_pages, min(want_len, capacity)
+
+
+def check_tensor_parallel_setup(cfg: EngineConfig, backend: str, device_type: str, model: LlamaConfig) -> None:
+    """A tensor_parallel_size the engine cannot run, refused before any weight loads (ValueError naming the reason or
+    the config field the ranks cannot split): the torch backend on CPUs only for now."""
+    if cfg.tensor_parallel_size == 1:
+        return
+    from models.llama.tensor_parallel import check_tensor_parallel
+
+    if backend != "torch" or device_type != "cpu":
+        raise ValueError(f"tensor_parallel_size {cfg.tensor_parallel_size} runs the torch backend on CPUs for now (got "
+                         f"backend {backend!r} on {device_type}); the GPU ranks (NCCL, the megakernel per rank) are "
+                         "not built")
+    check_tensor_parallel(model, cfg.tensor_parallel_size)
+

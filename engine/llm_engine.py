@@ -29,7 +29,7 @@ from engine.backends import create_backend, resolve_backend
 from engine.cuda_build import cache_root
 from engine.decode_runs import DecodeRuns, Failed, Sampled, kernel_samples
 from engine.detokenizer import OutputText
-from engine.engine_config import EngineConfig, size_kv_cache
+from engine.engine_config import EngineConfig, check_tensor_parallel_setup, size_kv_cache
 from engine.errors import EngineFatalError, RequestError
 from engine.instructions.head_padding import stored_head_dim
 from engine.lookahead import LookAhead, StepHooks
@@ -89,13 +89,8 @@ class LLMEngine:
         if self.choice.name == "cuda":  # a shape the megakernel cannot run fails here, before the weights load
             from engine.backends.cuda_backend import check_model_shape
             check_model_shape(self.config)
-        if cfg.tensor_parallel_size > 1:  # sizes the ranks cannot split fail here too, naming the field
-            from models.llama.tensor_parallel import check_tensor_parallel
-            if self.choice.name != "torch" or self.choice.device.type != "cpu":
-                raise ValueError(f"tensor_parallel_size {cfg.tensor_parallel_size} runs the torch backend on CPUs for "
-                                 f"now (got backend {self.choice.name!r} on {self.choice.device}); the GPU ranks "
-                                 "(NCCL, the megakernel per rank) are not built")
-            check_tensor_parallel(self.config, cfg.tensor_parallel_size)
+        # sizes the ranks cannot split fail here too, naming the field
+        check_tensor_parallel_setup(cfg, self.choice.name, self.choice.device.type, self.config)
         load_options = dict(dtype=cfg.torch_dtype, device=weights_device, progress=cfg.progress,
                             **fp8_load_options(cfg, self.choice.name, model))
         # Several ranks read their shards themselves (the tensor-parallel backend), not the whole model here

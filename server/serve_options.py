@@ -91,7 +91,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def check_engine_flags(args: argparse.Namespace) -> None:
     """The checkpoint's config and every engine setting, without loading a weight."""
     from engine.backends import resolve_backend
-    from engine.engine_config import EngineConfig
+    from engine.engine_config import EngineConfig, check_tensor_parallel_setup
     from engine.quantization import check_quantization
     from models.llama.config import LlamaConfig
 
@@ -106,7 +106,9 @@ def check_engine_flags(args: argparse.Namespace) -> None:
         raise FlagError(f"--model: {exc}") from None
     try:
         cfg = EngineConfig(model=args.model, **engine_kwargs(args))
-        check_quantization(cfg, resolve_backend(cfg.backend, cfg.device).name)
+        choice = resolve_backend(cfg.backend, cfg.device)
+        check_quantization(cfg, choice.name)
+        check_tensor_parallel_setup(cfg, choice.name, choice.device.type, model)
     except (ValueError, RuntimeError) as exc:
         raise FlagError(_as_flag(str(exc))) from None
     if cfg.max_model_len is not None and cfg.max_model_len > model.max_position_embeddings:
