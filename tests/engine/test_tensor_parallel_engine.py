@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -48,8 +53,38 @@ def test_a_dead_rank_fails_the_next_step_naming_it(tiny_checkpoint: str) -> None
     try:
         worker = llm.engine.backend._workers[0]
         os.kill(worker.pid, signal.SIGKILL)
-        worker.join(timeout=10)
+        worker.wait(timeout=10)
         with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):
             llm.generate({"prompt_token_ids": PROMPTS[0]}, PARAMS)
     finally:
         llm.close()
+
+
+def test_a_rank_lost_inside_a_run_fails_it_naming_the_rank_at_once(tiny_checkpoint: str) -> None:
+    llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=64, tensor_parallel_size=2)
+    try:
+        worker = llm.engine.backend._workers[0]
+        threading.Timer(0.5, lambda: os.kill(worker.pid, signal.SIGKILL)).start()
+        t0 = time.monotonic()
+        with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):
+            llm.generate({"prompt_token_ids": PROMPTS[0]}, SamplingParams(temperature=0, max_tokens=900,
+                                                                          ignore_eos=True))
+        assert time.monotonic() - t0 < 30  # the collective fails as the rank's connection closes, not by timeout
+    finally:
+        llm.close()
+
+
+def test_a_script_without_a_main_guard_runs_ranks(tiny_checkpoint: str, tmp_path: Path) -> None:
+    """The workers are fresh interpreters: a user's script is not imported again in them."""
+    script = tmp_path / "two_ranks.py"
+    script.write_text(
+        "from engine import LLM, SamplingParams\n"
+        f"llm = LLM({tiny_checkpoint!r}, backend='torch', dtype='float32', progress=False, num_pages=16, "
+        "tensor_parallel_size=2)\n"
+        "out = llm.generate({'prompt_token_ids': [5, 6, 7]}, SamplingParams(temperature=0, max_tokens=3))\n"
+        "print('tokens', len(out[0].outputs[0].token_ids))\n"
+        "llm.close()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tokens 3" in done.stdout
