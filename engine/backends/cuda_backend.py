@@ -19,6 +19,7 @@ from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda.step_padding import pad_batch
+from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
@@ -43,7 +44,6 @@ DEFAULT_MIN_PAGES_PER_SPLIT = 8
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 
 
-W_O_MAP_BYTES = 128  # a CUtensorMap
 # A run of on-device decode steps hands its ids back every this many steps: the host detokenises and checks
 # stops for them while later steps run, and at the run's end only this many are left to process.
 READBACK_STEPS = 4
@@ -138,11 +138,9 @@ class CudaBackend(Backend):
         # The kernel's extra read-only buffers, passed like the weights: W_o's tensor map for the fused op's
         # panel pages (csrc/interpreter/panel_pages.cuh) where the option is on and head_dim allows it.
         self._kernel_buffers = dict(self.weights)
-        if w_o_panels:
-            w_o_map = torch.empty(W_O_MAP_BYTES, dtype=torch.uint8, device=self._device)
-            if self.module.encode_w_o_map(w_o_map.data_ptr(), self.weights["w_o"].data_ptr(), self.dims.layers,
-                                          self.dims.hidden, self.dims.n_heads, self.dims.head_dim):
-                self._kernel_buffers["w_o_map"] = w_o_map
+        panel_map = w_o_map(self.module, self.weights, self.dims) if w_o_panels else None
+        if panel_map is not None:
+            self._kernel_buffers["w_o_map"] = panel_map
         # One page past the engine's: the dummy sequences of padded steps write and read their K/V there.
         self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages + 1, page_size=page_size,
                                         dtype=torch.bfloat16, device=self._device,
@@ -206,22 +204,11 @@ class CudaBackend(Backend):
                                          self.limits.page_bytes, all(self.limits.row_takes_mma(k) for k in rows))
                 ds = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS, ring_pages, variant)
                 if cs.stream.plan.tiles is not None:
-                    ds.tile_maps = self._tile_maps(ds)
+                    ds.tile_maps = tile_maps(self.module, self.weights, ds.acts, self.dims)
                 cs.backend_state = ds
             return cs
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))
-
-    def _tile_maps(self, ds: DeviceStream) -> torch.Tensor:
-        """TILE_MATMUL's tensor maps for `ds` (the weights and this stream's activations; csrc/interpreter/
-        tile_matmul.cuh), in device memory."""
-        maps = torch.empty(int(self.module.TILE_MAPS_BYTES), dtype=torch.uint8, device=self._device)
-        buffers = {name: self.weights[name].data_ptr() for name in ("w_qkv", "w_o", "w_gate_up", "w_down", "lm_head")}
-        buffers.update({name: ds.acts[name].data_ptr() for name in ("hidden", "attn_out", "act")})
-        d = self.dims
-        self.module.encode_tile_maps(maps.data_ptr(), buffers, d.layers, d.hidden, d.intermediate, d.qkv_rows,
-                                     d.q_cols, d.vocab, int(ds.acts["hidden"].shape[0]))
-        return maps
 
     def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None) -> DeviceStream:
         """The compiled stream of `batch`'s shape with `batch`'s inputs on the device (`feed`'s slots from the previous
