@@ -49,6 +49,9 @@ struct Globals {
   float* o_part;
   float* lse_part;
   float* act;
+  // TILE_MATMUL's bf16 inputs (ops/tile_matmul.cuh): the NORM tiles' normalised hidden, the GATE_UP tiles' act
+  bf16* x_bf16;
+  bf16* act_bf16;
   float* logits;
   float* lm_max;
   int* lm_arg;

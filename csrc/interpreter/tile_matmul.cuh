@@ -7,19 +7,21 @@
 //
 // Ring page p of a tile is K step p of its rows: TILE_WEIGHT_ROWS / 32 boxes of 32 rows x TILE_K bf16 (128-byte rows,
 // 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)), copied by the loader from the matrix's tensor
-// map (Globals::tile_maps) like any weight page, ahead of the instruction. The activations' K step (fp32, written
-// by other SMs this step) is copied by consumer thread 0 once the dependencies are met, up to TILE_X_STAGES steps
-// ahead, into x stages in shared x (two boxes of 32 columns per 16 tokens, 128-byte swizzled). Every page, the
-// consumers convert the step's x to bf16 (times the norm's weight for the normalised inputs, summing squares for the
-// norm's scale, applied to the products at the end as the matvec ops do: activations.cuh rms_inv), and each warp
-// multiplies a 16-row block of the page with its token blocks (mma m16n8k16, ldmatrix from both swizzled tiles).
+// map (Globals::tile_maps) like any weight page, ahead of the instruction. The input's K step arrives the same way,
+// copied by consumer thread 0 once the dependencies are met, up to TILE_X_STAGES steps ahead, into x stages in shared
+// x: for QKV, GATE_UP, LM_HEAD (x_bf16, normalised once per token by the NORM tiles) and DOWN (act_bf16) a stage is
+// TILE_TOKENS bf16 rows laid out as a page is, and the two warpgroups multiply it with 64 rows of the page each
+// (wgmma m64n64k16, both operands read from shared memory by the tensor cores; tk/wgmma.cuh); O's input (the
+// attention output, fp32) is converted to such a copy first. Measured (1B, H200, batch 64, per GATE_UP page): the
+// products of mma.sync with every warp loading every token's x into registers took 0.9 us of a 2 us page, and the
+// fp32 input's copies and conversion 0.6 us more, against the weights' 0.5 us alone.
 #pragma once
 
 #include "code_size.cuh"
 
-#include "../tk/mma.cuh"
 #include "../tk/shared_vec.cuh"
 #include "../tk/tensor_map.cuh"
+#include "../tk/wgmma.cuh"
 #include "marks.cuh"
 #include "state.cuh"
 
@@ -32,19 +34,25 @@ inline constexpr int TILE_W_BOX_ROWS = 32;  // the weight maps' boxes: 32 rows x
 inline constexpr int TILE_X_BOX_ROWS = 16;  // the activation maps' boxes: 16 tokens x TILE_X_BOX_COLS fp32
 inline constexpr int TILE_X_BOX_COLS = 32;
 inline constexpr int TILE_X_STAGES = 4;    // most K steps of x in flight
+inline constexpr int TILE_STAGING = 2;     // bf16 copies of a K step (TileShared)
+inline constexpr int TILE_STAGING_BYTES = TILE_TOKENS * 128;
+inline constexpr int TILE_N_BLOCKS = 8;    // a warpgroup's 64 weight rows: 8 column blocks of its products
+inline constexpr int TILE_NORM_VECS = 8;   // float4 of a row per consumer thread in a NORM tile: hidden <= 8192
 static_assert(TILE_WEIGHT_ROWS / TILE_W_BOX_ROWS * TILE_W_BOX_ROWS * TILE_K * 2 == PAGE_BYTES, "a page is one K step");
 static_assert(TILE_K * 2 == 128 && TILE_X_BOX_COLS * 4 == 128, "boxes of 128-byte rows (the 128-byte swizzle)");
 static_assert(TILE_K == 2 * TILE_X_BOX_COLS, "two x boxes per K step");
 static_assert(TILE_K == 4 * 16 && TILE_TOKENS * 4 == CONSUMER_THREADS, "a thread converts 16 columns of one token");
 static_assert(TILE_X_STAGES * 8 <= SCRATCH_FLOATS * 4 - 64, "the x stages' barriers sit in scratch");
-static_assert(TILE_WEIGHT_ROWS == 16 * NUM_CONSUMER_WARPS && TILE_TOKENS == 64, "a warp per 16 rows, 4 token blocks each");
+static_assert(NUM_CONSUMER_WARPS == 8 && TILE_WEIGHT_ROWS == 2 * 64 && TILE_TOKENS == 64,
+              "two warpgroups of 64 x 64 products (wgmma m64n64k16), a warp per 16 tokens");
+static_assert(TILE_STAGING_BYTES % 1024 == 0, "the copies start on 1 KiB swizzle atoms");
 
-// The kinds (TileKind) and the maps of Globals::tile_maps (encode_tile_maps, interpreter.cu): the kind's weight map
-// is tile_maps[kind], its input's TILE_MAP_X + the input (hidden, attention output, act). LM_HEAD's instructions have
-// layer -1 (its matrix is not per layer).
-enum TileKindCode : int { TILE_QKV = 0, TILE_O = 1, TILE_GATE_UP = 2, TILE_DOWN = 3, TILE_LM_HEAD = 4 };
-enum TileMapIndex : int { TILE_MAP_X = 5, TILE_MAP_X_HIDDEN = 5, TILE_MAP_X_ATTN_OUT = 6, TILE_MAP_X_ACT = 7,
-                          NUM_TILE_MAPS = 8 };
+// The kinds (TileKind, NormOf) and the maps of Globals::tile_maps (encode_tile_maps, interpreter.cu): the kind's
+// weight map is tile_maps[kind], its input's one of the three input maps. LM_HEAD's instructions (and the final
+// norm's) have layer -1 (its matrix is not per layer).
+enum TileKindCode : int { TILE_QKV = 0, TILE_O = 1, TILE_GATE_UP = 2, TILE_DOWN = 3, TILE_LM_HEAD = 4, TILE_NORM = 5 };
+enum TileNormCode : int { NORM_ATTN = 0, NORM_MLP = 1, NORM_FINAL = 2 };
+enum TileMapIndex : int { TILE_MAP_X_BF16 = 5, TILE_MAP_X_ATTN_OUT = 6, TILE_MAP_X_ACT = 7, NUM_TILE_MAPS = 8 };
 
 struct TileOperands {
   int kind, row_begin, rows, k_begin, k_steps, tok_begin, tokens;
@@ -53,9 +61,10 @@ struct TileOperands {
         k_begin(w[W_OPERANDS + 3]), k_steps((w[W_OPERANDS + 4] - w[W_OPERANDS + 3]) / TILE_K),
         tok_begin(w[W_OPERANDS + 5]), tokens(w[W_OPERANDS + 6] - w[W_OPERANDS + 5]) {}
   __device__ __forceinline__ int x_map() const {
-    return TILE_MAP_X + (kind == TILE_O ? 1 : kind == TILE_DOWN ? 2 : 0);
+    return kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
   }
-  __device__ __forceinline__ bool normalised() const { return kind != TILE_O && kind != TILE_DOWN; }
+  // The input is stored in bf16 (x_bf16 or act_bf16): its copies are the products' operand as they land.
+  __device__ __forceinline__ bool bf16_input() const { return kind != TILE_O; }
 };
 
 // Rows of one layer of the kind's matrix (its weight map stacks the layers).
@@ -86,32 +95,38 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
                                                     row + b * TILE_W_BOX_ROWS, t.k_begin + p * TILE_K, full);
 }
 
-// Shared x during a tile: the x stages, then two bf16 copies of a K step (the page's A operand, alternating; 128 bytes
-// per token, 16-byte chunk c of token t at chunk c ^ (t % 8), so ldmatrix's 8 rows hit 8 bank groups).
+// Shared x during a tile. A bf16 input: the stages are its K steps, TILE_TOKENS rows of 128 bytes each (16-byte chunk
+// c of token t at chunk c ^ (t % 8), as TMA's 128-byte swizzle writes them: the layout wgmma reads). O's fp32 input:
+// TILE_STAGING bf16 copies first (the products read one while the next K step is converted into the other), then the
+// fp32 stages (two boxes of 32 columns per 16 tokens).
 struct TileShared {
   uint8_t* x;                // the stages (generic address, for the copies)
-  uint32_t stages, staging;  // shared-window addresses
-  int stage_bytes, staging_bytes, n_stages;
+  uint32_t stages, staging;  // shared-window addresses (staging: O's copies)
+  int stage_bytes, n_stages;
   tk::semaphore* bars;  // one per stage, in scratch
-  __device__ __forceinline__ TileShared(const Shared& sm, int tok_pad) {
-    stage_bytes = 2 * tok_pad * 128;
-    staging_bytes = tok_pad * 128;
-    const int room = sm.x_floats * 4 - 2 * staging_bytes;
-    n_stages = max(1, min(TILE_X_STAGES, room / stage_bytes));
-    x = reinterpret_cast<uint8_t*>(sm.x);
-    stages = tk::smem_addr(sm.x);
-    staging = stages + n_stages * stage_bytes;
+  __device__ __forceinline__ TileShared(const Shared& sm, int tok_pad, bool bf16_input) {
+    const int copies = bf16_input ? 0 : TILE_STAGING * TILE_STAGING_BYTES;
+    stage_bytes = bf16_input ? TILE_STAGING_BYTES : 2 * tok_pad * 128;
+    n_stages = max(1, min(TILE_X_STAGES, (sm.x_floats * 4 - copies) / stage_bytes));
+    staging = tk::smem_addr(sm.x);
+    stages = staging + copies;
+    x = reinterpret_cast<uint8_t*>(sm.x) + copies;
     bars = reinterpret_cast<tk::semaphore*>(sm.scratch);
   }
 };
 
-// Consumer thread 0: copy K step `step` of the tile's tokens into stage `s`.
+// Consumer thread 0: copy K step `step` of the tile's tokens into stage `s` (a bf16 input: one box of TILE_TOKENS rows,
+// rows past the activations' read as zeros).
 __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared& ts, const TileOperands& t, int tok_pad,
                                              int step, int s) {
   tk::semaphore& bar = ts.bars[s];
   tk::arrive_expect_tx(bar, ts.stage_bytes);
   const CUtensorMap* map = g.tile_maps + t.x_map();
   uint8_t* base = ts.x + s * ts.stage_bytes;
+  if (t.bf16_input()) {
+    tk::tensor_load_2d(base, map, t.tok_begin, t.k_begin + step * TILE_K, bar);
+    return;
+  }
   MK_ROLLED
   for (int h = 0; h < 2; ++h)
     for (int r = 0; r < tok_pad; r += TILE_X_BOX_ROWS)
@@ -119,25 +134,15 @@ __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared&
                          t.k_begin + step * TILE_K + h * TILE_X_BOX_COLS, bar);
 }
 
-// 16 fp32 of row `tt` (columns 16q .. 16q + 15 of the stage's K step) times the norm's weights -> bf16 in the staging
-// copy; squares summed into ss (before the weights: the norm's scale is of the raw row).
-__device__ __forceinline__ void convert_tile_x(uint32_t stage, uint32_t staging, int tok_pad, int tt, int q,
-                                               const uint4 (&wn)[2], bool normalised, float& ss) {
+// O's input: 16 fp32 of row `tt` (columns 16q .. 16q + 15 of the stage's K step) -> bf16 in the staging copy.
+__device__ __forceinline__ void convert_tile_x(uint32_t stage, uint32_t staging, int tok_pad, int tt, int q) {
   const int h = q >> 1, cb = (q & 1) * 4;
   const uint32_t row = stage + h * tok_pad * 128 + tt * 128;
   uint32_t packed[8];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const float4 v = tk::load_shared_f4(row + (((cb + j) ^ (tt & 7)) << 4));
-    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    float2 w01 = make_float2(1.f, 1.f), w23 = w01;
-    if (normalised) {
-      const uint32_t* wv = reinterpret_cast<const uint32_t*>(&wn[j >> 1]) + 2 * (j & 1);
-      w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[0]));
-      w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv[1]));
-    }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x * w01.x, v.y * w01.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z * w23.x, v.w * w23.y);
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
     packed[2 * j] = *reinterpret_cast<const uint32_t*>(&lo);
     packed[2 * j + 1] = *reinterpret_cast<const uint32_t*>(&hi);
   }
@@ -149,50 +154,45 @@ __device__ __forceinline__ void convert_tile_x(uint32_t stage, uint32_t staging,
                  "r"(packed[4 * c + 2]), "r"(packed[4 * c + 3])
                  : "memory");
   }
+  // The products read the copy through the async proxy (wgmma): these generic stores must be visible to it.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// One warp: acc[m][n] += its token blocks m (tokens 16(m0 + m*mstep) ..) x its two 8-row blocks n of the page.
-__device__ __forceinline__ void tile_page_products(uint32_t page, uint32_t staging, int row0, int m0, int mstep, int mt,
-                                                   float (&acc)[4][2][4]) {
-  const int lane = tk::lane_id(), mat = lane >> 3, r8 = lane & 7;
-  const int wrow = row0 + (mat >> 1) * 8 + r8;  // this lane's ldmatrix row of the weights
+// Which products a consumer thread holds (tk::wgmma_m64n64k16_bf16's layout, tokens as rows and weight rows as
+// columns): acc[j][2 h + e] is token tok0 + lane / 4 + 8 h at page row row0 + 8 j + 2 (lane % 4) + e. Warpgroup wg
+// takes page rows 64 wg .. 64 wg + 63; `active`: the tile has rows there.
+struct TileLanes {
+  int wg, row0, tok0;
+  bool active;
+  __device__ __forceinline__ TileLanes(int warp, const TileOperands& t)
+      : wg(warp / 4), row0(64 * (warp / 4)), tok0(16 * (warp % 4)), active(64 * (warp / 4) < t.rows) {}
+};
+
+// This warpgroup's products of one K step: acc += the input's copy at a_addr (TILE_TOKENS x TILE_K) times the page's
+// 64 rows at b_addr (64 x TILE_K), four wgmma of 16 columns; done (waited) on return. Both warpgroups multiply whether
+// or not the tile has rows in the second's half (its products of the page's stale rows are never read): a branch
+// around wgmma makes ptxas serialise every product (C7520).
+__device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_addr, float (&acc)[TILE_N_BLOCKS][4]) {
+  const uint64_t a = tk::wgmma_desc_sw128(a_addr), b = tk::wgmma_desc_sw128(b_addr);
+  tk::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < TILE_K / 16; ++kk) {
-    uint32_t b[4];
-    tk::ldmatrix_x4_shared(b, page + wrow * 128 + (((2 * kk + (mat & 1)) ^ (wrow & 7)) << 4));
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int mb = m0 + m * mstep;
-      if (mb >= mt) break;
-      const int tok = mb * 16 + (mat & 1) * 8 + r8;
-      uint32_t a[4];
-      tk::ldmatrix_x4_shared(a, staging + tok * 128 + (((2 * kk + (mat >> 1)) ^ (tok & 7)) << 4));
-      tk::detail::mma_16x8x16_acc(acc[m][0], a, b[0], b[1]);
-      tk::detail::mma_16x8x16_acc(acc[m][1], a, b[2], b[3]);
-    }
-  }
+  for (int kk = 0; kk < TILE_K / 16; ++kk) tk::wgmma_m64n64k16_bf16(acc, a + 2 * kk, b + 2 * kk, true);
+  tk::wgmma_commit();
 }
 
-// The consumers' side of a tile: every page's products into acc (this warp's 16-row block; acc[m][n][e] is token
-// 16(m0 + m*mstep) + lane/4 (+8 for e >= 2), row row0 + 8n + 2(lane%4) (+1 for odd e)), the squares of each token's
-// inputs summed into sm.out[q * TILE_TOKENS + token] (q: the quarter of each K step a thread converts). Frees the
-// pages as matvecs do (consumer_matvec.cuh) and moves the ring cursor. False: a wait failed (recorded).
+// The consumers' side of a tile: every page's products into acc (this thread's share, TileLanes). Each page waits
+// for its input stage and weight page, then one barrier (everyone's products of the previous page done: its page and
+// stage are freed and refilled); O's fp32 input is converted into a bf16 copy while the previous page's products
+// run (no wgmma group stays open across the loop's back edge: that makes ptxas serialise every product, C7515).
+// Frees the pages as matvecs do (consumer_matvec.cuh) and moves the ring cursor. False: a wait failed (recorded).
 __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
-                                              float (&acc)[4][2][4], int& row0, int& m0, int& mstep) {
-  const int warp = tk::warp_id(), tid = threadIdx.x, tok_pad = (t.tokens + 15) & ~15, mt = tok_pad / 16;
-  const int nrg = t.rows / 16, per_rg = NUM_CONSUMER_WARPS / nrg;
-  const bool active = warp < nrg * per_rg;
-  row0 = (warp % nrg) * 16;
-  m0 = active ? warp / nrg : mt;
-  mstep = per_rg;
-  const TileShared ts(sm, tok_pad);
-  const int NP = t.k_steps, defer = min(g.defer_free_pages, NP);
-  const int tt = tid % TILE_TOKENS, q = tid / TILE_TOKENS;  // conversion: token tt, columns 16q .. 16q + 15
-  const bool converts = tt < tok_pad;
-  const bf16* norm = t.kind == TILE_LM_HEAD ? g.final_norm
-                     : (t.kind == TILE_QKV ? g.attn_norm : g.mlp_norm) + (long long)w[W_LAYER] * g.hidden_size;
-  norm += t.k_begin + 16 * q;
-  const bool normalised = t.normalised();
+                                              const TileLanes& tl, float (&acc)[TILE_N_BLOCKS][4]) {
+  const int tid = threadIdx.x, tok_pad = (t.tokens + 15) & ~15;
+  const bool direct = t.bf16_input();
+  const TileShared ts(sm, tok_pad, direct);
+  const int NP = t.k_steps, keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
+  const int tt = tid % TILE_TOKENS, q = tid / TILE_TOKENS;  // O's conversion: token tt, columns 16q .. 16q + 15
+  const bool converts = !direct && tt < tok_pad;
   if (tid == 0) {
     for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
     tk::fence_semaphore_init();
@@ -205,47 +205,56 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     timing_mark(g, w, MARK_INPUT);
     set_low_cap_from(sm, NO_LOW_CAP);
   }
+  // Zeroed here rather than by the first product's scale-d: accumulators a wgmma reads undefined make ptxas treat the
+  // pipeline as open at this function's call and spill around it (C7510).
 #pragma unroll
-  for (int m = 0; m < 4; ++m)
+  for (int j = 0; j < TILE_N_BLOCKS; ++j)
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-  float ss = 0.f;
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
   const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0];
   uint32_t ring = sm.ring_cursor[1], round = sm.ring_cursor[2], prev_ring = 0;
-  consumer_sync();  // the stage barriers' initialisation before anyone waits on them
+  const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page
   bool ok = true;
+  const auto wait_stage = [&](int p) {
+    if (ok) ok = wait_pipeline(g, ts.bars[p % ts.n_stages], (p / ts.n_stages) & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+  };
+  // O: K step p's x into copy p % 2 (last read by page p - 2's products).
+  const auto convert_step = [&](int p) {
+    wait_stage(p);
+    if (ok && converts)
+      convert_tile_x(ts.stages + (p % ts.n_stages) * ts.stage_bytes, ts.staging + (p & 1) * TILE_STAGING_BYTES,
+                     tok_pad, tt, q);
+  };
+  consumer_sync();  // the stage barriers' initialisation before anyone waits on them
+  if (!direct && NP > 0) convert_step(0);
   for (int p = 0; p < NP; ++p) {
-    const int s = p % ts.n_stages;
-    uint4 wn[2] = {};
-    if (normalised && converts) {
-      wn[0] = __ldg(reinterpret_cast<const uint4*>(norm + p * TILE_K));
-      wn[1] = __ldg(reinterpret_cast<const uint4*>(norm + p * TILE_K) + 1);
-    }
-    if (ok) ok = wait_pipeline(g, ts.bars[s], (p / ts.n_stages) & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
-    const uint32_t staging = ts.staging + (p & 1) * ts.staging_bytes;
-    if (ok && converts) convert_tile_x(ts.stages + s * ts.stage_bytes, staging, tok_pad, tt, q, wn, normalised, ss);
+    if (direct) wait_stage(p);
     if (ok) ok = wait_page_issued(g, sm, pos0 + p, w);
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
-    if (!consumer_all(ok)) return false;  // staging written, stage s read, every warp done with page p - 1
+    // Past this barrier: page p - 1's products are done (its page and input stage free), page p's input is ready.
+    if (!consumer_all(ok)) return false;
     if (tid == 0) {
       if (p == 0) timing_mark(g, w, MARK_FIRST_PAGE);
       if (p == NP - 1) timing_mark(g, w, MARK_LAST_PAGE);
-      if (p >= 1 && p - 1 < NP - defer) tk::arrive(sm.page_empty[prev_ring]);
-      if (p + ts.n_stages < NP) issue_tile_x(g, ts, t, tok_pad, p + ts.n_stages, s);
+      if (p >= 1 && p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
+      // The stage refilled: a bf16 input's stage of page p - 1 (read by its products), O's of page p (converted).
+      const int next = direct ? p - 1 + ts.n_stages : p + ts.n_stages;
+      if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, next % ts.n_stages);
     }
-    tile_page_products(tk::smem_addr(sm.page(ring)), staging, row0, m0, mstep, mt, acc);
+    const uint32_t a_addr = direct ? ts.stages + (p % ts.n_stages) * ts.stage_bytes
+                                   : ts.staging + (p & 1) * TILE_STAGING_BYTES;
+    tile_step_products(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
+    if (!direct && p + 1 < NP) convert_step(p + 1);
+    tk::wgmma_wait<0>();
     prev_ring = ring;
     if (++ring == R) {
       ring = 0;
       ++round;
     }
   }
-  if (converts) sm.out[q * TILE_TOKENS + tt] = ss;  // each token's four quarters: summed by tile_rms_inv
-  const bool all_ok = consumer_all(true);  // every warp done with the last page; the sums visible
+  const bool all_ok = consumer_all(ok);  // every product done (x may be reused)
   if (tid == 0) {
-    if (NP - 1 < NP - defer) tk::arrive(sm.page_empty[prev_ring]);
+    if (NP - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
     for (int s = 0; s < ts.n_stages; ++s) tk::inval_semaphore(ts.bars[s]);  // scratch is plain memory again
     sm.ring_cursor[0] = pos0 + NP;
     sm.ring_cursor[1] = ring;
@@ -253,12 +262,6 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     timing_mark(g, w, MARK_COMPUTED);
   }
   return all_ok;
-}
-
-// 1 / rms of the tile's token i (its squares summed by tile_products).
-__device__ __forceinline__ float tile_rms_inv(const Globals& g, const Shared& sm, int i) {
-  const float total = sm.out[i] + sm.out[TILE_TOKENS + i] + sm.out[2 * TILE_TOKENS + i] + sm.out[3 * TILE_TOKENS + i];
-  return 1.0f / sqrtf(total / (float)g.hidden_size + g.eps);
 }
 
 }  // namespace mk::vm

@@ -58,7 +58,7 @@ class DeviceStream:
         for spec in activation_specs(dims, cs.shape, stream.num_splits, stream.lm_blocks):
             if spec.name == "out_tokens":
                 continue
-            dtype = torch.int32 if spec.dtype == "int32" else torch.float32
+            dtype = {"int32": torch.int32, "bfloat16": torch.bfloat16}.get(spec.dtype, torch.float32)
             t = torch.empty(spec.shape, dtype=dtype, device=device)
             t.fill_(-7 if dtype == torch.int32 else float("nan"))  # poison: unwritten reads show up
             acts[spec.name] = t

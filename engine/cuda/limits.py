@@ -10,6 +10,7 @@ import numpy as np
 from engine.instructions import registry as op
 from engine.instructions.head_padding import LANE_HEAD_DIMS
 from engine.instructions.layout import ModelDims, pow2_align
+from engine.instructions.ops.tile_matmul import TileKind
 from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 from engine.scheduler.compiler.step_builder_tiles import TILE_K_STEP, TILE_MAX_ROWS, TILE_MAX_TOKENS, TILE_ROW_UNIT
 
@@ -256,17 +257,22 @@ class InterpreterLimits:
 
     @staticmethod
     def _tile_x(a: np.ndarray) -> int:
-        """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...) keeps in x two bf16
-        copies of a K step of its tokens (128 bytes per token) and TILE_X_STAGES_WANTED fp32 ones (256 bytes), then
-        its products (GATE_UP: tokens x rows fp32); its blocks must be whole tile units (tile_matmul.cuh)."""
+        """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...): a tile keeps in x
+        TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_MAX_TOKENS rows of 128 bytes (O's fp32 input: as many
+        fp32 steps of its tokens, 256 bytes per token, and two bf16 copies), then its products (GATE_UP: tokens x
+        (rows + 4) fp32); its blocks must be whole tile units (tile_matmul.cuh). NORM tiles use no x."""
+        if int(a[0]) == TileKind.NORM:
+            return 1
         rows, k, tokens = int(a[2] - a[1]), int(a[4] - a[3]), int(a[6] - a[5])
         if not (TILE_ROW_UNIT <= rows <= TILE_MAX_ROWS and rows % TILE_ROW_UNIT == 0 and k > 0
                 and k % TILE_K_STEP == 0 and int(a[3]) % TILE_K_STEP == 0 and 1 <= tokens <= TILE_MAX_TOKENS):
             raise UnsupportedOnGPU(f"TILE_MATMUL of {rows} rows x [{a[3]}, {a[4]}) x {tokens} tokens: tiles take "
                                    f"{TILE_ROW_UNIT}-row multiples up to {TILE_MAX_ROWS} rows, whole "
                                    f"{TILE_K_STEP}-column K steps and at most {TILE_MAX_TOKENS} tokens")
-        tok_pad = -(-tokens // 16) * 16
-        return max((2 + 2 * TILE_X_STAGES_WANTED) * tok_pad * 128 // 4, tokens * rows)
+        if int(a[0]) == TileKind.O:
+            tok_pad = -(-tokens // 16) * 16
+            return (2 * TILE_MAX_TOKENS + 2 * TILE_X_STAGES_WANTED * tok_pad) * 128 // 4
+        return max(TILE_X_STAGES_WANTED * TILE_MAX_TOKENS * 128 // 4, tokens * (rows + 4))
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:
         """ATTN_O_PROJ (operands seq, kv_group, head_begin, head_end, row_begin, row_end) runs its attention

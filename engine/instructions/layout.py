@@ -121,7 +121,7 @@ class StepShape:
 class BufferSpec:
     name: str
     shape: tuple[int, ...]
-    dtype: str  # "weight" (bf16 on GPU), "float32" or "int32"
+    dtype: str  # "weight" (bf16 on GPU), "float32", "bfloat16" or "int32"
     group: str  # "weights", "activations", "sync", "step_args"
 
 
@@ -143,6 +143,10 @@ def activation_specs(d: ModelDims, shape: StepShape, num_splits: int, lm_blocks:
         f("hidden", (T, H)), f("mid", (T, H)), f("q", (T, d.q_cols)), f("attn_out", (T, d.q_cols)),
         f("o_part", (num_splits, T, d.q_cols)), f("lse_part", (num_splits, T, d.n_heads)),
         f("act", (T, d.intermediate)), f("logits", (S, d.vocab)),
+        # TILE_MATMUL's inputs in the tensor cores' type, written once per layer (ops/tile_matmul.py: NORM tiles,
+        # GATE_UP tiles) and read by every tile of the next op
+        BufferSpec("x_bf16", (T, H), "bfloat16", "activations"),
+        BufferSpec("act_bf16", (T, d.intermediate), "bfloat16", "activations"),
         f("lm_max", (S, lm_blocks)), BufferSpec("lm_arg", (S, lm_blocks), "int32", "activations"),
         BufferSpec("out_tokens", (S,), "int32", "activations"),
     ]

@@ -55,7 +55,7 @@ class GlobalBuffers:
         for spec in activation_specs(dims, shape, num_splits, lm_blocks):
             if spec.dtype == "int32":
                 act[spec.name] = torch.randint(-5, 5, spec.shape, generator=g, dtype=torch.int32)
-            else:
+            else:  # bfloat16 ones too: the VM is the fp32 semantics of a stream, the GPU rounds where it stores
                 act[spec.name] = torch.randn(spec.shape, generator=g, dtype=torch.float32) * 1e3
         return GlobalBuffers(dims, weights, k_cache, v_cache, act, RowMaps.build(dims), kv_scales=kv_scales)
 

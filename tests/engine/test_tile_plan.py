@@ -33,26 +33,29 @@ def _compile(batch: StepBatch, preset: str = "llama-3.2-1b"):  # noqa: ANN202
 
 def test_the_kernels_tile_sizes_are_the_builders() -> None:
     c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", HEADER.read_text())}
-    assert (c["TILE_WEIGHT_ROWS"], c["TILE_K"], c["TILE_TOKENS"]) == (
-        tiles.TILE_MAX_ROWS, tiles.TILE_K_STEP, tiles.TILE_MAX_TOKENS)
+    assert (c["TILE_WEIGHT_ROWS"], c["TILE_K"], c["TILE_TOKENS"], 4 * 256 * c["TILE_NORM_VECS"]) == (
+        tiles.TILE_MAX_ROWS, tiles.TILE_K_STEP, tiles.TILE_MAX_TOKENS, tiles.TILE_NORM_MAX_HIDDEN)
 
 
 def test_a_1b_decode_of_64_is_one_wave_of_tiles_per_op_and_fits_the_smallest_ring() -> None:
     d, cs = _compile(decode_batch(64, 33, 16))
     kinds = Counter(TileKind(i.kind) for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL)
+    norms = kinds.pop(TileKind.NORM)
     per_layer = {k: n // (d.layers if k != TileKind.LM_HEAD else 1) for k, n in kinds.items()}
     assert per_layer == {TileKind.QKV: 96, TileKind.O: 128, TileKind.GATE_UP: 132, TileKind.DOWN: 128,
                          TileKind.LM_HEAD: 1002}
+    assert norms == (2 * d.layers + 1) * 33  # each norm: 33 ranges of 1-2 tokens (a quarter of the SMs)
     ops = {OPCODES.code_of(i) for i in cs.stream.instrs}
     assert not ops & {Opcode.RMS_QKV_ROPE_APPEND, Opcode.O_PROJ_RESIDUAL, Opcode.RMS_GATE_UP_SILU,
                       Opcode.DOWN_RESIDUAL, Opcode.LM_HEAD}
     lim = _limits()
-    assert lim.fit_stream(cs.words, 64, 64, d) == lim.min_ring_pages  # x: 3 stages of 64 fp32 K steps + 2 bf16
+    assert lim.fit_stream(cs.words, 64, 64, d) == lim.min_ring_pages  # O's x: 3 stages of 64 fp32 K steps + 2 bf16
 
 
 def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> None:
     d, cs = _compile(StepBatch.build([list(range(1, 101))], [0], [list(range(7))], page_size=16))
-    chunks = {(i.tok_begin, i.tok_end) for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL}
+    chunks = {(i.tok_begin, i.tok_end) for i in cs.stream.instrs
+              if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind != TileKind.NORM}
     assert chunks == {(0, 50), (50, 100)}
     assert any(OPCODES.code_of(i) == Opcode.LM_HEAD for i in cs.stream.instrs)
 

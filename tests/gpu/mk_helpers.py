@@ -68,18 +68,19 @@ def vm_tolerance(name: str) -> float:
 
 def steps_match_vm(vm: VMBackend, gpu: CudaBackend, scen: Scenario, plans: list[list[int | None]], label: str,
                    tolerance: Callable[[str], float] = vm_tolerance, check_kv: bool = False,
-                   skip: tuple[str, ...] = (), kv_tolerance: float = 2e-2) -> None:
+                   skip: tuple[str, ...] = (), kv_tolerance: float = 2e-2, also: tuple[str, ...] = ()) -> None:
     """Run each plan (tokens per sequence, as Scenario.batch takes them) through both backends: every buffer
     within tolerance(name) of the VM's (relative), the KV caches within 2e-2 when check_kv, and the same
     greedy ids wherever the VM's winner is clear; then feed the VM's tokens back. `skip`: buffers the step does not
-    write; `kv_tolerance`: the caches' (the tensor-core attention's bf16 products reach later layers' K and V)."""
+    write; `also`: buffers to compare besides BUFFERS; `kv_tolerance`: the caches' (the tensor-core attention's bf16
+    products reach later layers' K and V)."""
     for step, plan in enumerate(plans):
         batch, seqs = scen.batch(plan)
         ref_logits = vm.forward(batch)
         vm_tokens = vm.last_tokens
         gpu_tokens = gpu.greedy(batch)
         vm_bufs, _ = vm.last_stream.backend_state
-        for name in BUFFERS:
+        for name in BUFFERS + also:
             if name in skip:  # e.g. attn_out, which the fused ATTN_O_PROJ never writes
                 continue
             err = rel_err(gpu.last.acts[name], vm_bufs.get(name))

@@ -37,108 +37,172 @@ __device__ __forceinline__ void tile_qkv_pair(const Globals& g, const StepArgs& 
   }
 }
 
-// f(m, half, i) for each token row of this lane's products (tile_products' acc[m][n][2 * half + e]): the tile's token
-// i = 16 (m0 + m * mstep) + lane / 4 + 8 half, for the token blocks this warp has.
-template <typename F>
-__device__ __forceinline__ void for_each_acc_token(int m0, int mstep, int mt, F&& f) {
-  const int gq = tk::lane_id() >> 2;
+// LM_HEAD: each token's (max, first argmax) over the tile's rows into lm_max / lm_arg[token, block]: a lane's products,
+// the four lanes of a token row, then the two warpgroups through shared out.
+__device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
+                                               const TileLanes& tl, const float (&acc)[TILE_N_BLOCKS][4]) {
+  const int lane = tk::lane_id(), tq = lane & 3;
+  float* best_val = sm.out;  // [warpgroup][token]
+  int* best_row = reinterpret_cast<int*>(sm.out + 2 * TILE_TOKENS);
+  if (tl.active) {
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int mb = m0 + m * mstep;
-    if (mb >= mt) break;
+    for (int half = 0; half < 2; ++half) {
+      float v = -INFINITY;
+      int r = 0x7fffffff;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) f(m, half, mb * 16 + gq + 8 * half);
+      for (int j = 0; j < TILE_N_BLOCKS; ++j) {
+        const int row = tl.row0 + 8 * j + 2 * tq;
+        if (row >= t.rows) break;  // the page's rows past the tile's are not its matrix's
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = acc[j][2 * half + e];
+          if (x > v || (x == v && row + e < r)) v = x, r = row + e;
+        }
+      }
+#pragma unroll
+      for (int s = 1; s <= 2; s <<= 1) {
+        const float ov = __shfl_xor_sync(tk::FULL_MASK, v, s);
+        const int orow = __shfl_xor_sync(tk::FULL_MASK, r, s);
+        if (ov > v || (ov == v && orow < r)) v = ov, r = orow;
+      }
+      const int i = tl.tok0 + (lane >> 2) + 8 * half;
+      if (tq == 0) {
+        best_val[tl.wg * TILE_TOKENS + i] = v;
+        best_row[tl.wg * TILE_TOKENS + i] = r;
+      }
+    }
+  }
+  consumer_sync();
+  const int block = w[W_OPERANDS + 7];
+  for (int i = threadIdx.x; i < t.tokens; i += CONSUMER_THREADS) {
+    float v = best_val[i];
+    int r = best_row[i];
+    if (t.rows > 64 && best_val[TILE_TOKENS + i] > v) {  // the second warpgroup's rows come later: ties stay first
+      v = best_val[TILE_TOKENS + i];
+      r = best_row[TILE_TOKENS + i];
+    }
+    const long long at = (long long)(t.tok_begin + i) * g.lm_blocks + block;
+    g.lm_max[at] = v;
+    g.lm_arg[at] = t.row_begin + r;
+  }
+  return true;
+}
+
+// O, DOWN: the products added into the residual, four consecutive rows of one token per lane (one vector reduction):
+// lanes 2m and 2m + 1 hold rows r, r + 1 and r + 2, r + 3 of tokens i and i + 8; they swap halves.
+__device__ __forceinline__ void tile_add_residual(const Globals& g, const TileOperands& t, const TileLanes& tl,
+                                                  const float (&acc)[TILE_N_BLOCKS][4]) {
+  const int lane = tk::lane_id(), tq = lane & 3;
+  const bool odd = tq & 1;
+  const int i = tl.tok0 + (lane >> 2) + (odd ? 8 : 0);
+#pragma unroll
+  for (int j = 0; j < TILE_N_BLOCKS; ++j) {
+    const int row = tl.row0 + 8 * j + 2 * (tq & 2);  // the pair's first row (whole warp: rows come in 16s)
+    if (row >= t.rows) break;
+    const float s0 = odd ? acc[j][0] : acc[j][2], s1 = odd ? acc[j][1] : acc[j][3];
+    const float r0 = __shfl_xor_sync(tk::FULL_MASK, s0, 1), r1 = __shfl_xor_sync(tk::FULL_MASK, s1, 1);
+    const float4 v = odd ? make_float4(r0, r1, acc[j][2], acc[j][3]) : make_float4(acc[j][0], acc[j][1], r0, r1);
+    if (i < t.tokens) tk::atomic_add_f32x4(g.hidden + (long long)(t.tok_begin + i) * g.hidden_size + t.row_begin + row, v);
   }
 }
 
-// LM_HEAD: each token's (max, first argmax) over the tile's rows into lm_max / lm_arg[token, block]: a lane's four
-// products, the four lanes of a token row, then the warps of its row blocks through shared out (past the norm's sums).
-__device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
-                                               const float (&acc)[4][2][4], int row0, int m0, int mstep) {
-  const int warp = tk::warp_id(), tq = tk::lane_id() & 3, mt = (t.tokens + 15) / 16;
-  float* best_val = sm.out + 4 * TILE_TOKENS;  // [warp][token]
-  int* best_row = reinterpret_cast<int*>(sm.out + (4 + NUM_CONSUMER_WARPS) * TILE_TOKENS);
-  for_each_acc_token(m0, mstep, mt, [&](int m, int half, int i) {
-    float v = -INFINITY;
-    int r = 0x7fffffff;
+// NORM: x_bf16 rows of the instruction's tokens = RMSNorm(hidden) with the norm its `block` operand names, in bf16
+// (the tiles after it multiply it directly). All consumers take each token: every thread loads its TILE_NORM_VECS
+// float4 of the row at once (a warp walking a 2048-wide row alone took 8 us per instruction, latency-bound), the
+// squares summed through shared out. hidden was last written by other SMs' reductions this step: read through L2.
+__device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm, const int* w) {
+  const TileOperands t(w);
+  const int which = w[W_OPERANDS + 7], H4 = g.hidden_size / 4, tid = threadIdx.x, warp = tk::warp_id();
+  const bf16* weight = which == NORM_FINAL ? g.final_norm
+                       : (which == NORM_ATTN ? g.attn_norm : g.mlp_norm) + (long long)w[W_LAYER] * g.hidden_size;
+  for (int i = 0; i < t.tokens; ++i) {
+    const long long row = (long long)(t.tok_begin + i) * g.hidden_size;
+    const float4* x = reinterpret_cast<const float4*>(g.hidden + row);
+    float4 v[TILE_NORM_VECS];
+    float ss = 0.f;
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < TILE_NORM_VECS; ++k) {
+      const int c = tid + k * CONSUMER_THREADS;
+      v[k] = c < H4 ? __ldcg(x + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float x = acc[m][n][2 * half + e];  // the norm's scale is positive: the order is the same
-        const int row = row0 + 8 * n + 2 * tq + e;
-        if (x > v || (x == v && row < r)) v = x, r = row;
-      }
+    for (int o = 16; o >= 1; o >>= 1) ss += __shfl_xor_sync(tk::FULL_MASK, ss, o);
+    if (tk::lane_id() == 0) sm.out[(i & 1) * NUM_CONSUMER_WARPS + warp] = ss;  // two sets: no barrier after the read
+    consumer_sync();
+    float total = 0.f;
 #pragma unroll
-    for (int s = 1; s <= 2; s <<= 1) {
-      const float ov = __shfl_xor_sync(tk::FULL_MASK, v, s);
-      const int orow = __shfl_xor_sync(tk::FULL_MASK, r, s);
-      if (ov > v || (ov == v && orow < r)) v = ov, r = orow;
+    for (int k = 0; k < NUM_CONSUMER_WARPS; ++k) total += sm.out[(i & 1) * NUM_CONSUMER_WARPS + k];
+    const float inv = rsqrtf(total / (float)g.hidden_size + g.eps);
+#pragma unroll
+    for (int k = 0; k < TILE_NORM_VECS; ++k) {
+      const int c = tid + k * CONSUMER_THREADS;
+      if (c >= H4) break;
+      const uint2 wv = __ldg(reinterpret_cast<const uint2*>(weight) + c);
+      const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.x));
+      const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.y));
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v[k].x * inv * w01.x, v[k].y * inv * w01.y);
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(v[k].z * inv * w23.x, v[k].w * inv * w23.y);
+      uint2 out;
+      out.x = *reinterpret_cast<const uint32_t*>(&lo);
+      out.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(g.x_bf16 + row)[c] = out;
     }
-    if (tq == 0) {
-      best_val[warp * TILE_TOKENS + i] = v;
-      best_row[warp * TILE_TOKENS + i] = r;
-    }
-  });
-  consumer_sync();
-  const int nrg = t.rows / 16, per_rg = NUM_CONSUMER_WARPS / nrg, block = w[W_OPERANDS + 7];
-  for (int i = threadIdx.x; i < t.tokens; i += CONSUMER_THREADS) {
-    const int first = ((i / 16) % per_rg) * nrg;  // the warps of token i's block, in row order
-    float v = best_val[first * TILE_TOKENS + i];
-    int r = best_row[first * TILE_TOKENS + i];
-    for (int k = 1; k < nrg; ++k) {
-      const float ov = best_val[(first + k) * TILE_TOKENS + i];
-      if (ov > v) v = ov, r = best_row[(first + k) * TILE_TOKENS + i];
-    }
-    const long long at = (long long)(t.tok_begin + i) * g.lm_blocks + block;
-    g.lm_max[at] = v * tile_rms_inv(g, sm, i);
-    g.lm_arg[at] = t.row_begin + r;
   }
   return true;
 }
 
 __device__ __noinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
   const TileOperands t(w);
-  float acc[4][2][4];
-  int row0, m0, mstep;
-  if (!tile_products(g, sm, w, t, acc, row0, m0, mstep)) return false;
+  if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
+  const TileLanes tl(tk::warp_id(), t);
+  float acc[TILE_N_BLOCKS][4];
+  if (!tile_products(g, sm, w, t, tl, acc)) return false;
+  if (t.kind == TILE_O || t.kind == TILE_DOWN) {
+    if (tl.active) tile_add_residual(g, t, tl, acc);
+    return true;
+  }
   const StepArgs sa(g);
-  const int tq = tk::lane_id() & 3, mt = (t.tokens + 15) / 16, layer = w[W_LAYER];
-  float* stage_out = sm.x;  // GATE_UP: [tokens, rows], the x stages' room (their copies have all landed)
-  for_each_acc_token(m0, mstep, mt, [&](int m, int half, int i) {
-    if (i >= t.tokens) return;
-    const int tok = t.tok_begin + i;
-    const float inv = t.normalised() ? tile_rms_inv(g, sm, i) : 1.f;
+  const int tq = tk::lane_id() & 3, layer = w[W_LAYER];
+  float* stage_out = sm.x;  // GATE_UP: [tokens, rows + 4] (rows padded: a warp's 8 tokens in different banks)
+  const int stride = t.rows + 4;
+  if (tl.active) {
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const int lr = row0 + 8 * n + 2 * tq;
-      const float x0 = acc[m][n][2 * half] * inv, x1 = acc[m][n][2 * half + 1] * inv;
-      if (t.kind == TILE_QKV) {
-        tile_qkv_pair(g, sa, layer, t.row_begin + lr, tok, x0, x1);
-      } else if (t.kind == TILE_GATE_UP) {
-        stage_out[i * t.rows + lr] = x0;
-        stage_out[i * t.rows + lr + 1] = x1;
-      } else if (t.kind == TILE_LM_HEAD) {
-        *reinterpret_cast<float2*>(g.logits + (long long)tok * g.vocab + t.row_begin + lr) = make_float2(x0, x1);
-      } else {  // O, DOWN: into the residual
-        float* h = g.hidden + (long long)tok * g.hidden_size + t.row_begin + lr;
-        atomicAdd(h, x0);
-        atomicAdd(h + 1, x1);
+    for (int half = 0; half < 2; ++half) {
+      const int i = tl.tok0 + (tk::lane_id() >> 2) + 8 * half;
+      if (i >= t.tokens) continue;
+      const int tok = t.tok_begin + i;
+#pragma unroll
+      for (int j = 0; j < TILE_N_BLOCKS; ++j) {
+        const int lr = tl.row0 + 8 * j + 2 * tq;
+        if (lr >= t.rows) break;
+        const float x0 = acc[j][2 * half], x1 = acc[j][2 * half + 1];
+        if (t.kind == TILE_QKV) {
+          tile_qkv_pair(g, sa, layer, t.row_begin + lr, tok, x0, x1);
+        } else if (t.kind == TILE_GATE_UP) {
+          *reinterpret_cast<float2*>(stage_out + i * stride + lr) = make_float2(x0, x1);
+        } else {  // LM_HEAD
+          *reinterpret_cast<float2*>(g.logits + (long long)tok * g.vocab + t.row_begin + lr) = make_float2(x0, x1);
+        }
       }
     }
-  });
-  if (t.kind == TILE_LM_HEAD) return tile_lm_argmax(g, sm, w, t, acc, row0, m0, mstep);
+  }
+  if (t.kind == TILE_LM_HEAD) return tile_lm_argmax(g, sm, w, t, tl, acc);
   if (t.kind != TILE_GATE_UP) return true;
   consumer_sync();
-  // act[:, c] = silu(gate) * up for the tile's intermediate columns c (rows tile-interleaved: gu_tile gate rows, then
-  // their gu_tile up rows)
+  // act_bf16[:, c] = silu(gate) * up for the tile's intermediate columns c (rows tile-interleaved: gu_tile gate rows,
+  // then their gu_tile up rows), two columns of one token per thread (cols is a multiple of 8)
   const int tile = g.gu_tile, cols = t.rows / 2, c0 = t.row_begin / 2;
-  MK_ROLLED
-  for (int idx = threadIdx.x; idx < t.tokens * cols; idx += CONSUMER_THREADS) {
-    const int i = idx / cols, li = idx % cols;
+  const auto silu_up = [&](int i, int li) {
     const int gate_row = 2 * (li / tile) * tile + li % tile;
-    const float gate = stage_out[i * t.rows + gate_row], up = stage_out[i * t.rows + gate_row + tile];
-    g.act[(long long)(t.tok_begin + i) * g.intermediate + c0 + li] = gate / (1.f + expf(-gate)) * up;
+    const float gate = stage_out[i * stride + gate_row];
+    return gate / (1.f + expf(-gate)) * stage_out[i * stride + gate_row + tile];
+  };
+  MK_ROLLED
+  for (int idx = 2 * threadIdx.x; idx < t.tokens * cols; idx += 2 * CONSUMER_THREADS) {
+    const int i = idx / cols, li = idx % cols;
+    *reinterpret_cast<__nv_bfloat162*>(g.act_bf16 + (long long)(t.tok_begin + i) * g.intermediate + c0 + li) =
+        __floats2bfloat162_rn(silu_up(i, li), silu_up(i, li + 1));
   }
   return true;
 }

@@ -39,12 +39,16 @@ def execute(i: RmsQkvRopeAppend, b: Buffers) -> None:
         b.get("mid")[:T, copy] = b.get("hidden")[:T, copy]
 
 
-def write_qkv_rows(b: Buffers, layer: int, row_begin: int, row_end: int, kv_group: int, t0: int, t1: int) -> None:
+def write_qkv_rows(b: Buffers, layer: int, row_begin: int, row_end: int, kv_group: int, t0: int, t1: int,
+                   source: str = "hidden") -> None:
     """Tokens [t0, t1): RMSNorm(hidden) times packed W_qkv rows [row_begin, row_end) of one KV group, RoPE on q/k
-    rows, q rows into the q buffer, k/v rows into the paged cache at each token's slot (TILE_MATMUL's QKV tiles
-    share it)."""
+    rows, q rows into the q buffer, k/v rows into the paged cache at each token's slot. TILE_MATMUL's QKV tiles share
+    it with `source` "x_bf16": the input already normalised."""
     d, a = b.dims, b.args
-    x = rms(b.get("hidden")[t0:t1], b.w("attn_norm")[layer], d.eps)
+    if source == "hidden":
+        x = rms(b.get("hidden")[t0:t1], b.w("attn_norm")[layer], d.eps)
+    else:
+        x = b.get(source)[t0:t1].to(torch.float32)
     y = x @ b.matrix("w_qkv", layer, slice(row_begin, row_end)).T  # [tokens, rows]
     kind = b.rows.kind[row_begin: row_end]
     head = b.rows.head[row_begin: row_end]
@@ -82,13 +86,13 @@ def accesses(i: RmsQkvRopeAppend, b: Buffers) -> list[Access]:
 
 
 def qkv_rows_accesses(b: Buffers, layer: int, row_begin: int, row_end: int, kv_group: int, t0: int,
-                      t1: int) -> list[Access]:
+                      t1: int, source: str = "hidden") -> list[Access]:
     """What write_qkv_rows reads and writes."""
     d, a = b.dims, b.args
     kind = b.rows.kind[row_begin: row_end]
     head = b.rows.head[row_begin: row_end]
     dim = b.rows.dim[row_begin: row_end]
-    acc = [Access("hidden", "r", (box((t0, t1), (0, d.hidden)),))]
+    acc = [Access(source, "r", (box((t0, t1), (0, d.hidden)),))]
     q = kind == 0
     if q.any():
         acc.append(Access("q", "w", (box((t0, t1), runs(head[q] * d.head_dim + dim[q])),)))

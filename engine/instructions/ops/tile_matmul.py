@@ -3,17 +3,21 @@ matvec opcodes for steps of many tokens (the cuda backend: csrc/interpreter/tile
 
 A tile is weight rows [row_begin, row_end) of one matrix times columns [k_begin, k_end) for tokens
 [tok_begin, tok_end). Its kind says which matrix and what happens to the products:
-- QKV: W_qkv rows of one KV group over the whole hidden width, RMSNorm(hidden) as the input; RoPE, q rows into q,
-  k/v rows into the paged cache (RMS_QKV_ROPE_APPEND's semantics for those tokens);
+- NORM (no matrix): RMSNorm(hidden) of its tokens, with the norm `block` names (NormOf), into x_bf16: the input of
+  the QKV, GATE_UP and LM_HEAD tiles after it, normalised once per token instead of once per tile;
+- QKV: W_qkv rows of one KV group over the whole hidden width, x_bf16 as the input; RoPE, q rows into q, k/v rows
+  into the paged cache (RMS_QKV_ROPE_APPEND's semantics for those tokens);
 - O: W_o over a K-slice of the attention output, added into hidden (the residual);
-- GATE_UP: interleaved W_gate_up rows (whole gate/up tile pairs) over the whole hidden width, RMSNorm(hidden)
-  as the input; silu(gate) * up into act;
-- DOWN: W_down over a K-slice of act, added into hidden;
+- GATE_UP: interleaved W_gate_up rows (whole gate/up tile pairs) over the whole hidden width, x_bf16 as the input;
+  silu(gate) * up into act_bf16;
+- DOWN: W_down over a K-slice of act_bf16, added into hidden;
 - LM_HEAD: LM head rows (vocabulary ids) over the whole hidden width for a step whose every sequence has one token
-  (token t is sequence t), RMSNorm(hidden) with the final norm as the input; logits, and the block's (max, first
-  argmax) per sequence into lm_max / lm_arg[:, block] (LM_HEAD's semantics for those sequences).
-A layer of tiles keeps the residual in hidden throughout (no mid): O and DOWN add into it, which is why every
-GATE_UP tile waits for all the layer's O tiles and every DOWN tile for all its GATE_UP tiles (they read hidden).
+  (token t is sequence t), x_bf16 (the final norm's) as the input; logits, and the block's (max, first argmax) per
+  sequence into lm_max / lm_arg[:, block] (LM_HEAD's semantics for those sequences).
+A layer of tiles keeps the residual in hidden throughout (no mid): O and DOWN add into it, which is why the MLP's
+NORM tiles wait for all the layer's O tiles and the next layer's for all its DOWN tiles. The bf16 inputs are what
+the tensor cores read (csrc/interpreter/tile_matmul.cuh): each is written once, by one instruction per token
+range, so a tile's K steps arrive as copies it multiplies directly. (The VM keeps them in fp32, as every activation.)
 """
 from __future__ import annotations
 
@@ -38,6 +42,15 @@ class TileKind(IntEnum):
     GATE_UP = 2
     DOWN = 3
     LM_HEAD = 4
+    NORM = 5
+
+
+class NormOf(IntEnum):
+    """Which RMSNorm a NORM tile applies (its `block` operand)."""
+
+    ATTN = 0
+    MLP = 1
+    FINAL = 2
 
 
 @dataclass(frozen=True)
@@ -53,7 +66,7 @@ class TileMatmul:
     k_end: int
     tok_begin: int
     tok_end: int
-    block: int = 0  # LM_HEAD: its column of lm_max / lm_arg
+    block: int = 0  # LM_HEAD: its column of lm_max / lm_arg; NORM: which norm (NormOf)
     header: Header = field(default_factory=Header)
 
 
@@ -63,49 +76,61 @@ def kv_group_of(i: TileMatmul, b: Buffers) -> int:
     return i.row_begin // ((d.n_heads // d.n_kv + 2) * d.head_dim)
 
 
+def _norm_weight(i: TileMatmul, b: Buffers) -> torch.Tensor:
+    if i.block == NormOf.FINAL:
+        return b.w("final_norm")
+    return b.w("attn_norm" if i.block == NormOf.ATTN else "mlp_norm")[i.header.layer]
+
+
 def execute(i: TileMatmul, b: Buffers) -> None:
     layer, t = i.header.layer, slice(i.tok_begin, i.tok_end)
     rows, k = slice(i.row_begin, i.row_end), slice(i.k_begin, i.k_end)
-    if i.kind == TileKind.QKV:
-        write_qkv_rows(b, layer, i.row_begin, i.row_end, kv_group_of(i, b), i.tok_begin, i.tok_end)
+    if i.kind == TileKind.NORM:
+        b.get("x_bf16")[t] = rms(b.get("hidden")[t], _norm_weight(i, b), b.dims.eps)
+    elif i.kind == TileKind.QKV:
+        write_qkv_rows(b, layer, i.row_begin, i.row_end, kv_group_of(i, b), i.tok_begin, i.tok_end, source="x_bf16")
     elif i.kind == TileKind.LM_HEAD:
-        x = rms(b.get("hidden")[t], b.w("final_norm"), b.dims.eps)
-        logits = x @ b.matrix("lm_head", rows).T
+        logits = b.get("x_bf16")[t].to(torch.float32) @ b.matrix("lm_head", rows).T
         b.get("logits")[t, rows] = logits
         mx, arg = logits.max(dim=1)  # the first maximal index
         b.get("lm_max")[t, i.block] = mx
         b.get("lm_arg")[t, i.block] = (arg + i.row_begin).to(torch.int32)
     elif i.kind == TileKind.GATE_UP:
-        d = b.dims
-        x = rms(b.get("hidden")[t], b.w("mlp_norm")[layer], d.eps)
-        y = (x @ b.matrix("w_gate_up", layer, rows).T).view(x.shape[0], -1, 2, d.gu_tile)
-        b.get("act")[t, i.row_begin // 2: i.row_end // 2] = (F.silu(y[:, :, 0]) * y[:, :, 1]).reshape(x.shape[0], -1)
+        x = b.get("x_bf16")[t].to(torch.float32)
+        y = (x @ b.matrix("w_gate_up", layer, rows).T).view(x.shape[0], -1, 2, b.dims.gu_tile)
+        act = (F.silu(y[:, :, 0]) * y[:, :, 1]).reshape(x.shape[0], -1)
+        b.get("act_bf16")[t, i.row_begin // 2: i.row_end // 2] = act
     else:
-        src, matrix = ("attn_out", "w_o") if i.kind == TileKind.O else ("act", "w_down")
-        y = b.get(src)[t, k] @ b.matrix(matrix, layer, rows, k).T
+        src, matrix = ("attn_out", "w_o") if i.kind == TileKind.O else ("act_bf16", "w_down")
+        y = b.get(src)[t, k].to(torch.float32) @ b.matrix(matrix, layer, rows, k).T
         b.accumulate("hidden", i.header.instr_id, (t, rows), y)
 
 
 def accesses(i: TileMatmul, b: Buffers) -> list[Access]:
     t, d = (i.tok_begin, i.tok_end), b.dims
+    if i.kind == TileKind.NORM:
+        return [Access("hidden", "r", (box(t, (0, d.hidden)),)), Access("x_bf16", "w", (box(t, (0, d.hidden)),))]
     if i.kind == TileKind.QKV:
-        return qkv_rows_accesses(b, i.header.layer, i.row_begin, i.row_end, kv_group_of(i, b), *t)
+        return qkv_rows_accesses(b, i.header.layer, i.row_begin, i.row_end, kv_group_of(i, b), *t, source="x_bf16")
     if i.kind == TileKind.LM_HEAD:
-        return [Access("hidden", "r", (box(t, (0, d.hidden)),)),
+        return [Access("x_bf16", "r", (box(t, (0, d.hidden)),)),
                 Access("logits", "w", (box(t, (i.row_begin, i.row_end)),)),
                 Access("lm_part", "w", (box(t, (i.block, i.block + 1)),))]
     if i.kind == TileKind.GATE_UP:
-        return [Access("hidden", "r", (box(t, (0, d.hidden)),)),
-                Access("act", "w", (box(t, (i.row_begin // 2, i.row_end // 2)),))]
-    src = "attn_out" if i.kind == TileKind.O else "act"
+        return [Access("x_bf16", "r", (box(t, (0, d.hidden)),)),
+                Access("act_bf16", "w", (box(t, (i.row_begin // 2, i.row_end // 2)),))]
+    src = "attn_out" if i.kind == TileKind.O else "act_bf16"
     return [Access(src, "r", (box(t, (i.k_begin, i.k_end)),)),
             Access("hidden", "acc", (box(t, (i.row_begin, i.row_end)),))]
 
 
 def cost(i: TileMatmul, c: CostInputs) -> InstrCost:
     n, r, k = i.tok_end - i.tok_begin, i.row_end - i.row_begin, i.k_end - i.k_begin
-    out_bytes = n * r * (2 if i.kind == TileKind.QKV else 4)
-    return InstrCost(r * k * c.weight_bytes, n * k * 4 + out_bytes, 2 * n * r * k)
+    if i.kind == TileKind.NORM:
+        return InstrCost(0, n * c.dims.hidden * (4 + 2), 4 * n * c.dims.hidden)
+    x_bytes = 4 if i.kind == TileKind.O else 2
+    out_bytes = n * r * (2 if i.kind in (TileKind.QKV, TileKind.GATE_UP) else 4)
+    return InstrCost(r * k * c.weight_bytes, n * k * x_bytes + out_bytes, 2 * n * r * k)
 
 
 SPEC = OpSpec("TILE_MATMUL", TileMatmul, execute, accesses, cost, kinds=("kind", {k.value: k.name for k in TileKind}))

@@ -33,9 +33,10 @@ from engine.instructions.ops.lm_head import LmHead
 from engine.instructions.ops.o_proj_residual import OProjResidual
 from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
 from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
-from engine.instructions.ops.tile_matmul import TileKind, TileMatmul
+from engine.instructions.ops.tile_matmul import NormOf, TileKind, TileMatmul
 from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.step_builder_splits import Plan
+from engine.scheduler.compiler.step_builder_tiles import TilePlan
 
 
 @dataclass
@@ -149,6 +150,15 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
     return c_o, len(plan.o_proj)
 
 
+def _tile_norm(emit: _Emitter, tp: TilePlan, layer: int, which: NormOf, waits: Waits) -> tuple[int, int]:
+    """One norm's NORM tiles (x_bf16 for the tiles after them); returns the wait for all of them."""
+    counter = emit.ctr(f"NORM_{which.name}[{layer}]")
+    for t0, t1 in tp.norm_tokens:
+        emit(TileMatmul, layer, waits, counter, kind=TileKind.NORM, row_begin=0, row_end=0, k_begin=0, k_end=0,
+             tok_begin=t0, tok_end=t1, block=int(which))
+    return counter, len(tp.norm_tokens)
+
+
 def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
                 prev_waits: Waits) -> tuple[int, int]:
     """One layer as TILE_MATMUL tiles around the attention instructions; returns the wait for all its DOWN tiles.
@@ -156,10 +166,11 @@ def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, l
     GATE_UP tile."""
     tp = plan.tiles
     assert tp is not None
+    attn_norm = _tile_norm(emit, tp, layer, NormOf.ATTN, prev_waits)
     c_qkv = [emit.ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
     for t0, t1 in tp.tokens:
         for a, b, g in tp.qkv:
-            emit(TileMatmul, layer, prev_waits, c_qkv[g], kind=TileKind.QKV, row_begin=a, row_end=b, k_begin=0,
+            emit(TileMatmul, layer, [attn_norm], c_qkv[g], kind=TileKind.QKV, row_begin=a, row_end=b, k_begin=0,
                  k_end=dims.hidden, tok_begin=t0, tok_end=t1)
     per_group = [len(tp.tokens) * sum(1 for *_, g in tp.qkv if g == gg) for gg in range(dims.n_kv)]
     attn_wait = _attention(emit, dims, shape, plan, layer, c_qkv, per_group)
@@ -175,8 +186,9 @@ def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, l
         return counter, len(tp.tokens) * len(rows) * len(ks)
 
     o_done = tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ")
+    mlp_norm = _tile_norm(emit, tp, layer, NormOf.MLP, [o_done])
     gu_rows = tuple((2 * a, 2 * b) for a, b in tp.gate_up)
-    gu_done = tiles(TileKind.GATE_UP, gu_rows, ((0, dims.hidden),), [o_done], "GATE_UP")
+    gu_done = tiles(TileKind.GATE_UP, gu_rows, ((0, dims.hidden),), [mlp_norm], "GATE_UP")
     return tiles(TileKind.DOWN, tp.down_rows, tp.down_k, [gu_done], "DOWN")
 
 
@@ -231,11 +243,13 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
     lm_tiles = plan.tiles.lm_rows if plan.tiles is not None else ()
     n_lm = len(plan.lm_head)
     if lm_tiles:
-        for t0, t1 in plan.tiles.tokens:  # type: ignore[union-attr]
+        assert plan.tiles is not None
+        final_norm = _tile_norm(emit, plan.tiles, -1, NormOf.FINAL, prev_waits)
+        for t0, t1 in plan.tiles.tokens:
             for blk, (a, b) in enumerate(lm_tiles):
-                emit(TileMatmul, -1, prev_waits, c_lm, kind=TileKind.LM_HEAD, row_begin=a, row_end=b, k_begin=0,
+                emit(TileMatmul, -1, [final_norm], c_lm, kind=TileKind.LM_HEAD, row_begin=a, row_end=b, k_begin=0,
                      k_end=dims.hidden, tok_begin=t0, tok_end=t1, block=blk)
-        n_lm = len(lm_tiles) * len(plan.tiles.tokens)  # type: ignore[union-attr]
+        n_lm = len(lm_tiles) * len(plan.tiles.tokens)
     else:
         for blk, (a, b) in enumerate(plan.lm_head):
             emit(LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)

@@ -17,6 +17,7 @@ TILE_MAX_ROWS = 128  # weight rows of one tile (csrc/interpreter/tile_matmul.cuh
 TILE_K_STEP = 64     # columns per ring page of a tile (csrc/interpreter/tile_matmul.cuh TILE_K)
 TILE_ROW_UNIT = 16   # a tile's rows are whole tensor-core row blocks
 TILE_MAX_TOKENS = 64  # tokens of one tile (csrc/interpreter/tile_matmul.cuh TILE_TOKENS)
+TILE_NORM_MAX_HIDDEN = 8192  # a NORM tile holds a row in its threads' registers (tile_matmul.cuh TILE_NORM_VECS)
 
 Range = tuple[int, int]
 
@@ -34,6 +35,8 @@ class TilePlan:
     down_k: tuple[Range, ...]  # K-slices of the intermediate width
     # LM head row blocks (vocabulary ids) where every sequence of the step has one token; empty: LM_HEAD instructions
     lm_rows: tuple[Range, ...] = ()
+    # NORM tiles' token ranges (each norm of a layer: one instruction per range)
+    norm_tokens: tuple[Range, ...] = ()
 
 
 def _cut(lo: int, hi: int, parts: int, unit: int) -> list[Range]:
@@ -44,9 +47,10 @@ def _cut(lo: int, hi: int, parts: int, unit: int) -> list[Range]:
 
 
 def tiles_fit(d: ModelDims) -> bool:
-    """Whether the model's widths take tiles: whole K steps everywhere, KV groups of whole row units, gate/up tile
-    pairs that fit one tile."""
+    """Whether the model's widths take tiles: whole K steps everywhere, a hidden row a NORM tile holds, KV groups of
+    whole row units, gate/up tile pairs that fit one tile."""
     return (d.hidden % TILE_K_STEP == 0 and d.q_cols % TILE_K_STEP == 0 and d.intermediate % TILE_K_STEP == 0
+            and d.hidden <= TILE_NORM_MAX_HIDDEN
             and d.group_rows % TILE_ROW_UNIT == 0 and d.hidden % TILE_ROW_UNIT == 0
             and 2 * d.gu_tile <= TILE_MAX_ROWS and (TILE_MAX_ROWS // 2) % d.gu_tile == 0)
 
@@ -73,5 +77,8 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
     lm_rows: list[Range] = []
     if shape.num_tokens == shape.num_seqs and d.vocab % TILE_ROW_UNIT == 0:
         lm_rows = _cut(0, d.vocab, math.ceil(d.vocab / TILE_MAX_ROWS), TILE_ROW_UNIT)
+    # A norm reads its tokens' hidden rows once: a quarter of the SMs share it (each range a few tokens), so the
+    # tiles waiting for it start after one short hop.
+    norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, max(1, device.num_sms // 4)), 1)
     return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
-                    tuple(lm_rows))
+                    tuple(lm_rows), tuple(norm_tokens))
