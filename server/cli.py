@@ -147,10 +147,11 @@ def _configure_logging(level: str) -> None:
     """The server's own lines look like uvicorn's ("INFO:     ...") on stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-    root = logging.getLogger("server")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    for name in ("server", "engine"):  # the engine's lines: each step shape compiled (step_builder_cache.py)
+        root = logging.getLogger(name)
+        root.handlers[:] = [handler]
+        root.setLevel(level.upper())
+        root.propagate = False
 
 
 def _bench_serve(args: argparse.Namespace) -> int:

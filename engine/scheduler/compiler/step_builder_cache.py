@@ -9,6 +9,7 @@ and never below a thousand tokens.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -29,6 +30,10 @@ from engine.scheduler.compiler.step_builder import Stream, build_stream
 from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits, step_seq_splits
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
+
+# One INFO line per stream compiled (a server logs them: which step shapes its traffic meets for the first time, and
+# what each costs the engine thread).
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,10 @@ class StreamCache:
             self.misses += 1
             cs = compile_stream(self.dims, batch, self.page_size, self.params, self.device)
             self.build_ms_total += cs.build_ms
+            splits = f"{key[3]}" if len(key) == 4 else f"per sequence, up to {max(key[3:])}"
+            log.info("compiled the stream of a new step shape (%d tokens, %d sequences, %d-page tables, KV splits "
+                     "%s): %d instructions in %.2f s", key[0], key[1], key[2], splits, len(cs.stream.instrs),
+                     cs.build_ms / 1e3)
             self._streams[key] = cs
             while len(self._streams) > self.capacity:
                 self._streams.popitem(last=False)
