@@ -1,10 +1,13 @@
 """A few megakernel steps (prefill chunk + decode) on a small random model, for compute-sanitizer, then the
-bench's on-device loop (ARGMAX_REDUCE advancing the step args and writing the next step's embedding rows). The
-cuda backend's MEGAKERNEL_* knobs apply (dev/knobs.py; e.g. MEGAKERNEL_FUSE_O_PROJ=1 checks the fused path).
-Usage (GPU machine): python3 -m dev.sanitize_step, under compute-sanitizer (scripts/gpu_check.sh sanitize)."""
+bench's on-device loop (ARGMAX_REDUCE advancing the step args and writing the next step's embedding rows), then
+two steps of many tokens that run as TILE_MATMUL tiles (a prompt chunk beside 23 decodes, then 24 decodes with the
+LM head as tiles). The cuda backend's MEGAKERNEL_* knobs apply (dev/knobs.py; e.g. MEGAKERNEL_FUSE_O_PROJ=1 checks
+the fused path). Usage (GPU machine): python3 -m dev.sanitize_step [--tiles] (--tiles: the tile steps only), under
+compute-sanitizer (scripts/gpu_check.sh sanitize, sanitize-tiles)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -26,6 +29,27 @@ def main() -> None:
     weights = weights_from_state_dict(cfg, random_state_dict(cfg, seed=0), dtype=torch.bfloat16, device="cuda")
     knobs = backend_knobs(os.environ)
     knobs.pop("policy", None)
+    if "--tiles" not in sys.argv:
+        one_sequence_steps(weights, knobs)
+    tile_steps(weights, knobs)
+
+
+def tile_steps(weights: object, knobs: dict[str, object]) -> None:
+    """A 30-token prompt chunk beside 23 one-token decodes (53 tokens), then 24 decodes: steps of more than one
+    token group, so every linear layer runs as tiles (NORM, QKV, O, GATE_UP, DOWN; the decode step's LM head too)."""
+    for policy in ("lpt", "dynamic"):
+        be = CudaBackend(weights, num_pages=64, page_size=PAGE_SIZE, policy=policy, pad_steps=False, **knobs)
+        tables = [[2 * s, 2 * s + 1] for s in range(24)]
+        toks = [list(range(1, 31))] + [[7 + s] for s in range(1, 24)]
+        starts = [0] + [5] * 23
+        ids = be.greedy(StepBatch.build(toks, starts, tables, device="cuda", page_size=PAGE_SIZE))
+        assert be.last is not None and be.last.compiled.stream.plan.tiles is not None, "the step ran no tiles"
+        nxt = [[int(t)] for t in ids.tolist()]
+        ids = be.greedy(StepBatch.build(nxt, [30] + [6] * 23, tables, device="cuda", page_size=PAGE_SIZE))
+        print(f"tiles {policy}: ok, tokens {ids.tolist()[:4]}...")
+
+
+def one_sequence_steps(weights: object, knobs: dict[str, object]) -> None:
     for policy in ("lpt", "dynamic"):
         be = CudaBackend(weights, num_pages=8, page_size=PAGE_SIZE, policy=policy, **knobs)
         table = [3, 1, 6]

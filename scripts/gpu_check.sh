@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU run: build the CUDA modules, run the GPU tests, compute-sanitizer on a decode step, the
 # decode benchmark and a profile; logs and JSON go to $OUT (default ./out). Parts are selectable:
-#   scripts/gpu_check.sh [build] [tests] [sanitize] [bench] [bench-fast] [bench-batch] [bench-sweep] [bench-prefill] [bench-long] [bench-long32k] [profile]
+#   scripts/gpu_check.sh [build] [tests] [sanitize] [sanitize-tiles] [bench] [bench-fast] [bench-batch] [bench-sweep] [bench-prefill] [bench-long] [bench-long32k] [profile]
 #   (default: all but the bench-* parts other than bench; bench-batch runs `bench --batch N` for N
 #   in $BATCHES, default 8 32; bench-sweep one `bench --batch 1,8,16,32,64` (JSON + PNG); bench-prefill `bench --prefill-len L` for L in $PREFILL_LENS, default 512 2048;
 #   bench-long the 8k-context decode, default splits and `attn_splits_whole_wave=0`; bench-long32k: 32k-context batch-1 decode of the 1B and 8B shapes and one 32k sequence decoded
@@ -30,6 +30,9 @@ for part in $parts; do
               # the fused path's decode steps too: ring attention + W_o panel pages (2-D TMA), one head each
               run sanitize-fused env MEGAKERNEL_FUSE_O_PROJ=1 MEGAKERNEL_FUSED_HEAD_CHUNKS=2 \
                 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step ;;
+    sanitize-tiles) # steps of many tokens as TILE_MATMUL tiles: memcheck, then shared-memory races
+              run sanitize-tiles compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step --tiles
+              run racecheck-tiles compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m dev.sanitize_step --tiles ;;
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
     bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;
     bench-batch) for b in ${BATCHES:-8 32}; do  # the product path with N requests at once vs batched PyTorch
