@@ -65,7 +65,10 @@ def test_the_vm_reads_fp8_pages_as_the_torch_backend_does(tiny_checkpoint: str) 
     tokens = torch.randint(0, cfg.vocab_size, (14,), generator=torch.Generator().manual_seed(4)).tolist()
     ref = teacher_forced(torch_b, tokens[:5], tokens[5:])
     got = teacher_forced(vm_b, tokens[:5], tokens[5:])
-    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    # The two backends' keys and values differ in the last fp32 bits (their own matmul orders); where one lies on an
+    # e4m3 rounding boundary the stored codes differ by a step of 1/8: 8 of the 1000 weight seeds moved a logprob by
+    # 2e-4 to 4.7e-3. A dropped division by the scale moves them by 0.45 or more (the same seeds, checked by hand).
+    assert torch.allclose(got, ref, atol=2e-2), (got - ref).abs().max()
 
 
 def test_fp8_cache_is_refused_where_attention_reads_no_fp8() -> None:
