@@ -38,7 +38,11 @@ def warm_up(engine: Any, prompt_len: int = WARM_UP_PROMPT_LEN,
     vocab = engine.config.vocab_size
     greedy = SamplingParams(max_tokens=engine.engine_config.decode_steps + 2, ignore_eos=True, temperature=0.0)
     sampled = SamplingParams(max_tokens=2, ignore_eos=True, temperature=1.0, top_p=0.9, top_k=20, seed=0)
-    for c in sorted({min(c, engine.engine_config.max_num_seqs) for c in concurrency}):
+    # From the most requests at once to one: the streams built last are the most recently used when serving starts,
+    # so a stream cache smaller than the warm-up's shapes (the 1B's warm-up builds 37 against a cache of 32:
+    # dev/serve_shapes.py) drops the highest concurrency's shapes, not those of one request (its prompt and its
+    # decode: a lone user's first token would wait for their compile).
+    for c in sorted({min(c, engine.engine_config.max_num_seqs) for c in concurrency}, reverse=True):
         for suffix, params in (("greedy", greedy), ("sampled", sampled)):
             ids = [f"{WARM_UP_ID}{c}-{suffix}-{r}" for r in range(c)]
             late = ids[-1] if suffix == "greedy" and c > 1 else None  # arrives once the others decode

@@ -70,3 +70,16 @@ def test_warm_up_builds_the_step_of_a_prompt_arriving_beside_decodes(tiny_checkp
     assert engine.get_stats().stream_compiles == before
     while engine.has_unfinished_requests():
         engine.step()
+
+
+def test_one_request_finds_its_shapes_after_a_warm_up_larger_than_the_cache(tiny_checkpoint: str) -> None:
+    """The warm-up ends with one request, so a stream cache that cannot hold every shape it built keeps a lone
+    request's prompt and decode shapes (the vm backend compiles a stream per shape)."""
+    engine = LLMEngine(tiny_checkpoint, backend="vm", dtype="float32", max_num_seqs=3, num_pages=64, decode_steps=1)
+    engine.backend.cache.capacity = 3  # type: ignore[attr-defined]
+    warm_up(engine, prompt_len=12, concurrency=(1, 2, 3))
+    before = engine.get_stats().stream_compiles
+    engine.add_request("r", {"prompt_token_ids": [4] * 12}, SamplingParams(max_tokens=3, ignore_eos=True))
+    while engine.has_unfinished_requests():  # its context stays within the warm-up's (one page)
+        engine.step()
+    assert engine.get_stats().stream_compiles == before
