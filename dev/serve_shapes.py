@@ -114,18 +114,19 @@ def main() -> None:
         if engine._ahead is not None:  # noqa: SLF001 (async scheduling)
             engine._ahead.backend = rec  # noqa: SLF001
         warm_up(engine)
-        warm = list(dict.fromkeys(rec.keys))
+        warm_keys = list(rec.keys)
+        warm = list(dict.fromkeys(warm_keys))
         rec.keys.clear()
         serve(engine, args.clients, args.requests, args.input_len, args.output_len)
         served = Counter(rec.keys)
     new = [k for k in served if k not in set(warm)]
-    lru: OrderedDict[tuple[int, ...], None] = OrderedDict((k, None) for k in warm[-args.capacity:])
+    lru: OrderedDict[tuple[int, ...], None] = OrderedDict()
     misses = 0
-    for k in rec.keys:
+    for n, k in enumerate(warm_keys + rec.keys):  # the warm-up's steps fill the cache, then serving's
         if k in lru:
             lru.move_to_end(k)
             continue
-        misses += 1
+        misses += n >= len(warm_keys)
         lru[k] = None
         while len(lru) > args.capacity:
             lru.popitem(last=False)
