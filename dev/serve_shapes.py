@@ -5,12 +5,13 @@ engine/scheduler/compiler/step_builder_cache.py shape_key), then `--clients` clo
 `--requests` prompts of `--input-len` tokens for `--output-len` tokens each, as `megakernel bench-serve
 --max-concurrency` does. Prints the shapes the warm-up built, the shapes serving met that the warm-up had not (each a
 compile on the engine thread), how many of those an LRU of `--capacity` streams would miss, and what compiling each
-costs here. What it cannot see: arrivals are instant (a real server's requests trickle in between steps) and the
-cuda backend's runs of decode steps on the device.
+costs here. What it cannot see: when a real server's requests arrive between steps, and the cuda backend's runs of
+decode steps on the device.
 Usage: python -m dev.serve_shapes [--preset llama-3.2-1b] [--clients 32] [--requests 128] [--capacity 32]"""
 from __future__ import annotations
 
 import argparse
+import random
 import tempfile
 import time
 from collections import Counter, OrderedDict
@@ -70,11 +71,15 @@ class ShapeRecorder(Backend):
         return getattr(self.inner, name)
 
 
-def serve(engine: LLMEngine, clients: int, requests: int, input_len: int, output_len: int) -> None:
-    """`clients` requests in flight until `requests` have finished; each finish sends the next one at once."""
+def serve(engine: LLMEngine, clients: int, requests: int, input_len: int, output_len: int, stagger: int,
+          seed: int = 0) -> None:
+    """`clients` requests in flight until `requests` have finished; each finish sends the next one after 0 to
+    `stagger` engine steps (drawn), as a client's next request reaches a server some steps later."""
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     vocab = engine.config.vocab_size
+    rng = random.Random(seed)
     sent = 0
+    due: list[int] = []  # steps until each pending send
 
     def send() -> None:
         nonlocal sent
@@ -82,12 +87,17 @@ def serve(engine: LLMEngine, clients: int, requests: int, input_len: int, output
         engine.add_request(f"client-{sent}", {"prompt_token_ids": prompt}, params)
         sent += 1
 
-    for _ in range(min(clients, requests)):
-        send()
-    while engine.has_unfinished_requests():
+    due = [rng.randint(0, stagger) for _ in range(min(clients, requests))]
+    while due or engine.has_unfinished_requests():
+        due = [d - 1 for d in due]
+        for _ in [d for d in due if d < 0]:
+            send()
+        due = [d for d in due if d >= 0]
+        if not engine.has_unfinished_requests():
+            continue
         for out in engine.step():
-            if out.finished and sent < requests:
-                send()
+            if out.finished and sent + len(due) < requests:
+                due.append(rng.randint(0, stagger))
 
 
 def main() -> None:
@@ -100,6 +110,7 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=32, help="streams an LRU cache keeps")
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--stagger", type=int, default=0, help="a client's next request waits 0..N engine steps")
     args = ap.parse_args()
     dims = ModelDims.from_config(preset_config(args.preset))
     params = BuildParams("lpt", SplitParams(min_pages_per_split=8, token_group=TOKEN_GROUP,
@@ -117,7 +128,7 @@ def main() -> None:
         warm_keys = list(rec.keys)
         warm = list(dict.fromkeys(warm_keys))
         rec.keys.clear()
-        serve(engine, args.clients, args.requests, args.input_len, args.output_len)
+        serve(engine, args.clients, args.requests, args.input_len, args.output_len, args.stagger)
         served = Counter(rec.keys)
     new = [k for k in served if k not in set(warm)]
     lru: OrderedDict[tuple[int, ...], None] = OrderedDict()
