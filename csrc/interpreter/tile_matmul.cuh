@@ -169,14 +169,15 @@ struct TileLanes {
 };
 
 // This warpgroup's products of one K step: acc += the input's copy at a_addr (TILE_TOKENS x TILE_K) times the page's
-// 64 rows at b_addr (64 x TILE_K), four wgmma of 16 columns; done (waited) on return. Both warpgroups multiply whether
+// 64 rows at b_addr (64 x TILE_K), four wgmma of 16 columns, committed as one group (the caller waits). Both
+// warpgroups multiply whether
 // or not the tile has rows in the second's half (its products of the page's stale rows are never read): a branch
 // around wgmma makes ptxas serialise every product (C7520).
 __device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_addr, float (&acc)[TILE_N_BLOCKS][4]) {
   const uint64_t a = tk::wgmma_desc_sw128(a_addr), b = tk::wgmma_desc_sw128(b_addr);
   tk::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < TILE_K / 16; ++kk) tk::wgmma_m64n64k16_bf16(acc, a + 2 * kk, b + 2 * kk, true);
+  for (int kk = 0; kk < TILE_K / 16; ++kk) tk::wgmma_m64n64k16_bf16(acc, a + 2 * kk, b + 2 * kk);
   tk::wgmma_commit();
 }
 
@@ -216,7 +217,8 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page
   bool ok = true;
   const auto wait_stage = [&](int p) {
-    if (ok) ok = wait_pipeline(g, ts.bars[p % ts.n_stages], (p / ts.n_stages) & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+    const int s = p % ts.n_stages;
+    if (ok) ok = wait_pipeline(g, ts.bars[s], (p / ts.n_stages) & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
   };
   // O: K step p's x into copy p % 2 (last read by page p - 2's products).
   const auto convert_step = [&](int p) {

@@ -60,13 +60,18 @@ __device__ __forceinline__ void store_x4(float* dst, int k, float4 v, bool as_bf
   }
 }
 
+// v scaled by four bf16 weights (w).
+__device__ __forceinline__ float4 scale4(float4 v, uint2 w) {
+  const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x));
+  const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
+  return make_float4(v.x * w01.x, v.y * w01.y, v.z * w23.x, v.w * w23.y);
+}
+
 // v scaled by four bf16 weights (w), with v's squares added to ss: four columns of an RMSNorm's input (the 1/rms
 // factor comes later, in the epilogues: activations.cuh load_rows_rmsnorm).
 __device__ __forceinline__ float4 scale4_sumsq(float4 v, uint2 w, float& ss) {
-  const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x));
-  const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
   ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-  return make_float4(v.x * w01.x, v.y * w01.y, v.z * w23.x, v.w * w23.y);
+  return scale4(v, w);
 }
 
 __device__ __forceinline__ void store_x1(float* dst, int k, float v, bool as_bf16, bool f16 = false) {

@@ -28,12 +28,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// d (64 x 64 fp32) = A (64 x 16 bf16 at descriptor a) * B^T (64 x 16 bf16 at descriptor b) + (accumulate ? d : 0),
-// both K-major. Thread (warp w of the warpgroup, lane l) holds d[j][e]: row 16 w + l / 4 + 8 (e / 2), column
-// 8 j + 2 (l % 4) + e % 2.
-__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+// d (64 x 64 fp32) += A (64 x 16 bf16 at descriptor a) * B^T (64 x 16 bf16 at descriptor b), both K-major. Thread
+// (warp w of the warpgroup, lane l) holds d[j][e]: row 16 w + l / 4 + 8 (e / 2), column 8 j + 2 (l % 4) + e % 2.
+// The caller zeroes d first: accumulators a wgmma reads undefined make ptxas serialise its products (C7510).
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], uint64_t a, uint64_t b) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
@@ -43,7 +43,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], uint64_t 
         "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
         "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(a), "l"(b), "r"((int)accumulate));
+      : "l"(a), "l"(b));
 }
 
 }  // namespace mk::tk

@@ -4,6 +4,7 @@
 
 #include "../code_size.cuh"
 
+#include "../activations.cuh"
 #include "../op_traits.cuh"
 #include "../tile_matmul.cuh"
 
@@ -102,19 +103,22 @@ __device__ __forceinline__ void tile_add_residual(const Globals& g, const TileOp
     const float s0 = odd ? acc[j][0] : acc[j][2], s1 = odd ? acc[j][1] : acc[j][3];
     const float r0 = __shfl_xor_sync(tk::FULL_MASK, s0, 1), r1 = __shfl_xor_sync(tk::FULL_MASK, s1, 1);
     const float4 v = odd ? make_float4(r0, r1, acc[j][2], acc[j][3]) : make_float4(acc[j][0], acc[j][1], r0, r1);
-    if (i < t.tokens) tk::atomic_add_f32x4(g.hidden + (long long)(t.tok_begin + i) * g.hidden_size + t.row_begin + row, v);
+    if (i < t.tokens)
+      tk::atomic_add_f32x4(g.hidden + (long long)(t.tok_begin + i) * g.hidden_size + t.row_begin + row, v);
   }
 }
 
 // NORM: x_bf16 rows of the instruction's tokens = RMSNorm(hidden) with the norm its `block` operand names, in bf16
-// (the tiles after it multiply it directly). All consumers take each token: every thread loads its TILE_NORM_VECS
-// float4 of the row at once (a warp walking a 2048-wide row alone took 8 us per instruction, latency-bound), the
-// squares summed through shared out. hidden was last written by other SMs' reductions this step: read through L2.
+// (the tiles after it multiply it directly), with the matvec ops' norm arithmetic (activations.cuh rms_inv,
+// x_layout.cuh scale4). All consumers take each token: every thread loads its TILE_NORM_VECS float4 of the row
+// at once (a warp walking a 2048-wide row alone took 8 us per instruction, latency-bound). hidden was last written by
+// other SMs' reductions this step: read through L2.
 __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm, const int* w) {
   const TileOperands t(w);
-  const int which = w[W_OPERANDS + 7], H4 = g.hidden_size / 4, tid = threadIdx.x, warp = tk::warp_id();
+  const int which = w[W_OPERANDS + 7], H4 = g.hidden_size / 4, tid = threadIdx.x;
   const bf16* weight = which == NORM_FINAL ? g.final_norm
                        : (which == NORM_ATTN ? g.attn_norm : g.mlp_norm) + (long long)w[W_LAYER] * g.hidden_size;
+  const uint2* w4 = reinterpret_cast<const uint2*>(weight);  // four bf16
   for (int i = 0; i < t.tokens; ++i) {
     const long long row = (long long)(t.tok_begin + i) * g.hidden_size;
     const float4* x = reinterpret_cast<const float4*>(g.hidden + row);
@@ -128,25 +132,17 @@ __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm,
     }
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1) ss += __shfl_xor_sync(tk::FULL_MASK, ss, o);
-    if (tk::lane_id() == 0) sm.out[(i & 1) * NUM_CONSUMER_WARPS + warp] = ss;  // two sets: no barrier after the read
+    // the per-warp sums of rms_inv's row i % 2: two rows in turn, so no barrier is needed after the read
+    if (tk::lane_id() == 0) sm.scratch[(i & 1) * NUM_CONSUMER_WARPS + tk::warp_id()] = ss;
     consumer_sync();
-    float total = 0.f;
-#pragma unroll
-    for (int k = 0; k < NUM_CONSUMER_WARPS; ++k) total += sm.out[(i & 1) * NUM_CONSUMER_WARPS + k];
-    const float inv = rsqrtf(total / (float)g.hidden_size + g.eps);
+    const float inv = rms_inv(g, sm, i & 1);
 #pragma unroll
     for (int k = 0; k < TILE_NORM_VECS; ++k) {
       const int c = tid + k * CONSUMER_THREADS;
       if (c >= H4) break;
-      const uint2 wv = __ldg(reinterpret_cast<const uint2*>(weight) + c);
-      const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.x));
-      const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.y));
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(v[k].x * inv * w01.x, v[k].y * inv * w01.y);
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(v[k].z * inv * w23.x, v[k].w * inv * w23.y);
-      uint2 out;
-      out.x = *reinterpret_cast<const uint32_t*>(&lo);
-      out.y = *reinterpret_cast<const uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(g.x_bf16 + row)[c] = out;
+      // the weights are loaded here, not with the row: both at once spilled (their registers on top of the row's)
+      const float4 y = scale4(make_float4(v[k].x * inv, v[k].y * inv, v[k].z * inv, v[k].w * inv), __ldg(w4 + c));
+      store_x4(reinterpret_cast<float*>(g.x_bf16 + row), 4 * c, y, /*as_bf16=*/true);
     }
   }
   return true;
