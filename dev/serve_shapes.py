@@ -1,12 +1,13 @@
 """CPU only: which megakernel step shapes a serving pattern compiles. The engine (warm-up, scheduler, decode runs)
-runs a tiny random checkpoint on the torch backend behind a wrapper that keys every step as the cuda backend would
-for a larger model (its padding to bucketed counts, engine/cuda/step_padding.py, and its stream cache's key,
-engine/scheduler/compiler/step_builder_cache.py shape_key), then `--clients` closed-loop clients send
-`--requests` prompts of `--input-len` tokens for `--output-len` tokens each, as `megakernel bench-serve
---max-concurrency` does. Prints the shapes the warm-up built, the shapes serving met that the warm-up had not (each a
-compile on the engine thread), how many of those an LRU of `--capacity` streams would miss, and what compiling each
-costs here. What it cannot see: when a real server's requests arrive between steps, and the cuda backend's runs of
-decode steps on the device.
+runs a tiny random checkpoint on the torch backend behind a wrapper that places every step as the cuda backend would
+for a larger model: padded to bucketed counts (engine/cuda/step_padding.py), keyed as its stream cache keys
+(engine/scheduler/compiler/step_builder_cache.py shape_key), in an LRU of `--capacity` streams, a new shape hosted in
+a compiled larger stream until it recurs (engine/cuda/stream_hosting.py; `--no-hosting`: every new shape compiled).
+Then `--clients` closed-loop clients send `--requests` prompts of `--input-len` tokens for `--output-len` tokens each,
+as `megakernel bench-serve --max-concurrency` does. Prints the shapes the warm-up built, how many compiles serving
+caused (each a stall of the engine thread), how many steps ran hosted and the tokens their padding added, and what
+compiling each compiled shape costs here. What it cannot see: when a real server's requests arrive between steps,
+and the cuda backend's runs of decode steps on the device.
 Usage: python -m dev.serve_shapes [--preset llama-3.2-1b] [--clients 32] [--requests 128] [--capacity 32]"""
 from __future__ import annotations
 
@@ -14,20 +15,20 @@ import argparse
 import random
 import tempfile
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
 from engine.backends.base import Backend
-from engine.cuda.step_padding import pad_batch
-from engine.instructions.layout import ModelDims
+from engine.cuda.step_padding import dummy_step, largest_counts, pad_batch
+from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH, StreamHosting
+from engine.instructions.layout import ModelDims, StepShape
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.scheduler.compiler.step_builder_cache import (
-    BuildParams,
-    compile_stream,
-    shape_key,
-)
+from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream, shape_key
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
 from engine.warm_up import warm_up
@@ -35,25 +36,82 @@ from models.llama.init_random import init_random_checkpoint
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
 
-TOKEN_GROUP = 16  # the 1B's steps of more tokens than this are padded and tiled (the cuda backend's rule)
+PAD_OVER = 8  # the cuda backend pads steps of more tokens than one CUDA-core matvec takes (MAX_TOKENS_PER_MATVEC)
+TOKEN_GROUP = 16  # the 1B's token group: steps of more tokens run as tiles
+
+
+@dataclass
+class KeyStream:
+    """What the hosting rule reads of a compiled stream: its shape and key (nothing is compiled while serving)."""
+    key: tuple[int, ...]
+    shape: StepShape
+
+
+class KeyCache:
+    """StreamCache's keys and LRU without the compiles; counts compiles and hosted steps."""
+
+    def __init__(self, dims: ModelDims, page_size: int, params: BuildParams, device: TargetDevice,
+                 capacity: int) -> None:
+        self.dims, self.page_size, self.params, self.device, self.capacity = dims, page_size, params, device, capacity
+        self._streams: OrderedDict[tuple[int, ...], KeyStream] = OrderedDict()
+        self.compiled: list[tuple[tuple[int, ...], StepBatch]] = []
+        self.hosted = 0
+        self.added_tokens = 0  # tokens hosted steps carried beyond their own padded shape's
+
+    def key(self, batch: StepBatch) -> tuple[int, ...]:
+        return shape_key(self.dims, batch, self.page_size, self.params, self.device)
+
+    def __contains__(self, key: tuple[int, ...]) -> bool:
+        return key in self._streams
+
+    def streams(self) -> list[KeyStream]:
+        return list(self._streams.values())
+
+    def host(self, cs: KeyStream, batch: StepBatch) -> KeyStream:
+        self._streams.move_to_end(cs.key)
+        self.hosted += 1
+        return cs
+
+    def get(self, batch: StepBatch) -> KeyStream:
+        key = self.key(batch)
+        if key in self._streams:
+            self._streams.move_to_end(key)
+            return self._streams[key]
+        self.compiled.append((key, batch))
+        cs = self._streams[key] = KeyStream(key, StepShape(*key[:3]))
+        while len(self._streams) > self.capacity:
+            self._streams.popitem(last=False)
+        return cs
 
 
 class ShapeRecorder(Backend):
-    """Runs `inner`; records each step's cuda shape key for `dims`."""
+    """Runs `inner`; places each step in `cache` as the cuda backend would for the cache's model."""
 
-    def __init__(self, inner: Backend, dims: ModelDims, page_size: int, params: BuildParams,
-                 device: TargetDevice) -> None:
-        self.inner, self.dims, self.page_size, self.params, self.target = inner, dims, page_size, params, device
+    def __init__(self, inner: Backend, cache: KeyCache, hosting: StreamHosting | None) -> None:
+        self.inner, self.cache, self.hosting = inner, cache, hosting
         self.name = inner.name
         self.max_tokens_per_step = inner.max_tokens_per_step
-        self.keys: list[tuple[int, ...]] = []
-        self.batches: dict[tuple[int, ...], StepBatch] = {}
 
     def _record(self, batch: StepBatch) -> None:
-        padded = pad_batch(batch, 0) if batch.num_tokens > TOKEN_GROUP else batch
-        key = shape_key(self.dims, padded, self.page_size, self.params, self.target)
-        self.keys.append(key)
-        self.batches.setdefault(key, padded)
+        if batch.num_tokens <= PAD_OVER:
+            self.cache.get(batch)
+            return
+        padded = pad_batch(batch, 0)
+        hosted = self.hosting.place(self.cache, batch, padded, lambda cs: True) if self.hosting else None  # type: ignore[arg-type]
+        if hosted is None:
+            self.cache.get(padded)
+        else:
+            self.cache.added_tokens += hosted[1].num_tokens - padded.num_tokens
+
+    @contextmanager
+    def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
+        """As the cuda backend's: every shape compiled, then the largest step's (the host of new shapes)."""
+        hosting, self.hosting = self.hosting, None
+        try:
+            yield
+            self.cache.get(dummy_step(*largest_counts(max_tokens, max_seqs), max_table_pages, 0))
+        finally:
+            self.hosting = hosting
 
     def forward(self, batch: StepBatch) -> torch.Tensor:
         self._record(batch)
@@ -107,51 +165,48 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--capacity", type=int, default=32, help="streams an LRU cache keeps")
+    ap.add_argument("--capacity", type=int, default=32, help="streams the LRU cache keeps")
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--stagger", type=int, default=0, help="a client's next request waits 0..N engine steps")
+    ap.add_argument("--no-hosting", action="store_true", help="compile every new shape (no stream hosting)")
+    ap.add_argument("--compile-after", type=int, default=DEFAULT_COMPILE_AFTER)
+    ap.add_argument("--max-growth", type=int, default=DEFAULT_MAX_GROWTH)
     args = ap.parse_args()
     dims = ModelDims.from_config(preset_config(args.preset))
     params = BuildParams("lpt", SplitParams(min_pages_per_split=8, token_group=TOKEN_GROUP,
                                             tile_min_tokens=TOKEN_GROUP + 1))
     device = TargetDevice(num_sms=args.num_sms)
+    hosting = None if args.no_hosting else StreamHosting(0, args.compile_after, args.max_growth)
     with tempfile.TemporaryDirectory() as tmp:
         init_random_checkpoint("tiny", tmp, seed=0, dtype="float32", progress=False)
         engine = LLMEngine(tmp, backend="torch", device="cpu", max_num_seqs=args.max_num_seqs, progress=False)
-        rec = ShapeRecorder(engine.backend, dims, engine.engine_config.page_size, params, device)
+        cache = KeyCache(dims, engine.engine_config.page_size, params, device, args.capacity)
+        rec = ShapeRecorder(engine.backend, cache, hosting)
         engine.backend = rec
         engine._runs.backend = rec  # noqa: SLF001 (the engine's run helpers hold the backend too)
         if engine._ahead is not None:  # noqa: SLF001 (async scheduling)
             engine._ahead.backend = rec  # noqa: SLF001
         warm_up(engine)
-        warm_keys = list(rec.keys)
-        warm = list(dict.fromkeys(warm_keys))
-        rec.keys.clear()
+        warm = len(cache.compiled)
+        hosted0 = cache.hosted
+        engine.reset_counters()
         serve(engine, args.clients, args.requests, args.input_len, args.output_len, args.stagger)
-        served = Counter(rec.keys)
-    new = [k for k in served if k not in set(warm)]
-    lru: OrderedDict[tuple[int, ...], None] = OrderedDict()
-    misses = 0
-    for n, k in enumerate(warm_keys + rec.keys):  # the warm-up's steps fill the cache, then serving's
-        if k in lru:
-            lru.move_to_end(k)
-            continue
-        misses += n >= len(warm_keys)
-        lru[k] = None
-        while len(lru) > args.capacity:
-            lru.popitem(last=False)
-    print(f"{args.preset}: warm-up built {len(warm)} shapes; serving ({args.clients} clients, {args.requests} "
-          f"requests of {args.input_len} in / {args.output_len} out) ran {len(rec.keys)} steps of {len(served)} "
-          f"shapes, {len(new)} of them not built by the warm-up; an LRU of {args.capacity} misses {misses} times")
+        steps = engine.get_stats().steps
+    new = cache.compiled[warm:]
+    print(f"{args.preset}: warm-up compiled {warm} shapes ({hosted0} of its steps hosted); serving ({args.clients} "
+          f"clients, {args.requests} requests of {args.input_len} in / {args.output_len} out, stagger "
+          f"{args.stagger}) ran {steps} engine steps: {len(new)} compiles, {cache.hosted - hosted0} steps hosted "
+          f"({cache.added_tokens} tokens added by hosts' padding); LRU of {args.capacity} streams, "
+          + ("no hosting" if hosting is None else f"compile after {args.compile_after}, growth <= {args.max_growth}")
+          )
     total = 0.0
-    for k in new:
+    for key, batch in new:
         t = time.perf_counter()
-        cs = compile_stream(dims, rec.batches[k], engine.engine_config.page_size, params, device)
+        cs = compile_stream(dims, batch, engine.engine_config.page_size, params, device)
         s = time.perf_counter() - t
         total += s
-        print(f"  new shape {k[:3]} splits {max(k[3:])}: {served[k]} steps, {len(cs.stream.instrs)} instructions, "
-              f"{s:.2f} s to compile here")
+        print(f"  compiled {key[:3]} splits {max(key[3:])}: {len(cs.stream.instrs)} instructions, {s:.2f} s here")
     print(f"compiling the new shapes: {total:.1f} s here")
 
 

@@ -35,28 +35,37 @@ def warm_up(engine: Any, prompt_len: int = WARM_UP_PROMPT_LEN,
         raise RuntimeError("warm_up: the engine already has requests")
     start = time.monotonic()
     n = max(1, min(prompt_len, engine.max_model_len - 2 * engine.engine_config.decode_steps - 2))
-    vocab = engine.config.vocab_size
     greedy = SamplingParams(max_tokens=engine.engine_config.decode_steps + 2, ignore_eos=True, temperature=0.0)
     sampled = SamplingParams(max_tokens=2, ignore_eos=True, temperature=1.0, top_p=0.9, top_k=20, seed=0)
     # From the most requests at once to one: the streams built last are the most recently used when serving starts,
     # so a stream cache smaller than the warm-up's shapes (the 1B's warm-up builds 37 against a cache of 32:
     # dev/serve_shapes.py) drops the highest concurrency's shapes, not those of one request (its prompt and its
     # decode: a lone user's first token would wait for their compile).
-    for c in sorted({min(c, engine.engine_config.max_num_seqs) for c in concurrency}, reverse=True):
-        for suffix, params in (("greedy", greedy), ("sampled", sampled)):
-            ids = [f"{WARM_UP_ID}{c}-{suffix}-{r}" for r in range(c)]
-            late = ids[-1] if suffix == "greedy" and c > 1 else None  # arrives once the others decode
-            for r, rid in enumerate(ids):  # distinct prompts: no request is a copy of another
-                if rid != late:
-                    engine.add_request(rid, {"prompt_token_ids": _prompt(n, r, vocab)}, params)
-            started: set[str] = set()
-            while engine.has_unfinished_requests():
-                started.update(out.request_id for out in engine.step() if out.outputs[0].token_ids)
-                if late is not None and started >= set(ids[:-1]):
-                    engine.add_request(late, {"prompt_token_ids": _prompt(n, len(ids) - 1, vocab)}, params)
-                    late = None
+    sched = engine.scheduler.config
+    with engine.backend.warming_up(sched.max_num_batched_tokens, sched.max_num_seqs,
+                                   -(-sched.max_model_len // sched.page_size)):
+        for c in sorted({min(c, engine.engine_config.max_num_seqs) for c in concurrency}, reverse=True):
+            for suffix, params in (("greedy", greedy), ("sampled", sampled)):
+                _run_at_once(engine, c, suffix, params, n)
     engine.reset_counters()
     return time.monotonic() - start
+
+
+def _run_at_once(engine: Any, c: int, suffix: str, params: Any, n: int) -> None:
+    """`c` throwaway requests of `n`-token prompts to completion; greedy ones: the last arrives once the others
+    decode."""
+    vocab = engine.config.vocab_size
+    ids = [f"{WARM_UP_ID}{c}-{suffix}-{r}" for r in range(c)]
+    late = ids[-1] if suffix == "greedy" and c > 1 else None  # arrives once the others decode
+    for r, rid in enumerate(ids):  # distinct prompts: no request is a copy of another
+        if rid != late:
+            engine.add_request(rid, {"prompt_token_ids": _prompt(n, r, vocab)}, params)
+    started: set[str] = set()
+    while engine.has_unfinished_requests():
+        started.update(out.request_id for out in engine.step() if out.outputs[0].token_ids)
+        if late is not None and started >= set(ids[:-1]):
+            engine.add_request(late, {"prompt_token_ids": _prompt(n, len(ids) - 1, vocab)}, params)
+            late = None
 
 
 def _prompt(n: int, r: int, vocab: int) -> list[int]:

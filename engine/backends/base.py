@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 import torch
@@ -79,6 +80,14 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what outlives the object's references (worker processes; nothing for most backends)."""
+
+    @contextmanager
+    def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
+        """Open around the warm-up's steps (engine/warm_up.py). Backends that compile a stream per step shape compile
+        every shape those steps meet (no hosting in a larger stream: engine/cuda/stream_hosting.py), and at the end the
+        stream of the largest step the engine schedules (`max_tokens` over `max_seqs` sequences, block tables of
+        `max_table_pages`), which any new shape can run in while serving. Nothing here."""
+        yield
 
     def stream_stats(self) -> StreamStats:
         """Compiled-stream cache hits, misses and compile seconds so far (backends that run instruction streams;

@@ -4,6 +4,8 @@ in one small download; logits stay on the GPU for non-greedy sampling."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -18,7 +20,8 @@ from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, k
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
-from engine.cuda.step_padding import pad_batch
+from engine.cuda.step_padding import dummy_step, largest_counts, pad_batch
+from engine.cuda.stream_hosting import StreamHosting
 from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
@@ -63,11 +66,13 @@ class CudaBackend(Backend):
 
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
-                 kernel: KernelOptions | None = None, pad_steps: bool = True, **split_kw: object) -> None:
+                 kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
+                 **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
-        step's buffers with the VM's)."""
+        step's buffers with the VM's); `host_steps`: ... or, while their own shape's stream is not compiled, padded
+        into a compiled larger one (engine/cuda/stream_hosting.py)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -147,6 +152,7 @@ class CudaBackend(Backend):
                                         head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
         self._spare_page = num_pages
         self._pad_steps = pad_steps and self.max_tokens_per_step > self.limits.max_tokens_per_matvec
+        self._hosting = StreamHosting(self._spare_page) if self._pad_steps and host_steps else None
         self.page_size = page_size
         self._split_kw = split_kw
         self._caches = [StreamCache(self.dims, page_size, BuildParams(
@@ -160,6 +166,18 @@ class CudaBackend(Backend):
 
     def stream_stats(self) -> StreamStats:
         return sum((c.stats() for c in self._caches), StreamStats())
+
+    @contextmanager
+    def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
+        if self._hosting is None:
+            yield
+            return
+        with self._hosting.pause():
+            yield
+            # the host of every new shape: compiled, fitted to the kernel and run once
+            tokens, seqs = largest_counts(max_tokens, max_seqs, self.max_tokens_per_step)
+            if seqs <= tokens:
+                self.greedy(dummy_step(tokens, seqs, max_table_pages, self._spare_page))
 
     @property
     def device(self) -> torch.device:
@@ -180,9 +198,16 @@ class CudaBackend(Backend):
         fields["mma_x_rows"] = self.limits.mma_group_cap if self._bf16_rows else 1
         return fields
 
-    def _compiled(self, batch: StepBatch) -> CompiledStream:
+    def _compiled(self, batch: StepBatch, step: StepBatch | None = None) -> tuple[CompiledStream, StepBatch]:
+        """The stream `batch` runs in, and `batch` as it runs there: `step` (the step before padding, where it may
+        be hosted) padded into a fitted stream of a larger shape while `batch`'s own is not compiled
+        (stream_hosting.py), else `batch` in its own shape's stream, compiled now if it is not."""
         last_error: Exception | None = None
         for cache in self._caches:
+            if step is not None and self._hosting is not None:
+                hosted = self._hosting.place(cache, step, batch, lambda c: isinstance(c.backend_state, DeviceStream))
+                if hosted is not None:
+                    return hosted
             cs = cache.get(batch)
             if cs.backend_state is False:  # checked before: does not fit at this granularity
                 continue
@@ -206,17 +231,17 @@ class CudaBackend(Backend):
                 if cs.stream.plan.tiles is not None:
                     ds.tile_maps = tile_maps(self.module, self.weights, ds.acts, self.dims)
                 cs.backend_state = ds
-            return cs
+            return cs, batch
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))
 
-    def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None) -> DeviceStream:
-        """The compiled stream of `batch`'s shape with `batch`'s inputs on the device (`feed`'s slots from the previous
-        step's ids there), ready to launch."""
+    def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None, step: StepBatch | None = None) -> DeviceStream:
+        """The compiled stream of `batch`'s shape (or of a host's, for `step`: _compiled) with `batch`'s inputs on the
+        device (`feed`'s slots from the previous step's ids there), ready to launch."""
         if batch.num_tokens > self.max_tokens_per_step:
             raise ValueError(f"step of {batch.num_tokens} tokens exceeds the megakernel's "
                              f"{self.max_tokens_per_step} tokens per step (the engine caps its token budget)")
-        cs = self._compiled(batch)
+        cs, batch = self._compiled(batch, step)
         ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
@@ -243,9 +268,10 @@ class CudaBackend(Backend):
         launch(self.module, ds, fields)
         ds.after_launch()
 
-    def run(self, batch: StepBatch) -> DeviceStream:
-        """Launch one step; returns the stream state whose buffers hold logits and out_tokens."""
-        ds = self._prepare(batch)
+    def run(self, batch: StepBatch, step: StepBatch | None = None) -> DeviceStream:
+        """Launch one step (`step` padded to `batch`, where it may run hosted: _compiled); returns the stream state
+        whose buffers hold logits and out_tokens."""
+        ds = self._prepare(batch, step=step)
         self._launch(ds)
         return ds
 
@@ -263,23 +289,31 @@ class CudaBackend(Backend):
         ds.check(status)
         return status[ds.err_words:].to(torch.int64)
 
+    def _pads(self, batch: StepBatch) -> bool:
+        """Whether `batch` runs padded: more tokens than the CUDA cores' token group of 8 (the shapes of larger steps
+        are many, so they are bucketed whatever the token group)."""
+        return self._pad_steps and batch.num_tokens > self.limits.max_tokens_per_matvec
+
     def _padded(self, batch: StepBatch, whole_table: bool = False) -> StepBatch:
-        """`batch` padded to a bucketed shape where it has more tokens than the CUDA cores' token group of 8
-        (step_padding.py; the shapes of larger steps are many, so they are bucketed whatever the token group) and the
-        padded step still fits the kernel's step; `whole_table`: for a run of decode steps (pad_batch)."""
-        if not self._pad_steps or batch.num_tokens <= self.limits.max_tokens_per_matvec:
+        """`batch` padded to a bucketed shape where it _pads and the padded step still fits the kernel's step
+        (step_padding.py); `whole_table`: for a run of decode steps (pad_batch)."""
+        if not self._pads(batch):
             return batch
         return pad_batch(batch, self._spare_page, whole_table, max_tokens=self.max_tokens_per_step)
 
+    def _step(self, batch: StepBatch) -> StepBatch | None:
+        """`batch` where a single step of it may run hosted (stream_hosting.py), else None."""
+        return batch if self._hosting is not None and self._pads(batch) else None
+
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
-        ds = self.run(self._padded(batch))
+        ds = self.run(self._padded(batch), self._step(batch))
         self._finish(ds)
         return ds.acts["logits"][:batch.num_seqs].clone()
 
     @torch.inference_mode()
     def greedy(self, batch: StepBatch) -> torch.Tensor:
-        return self._finish(self.run(self._padded(batch)))[:batch.num_seqs]
+        return self._finish(self.run(self._padded(batch), self._step(batch)))[:batch.num_seqs]
 
     @torch.inference_mode()
     def launch_step(self, batch: StepBatch, greedy: bool, feed: TokenFeed | None = None) -> StepHandle:
@@ -289,7 +323,8 @@ class CudaBackend(Backend):
         batch building before it, and the previous step's postprocessing after it."""
         if self.timing or feed is not None and feed.ids.device != self._device:
             return super().launch_step(batch, greedy, feed)
-        ds = self._prepare(self._padded(batch), feed)  # padding appends dummy rows: the fed slots stay where they are
+        # padding (or a host's) appends dummy rows: the fed slots stay where they are
+        ds = self._prepare(self._padded(batch), feed, self._step(batch))
         self._launch(ds)
         return LaunchedStep(ds, batch.num_seqs, greedy)
 

@@ -2,9 +2,14 @@
 opcode by opcode on the CPU (engine/vm), with deadlock and (optionally) race detection."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from engine.backends.base import Backend
+from engine.cuda.step_padding import dummy_step, largest_counts, pad_batch
+from engine.cuda.stream_hosting import StreamHosting
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.instructions.step_args import StepArgsView
@@ -24,16 +29,22 @@ class VMBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int,
                  num_sms: int = DEFAULT_SIMULATED_SMS, policy: str = "rr", seed: int = 0, check_races: bool = True,
                  weight_dtype: torch.dtype | None = None, kv_dtype: torch.dtype | None = None,
-                 **split_kw: object) -> None:
+                 pad_over: int | None = None, **split_kw: object) -> None:
         """num_sms: the SMs the VM simulates (the streams are compiled for them); weight_dtype: packed-weight
         and KV dtype (default: the checkpoint's dtype); kv_dtype: the KV cache's, where it differs (float8_e4m3fn:
-        fp8 pages); math is fp32. The rest are SplitParams fields."""
+        fp8 pages); math is fp32; pad_over: steps of more tokens than this run as the cuda backend runs them, padded
+        to a bucketed shape or hosted in a compiled larger stream (engine/cuda/stream_hosting.py), their dummy
+        sequences on a spare KV page past `num_pages` (None: every step in its own shape's stream). The rest are
+        SplitParams fields."""
         self.config = weights.config
         self.dims = ModelDims.from_config(self.config)
         dtype = weight_dtype or weights.dtype
         self.packed = pack_weights(weights, dtype)
         kv_dtype = kv_dtype or dtype
-        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages, page_size=page_size, dtype=kv_dtype,
+        self.pad_over = pad_over
+        self.hosting = StreamHosting(num_pages) if pad_over is not None else None
+        self.kv = PagedKVCache.allocate(self.config, num_pages=num_pages + (pad_over is not None),
+                                        page_size=page_size, dtype=kv_dtype,
                                         head_dim=self.dims.head_dim,  # stored heads (head_padding.py)
                                         scales=kv_scales(weights) if kv_dtype == FP8_KV else None)
         self.target = TargetDevice(num_sms=num_sms)
@@ -65,8 +76,16 @@ class VMBackend(Backend):
         finally:
             torch.set_num_threads(threads)
 
+    def _placed(self, batch: StepBatch) -> tuple[CompiledStream, StepBatch]:
+        """The stream `batch` runs in and `batch` as it runs there (padded, where pad_over says)."""
+        if self.hosting is None or self.pad_over is None or batch.num_tokens <= self.pad_over:
+            return self.cache.get(batch), batch
+        padded = pad_batch(batch, self.hosting.spare_page)
+        hosted = self.hosting.place(self.cache, batch, padded, lambda cs: True)
+        return hosted if hosted is not None else (self.cache.get(padded), padded)
+
     def _forward(self, batch: StepBatch) -> torch.Tensor:
-        cs = self.cache.get(batch)
+        cs, _ = self._placed(batch)
         bufs, sync = self._buffers(cs)
         bufs.args = StepArgsView.decode(cs.step_args)
         if not self.params.split.embed_in_stream:  # no EMBED in the stream: its input, as the cuda backend writes it
@@ -79,8 +98,9 @@ class VMBackend(Backend):
             self.last_trace = vm.run_static(cs.tensor, sync)
         self.steps += 1
         self.last_stream = cs
-        self._last_tokens = bufs.get("out_tokens").to(torch.int64).clone()
-        return bufs.get("logits").clone()
+        S = batch.num_seqs  # the rows of dummy sequences dropped
+        self._last_tokens = bufs.get("out_tokens")[:S].to(torch.int64).clone()
+        return bufs.get("logits")[:S].clone()
 
     @property
     def last_tokens(self) -> torch.Tensor:
@@ -91,6 +111,17 @@ class VMBackend(Backend):
 
     def stream_stats(self) -> StreamStats:
         return self.cache.stats()
+
+    @contextmanager
+    def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
+        """As the cuda backend's, where pad_over is set (Backend.warming_up)."""
+        if self.hosting is None:
+            yield
+            return
+        with self.hosting.pause():
+            yield
+            tokens, seqs = largest_counts(max_tokens, max_seqs)
+            self.forward(dummy_step(tokens, seqs, max_table_pages, self.hosting.spare_page))
 
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         """Token ids from the in-stream ARGMAX_REDUCE (what the GPU hands back), int64 [S]."""

@@ -36,15 +36,27 @@ def padded_counts(num_tokens: int, num_seqs: int) -> tuple[int, int]:
     return T, S
 
 
+def can_pad(tokens: int, seqs: int, to_tokens: int, to_seqs: int) -> bool:
+    """Whether a step of `tokens` tokens over `seqs` sequences pads to `to_tokens` over `to_seqs` (pad_batch's
+    `counts`): no fewer of either, each dummy sequence one token or more, and added tokens only with a dummy to carry
+    them."""
+    extra_tokens, extra_seqs = to_tokens - tokens, to_seqs - seqs
+    return extra_seqs >= 0 and extra_tokens >= extra_seqs and (extra_seqs > 0 or extra_tokens == 0)
+
+
 def pad_batch(batch: StepBatch, spare_page: int, whole_table: bool = False,
-              max_tokens: int | None = None) -> StepBatch:
-    """`batch` with dummy sequences appended so its counts are padded_counts'; `batch` itself when they already
-    are, or when the padded step would carry more than `max_tokens` tokens. Dummy sequences take one token each,
+              max_tokens: int | None = None, counts: tuple[int, int] | None = None) -> StepBatch:
+    """`batch` with dummy sequences appended so its counts are padded_counts' (`counts`: these (tokens, sequences)
+    instead, which can_pad must allow); `batch` itself when they already are, or when the padded step would carry
+    more than `max_tokens` tokens. Dummy sequences take one token each,
     the last one the rest; every dummy token is token 0 at position 0, context 1, block table [spare_page] (one
     column: the table stays as wide as the real sequences').
     `whole_table`: every column of a dummy's table names the spare page, for a run of decode steps that advances
     the dummies' positions along with the real ones."""
-    T, S = padded_counts(batch.num_tokens, batch.num_seqs)
+    T, S = counts if counts is not None else padded_counts(batch.num_tokens, batch.num_seqs)
+    if not can_pad(batch.num_tokens, batch.num_seqs, T, S):
+        raise ValueError(f"a step of {batch.num_tokens} tokens over {batch.num_seqs} sequences does not pad to "
+                         f"{T} over {S}")
     extra_seqs, extra_tokens = S - batch.num_seqs, T - batch.num_tokens
     if extra_seqs == 0 or (max_tokens is not None and T > max_tokens):
         return batch
@@ -62,3 +74,28 @@ def pad_batch(batch: StepBatch, spare_page: int, whole_table: bool = False,
         context_lens=torch.cat([batch.context_lens, torch.ones(extra_seqs, dtype=batch.context_lens.dtype,
                                                                device=batch.context_lens.device)]),
         block_tables=torch.cat([batch.block_tables, table]))
+
+
+def largest_counts(max_tokens: int, max_seqs: int, kernel_max_tokens: int | None = None) -> tuple[int, int]:
+    """(tokens, sequences) of a stream that runs every step the engine schedules padded (`max_tokens` tokens or
+    fewer over `max_seqs` sequences or fewer): a bucket of sequences past max_seqs (a dummy one at least), and tokens
+    for each dummy beyond the budget, within what the kernel's step holds."""
+    seqs = bucket_up(max_seqs + 1)
+    tokens = bucket_up(max_tokens + seqs)
+    return (tokens if kernel_max_tokens is None else min(tokens, kernel_max_tokens)), seqs
+
+
+def dummy_step(tokens: int, seqs: int, table_width: int, spare_page: int) -> StepBatch:
+    """A step of `seqs` dummy sequences (pad_batch's: one token each, the last one the rest, every token at position
+    0 of the spare page) with `table_width`-wide block tables: runs a stream of that shape and touches no request's
+    KV."""
+    if not 1 <= seqs <= tokens:
+        raise ValueError(f"a dummy step needs 1 <= sequences <= tokens, got {seqs} over {tokens}")
+    per_seq = [1] * seqs
+    per_seq[-1] += tokens - seqs
+    tables = torch.full((seqs, max(1, table_width)), -1, dtype=torch.int32)
+    tables[:, 0] = spare_page
+    return StepBatch(token_ids=torch.zeros(tokens, dtype=torch.int64), positions=torch.zeros(tokens, dtype=torch.int64),
+                     query_start=torch.cat([torch.zeros(1, dtype=torch.int64),
+                                            torch.cumsum(torch.tensor(per_seq, dtype=torch.int64), 0)]),
+                     context_lens=torch.ones(seqs, dtype=torch.int64), block_tables=tables)

@@ -7,7 +7,7 @@ import random
 import torch
 
 from engine.backends.vm_backend import VMBackend
-from engine.cuda.step_padding import bucket_up, pad_batch, padded_counts
+from engine.cuda.step_padding import bucket_up, can_pad, dummy_step, largest_counts, pad_batch, padded_counts
 from engine.profiling import decode_batch
 from engine.run_stops import RS_HEADER_WORDS, RS_NUM_ROWS, RS_ROW_STOPPED, RS_ROW_WORDS, RS_RUNNING, RowStop, RunStops
 from tests.vm.helpers import Scenario, random_weights, small_config
@@ -67,3 +67,20 @@ def test_dummy_rows_of_a_run_start_stopped() -> None:
 def test_padding_never_exceeds_the_kernels_step() -> None:
     batch = decode_batch(13, 40, 8)
     assert pad_batch(batch, 99, max_tokens=15) is batch and pad_batch(batch, 99, max_tokens=16).num_seqs == 16
+
+
+def test_the_largest_counts_take_every_step_the_engine_schedules() -> None:
+    for max_tokens, max_seqs in ((2048, 64), (512, 256), (100, 3), (8192, 1)):
+        T, S = largest_counts(max_tokens, max_seqs)
+        for tokens in range(max_seqs, max_tokens + 1, max(1, max_tokens // 37)):
+            for seqs in {1, max_seqs // 2 or 1, max_seqs}:
+                if seqs <= tokens:
+                    assert can_pad(tokens, seqs, T, S), (tokens, seqs, T, S)
+    assert largest_counts(2048, 64) == (3072, 96) and largest_counts(2048, 64, 2500) == (2500, 96)
+
+
+def test_a_dummy_step_touches_only_the_spare_page() -> None:
+    step = dummy_step(10, 3, 5, 77)
+    assert (step.num_tokens, step.num_seqs) == (10, 3) and step.query_start.tolist() == [0, 1, 2, 10]
+    assert step.block_tables[:, 0].tolist() == [77] * 3 and bool((step.block_tables[:, 1:] == -1).all())
+    assert step.positions.tolist() == [0] * 10 and step.context_lens.tolist() == [1, 1, 1]

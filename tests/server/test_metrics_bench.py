@@ -100,18 +100,18 @@ def test_stream_counters_follow_the_engine_cumulative_values() -> None:
 
     m = ServerMetrics("m")
 
-    def values() -> tuple[float, float, float]:
+    def values() -> tuple[float, ...]:
         fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
         return tuple(_value(fams, f"megakernel:step_stream_{n}", f"megakernel:step_stream_{n}_total")
-                     for n in ("cache_hits", "compiles", "compile_seconds"))
+                     for n in ("cache_hits", "compiles", "compile_seconds", "hosted"))
 
-    m.set_engine_stats(1, 0, 0.1, (3, 2, 0.5))
-    m.set_engine_stats(1, 0, 0.1, (10, 2, 0.5))
-    assert values() == (10, 2, 0.5)
-    m.set_engine_stats(1, 0, 0.1, (1, 1, 0.25))  # a new engine
-    assert values() == (11, 3, 0.75)
+    m.set_engine_stats(1, 0, 0.1, (3, 2, 0.5, 1))
+    m.set_engine_stats(1, 0, 0.1, (10, 2, 0.5, 4))
+    assert values() == (10, 2, 0.5, 4)
+    m.set_engine_stats(1, 0, 0.1, (1, 1, 0.25, 0))  # a new engine
+    assert values() == (11, 3, 0.75, 4)
     m.set_engine_stats(1, 0, 0.1)  # no stream stats: the counters stay
-    assert values() == (11, 3, 0.75)
+    assert values() == (11, 3, 0.75, 4)
 
 
 def test_preemptions_are_counted() -> None:

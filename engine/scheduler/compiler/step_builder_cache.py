@@ -62,6 +62,7 @@ class CompiledStream:
     step_args: torch.Tensor  # int32, patched every step
     page_size: int
     build_ms: float
+    key: tuple[int, ...] = ()  # its shape_key
     backend_state: object = None  # per-stream backend data (VM buffers + counters); dropped with the stream
 
     @property
@@ -131,7 +132,8 @@ def compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: Bu
 def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: BuildParams,
                     device: TargetDevice) -> CompiledStream:
     t0 = time.perf_counter()
-    T, S, max_pages = shape_key(dims, batch, page_size, params, device)[:3]
+    skey = shape_key(dims, batch, page_size, params, device)
+    T, S, max_pages = skey[:3]
     shape = StepShape(T, S, max_pages)
     ctx_pages = -(-int(batch.context_lens.max()) // page_size)
     stream = build_stream(dims, shape, make_plan(dims, shape, params.split, device, ctx_pages,
@@ -160,19 +162,22 @@ def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: B
     tensor = schedule.tensor(stream.words())
     step_args = encode_step_args(batch, shape, page_size)
     return CompiledStream(stream, device, schedule, costs, dur, tensor, step_args, page_size,
-                          (time.perf_counter() - t0) * 1e3)
+                          (time.perf_counter() - t0) * 1e3, skey)
 
 
 @dataclass(frozen=True)
 class StreamStats:
     """How often steps found their shape's stream compiled (hits), how often one was compiled (misses: on the
-    engine's thread, before the step could run), and the host seconds those compiles took."""
+    engine's thread, before the step could run), the host seconds those compiles took, and how many steps ran padded
+    in a compiled stream of a larger shape instead (hosted: engine/cuda/stream_hosting.py)."""
     hits: int = 0
     misses: int = 0
     build_seconds: float = 0.0
+    hosted: int = 0
 
     def __add__(self, other: StreamStats) -> StreamStats:
-        return StreamStats(self.hits + other.hits, self.misses + other.misses, self.build_seconds + other.build_seconds)
+        return StreamStats(self.hits + other.hits, self.misses + other.misses, self.build_seconds + other.build_seconds,
+                           self.hosted + other.hosted)
 
 
 class StreamCache:
@@ -185,11 +190,29 @@ class StreamCache:
         self._streams: OrderedDict[tuple[int, ...], CompiledStream] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.hosted = 0
         self.build_ms_total = 0.0  # host time spent compiling the misses' streams
         self.last_patch_ms = 0.0
 
+    def key(self, batch: StepBatch) -> tuple[int, ...]:
+        return shape_key(self.dims, batch, self.page_size, self.params, self.device)
+
+    def __contains__(self, key: tuple[int, ...]) -> bool:
+        return key in self._streams
+
+    def streams(self) -> list[CompiledStream]:
+        return list(self._streams.values())
+
+    def host(self, cs: CompiledStream, batch: StepBatch) -> CompiledStream:
+        """`cs` (a stream of this cache) with its step args patched for `batch`, a step of another shape padded to
+        its counts (engine/cuda/stream_hosting.py); counts as a use of `cs` for the LRU."""
+        self._streams.move_to_end(cs.key)
+        self.hosted += 1
+        cs.patch(batch)
+        return cs
+
     def get(self, batch: StepBatch) -> CompiledStream:
-        key = shape_key(self.dims, batch, self.page_size, self.params, self.device)
+        key = self.key(batch)
         cs = self._streams.get(key)
         if cs is None:
             self.misses += 1
@@ -211,7 +234,7 @@ class StreamCache:
         return cs
 
     def stats(self) -> StreamStats:
-        return StreamStats(self.hits, self.misses, self.build_ms_total / 1e3)
+        return StreamStats(self.hits, self.misses, self.build_ms_total / 1e3, self.hosted)
 
     def with_policy(self, policy: str) -> StreamCache:
         return StreamCache(self.dims, self.page_size, replace(self.params, policy=policy), self.device)

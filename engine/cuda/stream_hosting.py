@@ -1,0 +1,87 @@
+"""A step whose shape has no compiled stream yet runs padded in a compiled stream of a larger shape.
+
+Compiling the stream of a large step takes the engine thread 0.3-1.2 s (tens of thousands of instructions built in
+Python), and a server's traffic meets shapes its warm-up did not build: a few prompt chunks beside many decodes,
+most of them once or twice (dev/serve_shapes.py). A stream compiled for T' tokens over S' sequences runs any step of
+fewer tokens and sequences padded with dummy sequences (step_padding.py can_pad) whose block tables fit its width:
+the real sequences' results are those of their own shape's stream, because KV splits and query parts are cut at
+run time from the step args (a stream's cuts change how fast a step runs, never what it computes). A padded step
+costs GPU time for its extra tokens, a compile costs the whole server a stall, so a shape is compiled only once it
+recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` times its tokens are used.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from engine.cuda.step_padding import can_pad, pad_batch
+from engine.scheduler.compiler.step_builder_cache import CompiledStream, StreamCache
+from models.llama.step_batch import StepBatch
+
+# A shape hosted this many times gets its own stream at its next step: a compile (~0.5 s) is worth it once the
+# padded steps it replaces would cost about as much.
+DEFAULT_COMPILE_AFTER = 8
+# A host of more tokens than this many times the step's padded count is not used: the padded step would cost more
+# than compiling a small shape (whose stream has few instructions) does.
+DEFAULT_MAX_GROWTH = 8
+# The shapes counted (asked for while hosted) are forgotten past this many: a server's traffic meets a few hundred.
+MAX_COUNTED_SHAPES = 4096
+
+
+@dataclass
+class StreamHosting:
+    """Which compiled stream a step of many tokens runs in: its own shape's, or a host's (module docstring).
+    `spare_page`: the KV page dummy sequences use (step_padding.py)."""
+
+    spare_page: int
+    compile_after: int = DEFAULT_COMPILE_AFTER
+    max_growth: int = DEFAULT_MAX_GROWTH
+    asked: dict[tuple[int, ...], int] = field(default_factory=dict)  # hosted steps per uncompiled shape
+    paused: bool = False  # every step in its own shape's stream (the warm-up: Backend.warming_up)
+
+    def __post_init__(self) -> None:
+        if self.compile_after < 0 or self.max_growth < 1:
+            raise ValueError(f"StreamHosting: compile_after >= 0 and max_growth >= 1, got {self}")
+
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        was, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = was
+
+    def place(self, cache: StreamCache, step: StepBatch, padded: StepBatch,
+              usable: Callable[[CompiledStream], bool]) -> tuple[CompiledStream, StepBatch] | None:
+        """(host, `step` padded to the host's counts, its step args patched) where `padded` (`step` padded to its
+        bucketed shape) has no stream in `cache` and a `usable` host there takes it; None: `padded` runs in its own
+        shape's stream (compiled now if it is not)."""
+        if self.paused:
+            return None
+        key = cache.key(padded)
+        if key in cache:
+            return None
+        asked = self.asked.get(key, 0) + 1
+        if asked > self.compile_after:
+            self.asked.pop(key, None)
+            return None
+        if len(self.asked) >= MAX_COUNTED_SHAPES:
+            self.asked.clear()
+        self.asked[key] = asked
+        host = smallest_host(cache.streams(), step, padded.num_tokens * self.max_growth, usable)
+        if host is None:
+            return None
+        run = pad_batch(step, self.spare_page, counts=(host.shape.num_tokens, host.shape.num_seqs))
+        return cache.host(host, run), run
+
+
+def smallest_host(streams: list[CompiledStream], step: StepBatch, max_tokens: int,
+                  usable: Callable[[CompiledStream], bool]) -> CompiledStream | None:
+    """The `usable` stream of the fewest tokens (then sequences, then table pages) that runs `step` padded: as many
+    tokens and sequences or more (can_pad), at most `max_tokens` tokens, tables at least as wide."""
+    pages = int(step.block_tables.shape[1])
+    fits = [cs for cs in streams
+            if cs.shape.num_tokens <= max_tokens and cs.shape.max_pages >= pages and usable(cs)
+            and can_pad(step.num_tokens, step.num_seqs, cs.shape.num_tokens, cs.shape.num_seqs)]
+    return min(fits, key=lambda cs: (cs.shape.num_tokens, cs.shape.num_seqs, cs.shape.max_pages), default=None)

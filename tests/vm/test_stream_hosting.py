@@ -1,0 +1,88 @@
+"""Steps of new shapes run padded in a compiled larger stream (engine/cuda/stream_hosting.py): on the VM, which runs
+the same instruction tensors as the GPU, their logits are the torch reference's, the race detector stays quiet, and
+a shape is compiled only once it recurs."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from engine.backends.vm_backend import VMBackend
+from engine.cuda.step_padding import can_pad, dummy_step, largest_counts, pad_batch
+from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, StreamHosting, smallest_host
+from engine.instructions.layout import StepShape
+from engine.profiling import decode_batch
+from engine.scheduler.compiler.step_builder_cache import StreamStats
+from tests.vm.helpers import random_weights, run_pair, small_config
+
+
+def fake(tokens: int, seqs: int, pages: int = 64, usable: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(shape=StepShape(tokens, seqs, pages), usable=usable)
+
+
+def test_can_pad_needs_a_dummy_sequence_for_added_tokens() -> None:
+    assert can_pad(30, 3, 30, 3) and can_pad(30, 3, 64, 8) and can_pad(30, 3, 35, 8)
+    assert not can_pad(30, 3, 64, 3)  # tokens added with no dummy sequence to carry them
+    assert not can_pad(30, 3, 34, 8)  # five dummies need five tokens
+    assert not can_pad(30, 3, 24, 4) and not can_pad(30, 3, 64, 2)
+
+
+def test_the_smallest_usable_host_that_fits_is_chosen() -> None:
+    step = decode_batch(3, 40, 8)  # 3 tokens, 3 sequences, 5-page tables
+    streams = [fake(128, 16), fake(16, 4, usable=False), fake(32, 8), fake(24, 2), fake(32, 6, pages=4), fake(48, 8)]
+    pick = smallest_host(streams, step, 1000, lambda cs: cs.usable)  # type: ignore[arg-type]
+    assert pick is streams[2]
+    assert smallest_host(streams, step, 31, lambda cs: cs.usable) is None  # type: ignore[arg-type]
+
+
+def test_a_new_shape_runs_hosted_until_it_recurs_then_compiles() -> None:
+    cfg = small_config()
+    seen: list[tuple[StepShape, int, int]] = []
+
+    def record(vm: VMBackend) -> None:
+        assert vm.last_stream is not None
+        stats = vm.stream_stats()
+        seen.append((vm.last_stream.shape, stats.misses, stats.hosted))
+
+    # the first three keep 10 tokens pending for every small step
+    prompts = [8 + 10 * (DEFAULT_COMPILE_AFTER + 1)] * 3 + [30, 20, 12, 9]
+    host_step = [8] * 7  # 56 tokens over 7 sequences: padded to 64 over 8, compiled
+    small = [10, 10, 10, 0, 0, 0, 0]  # 30 over 3: padded to 32 over 4, a shape with no stream
+    schedule = [host_step] + [small] * (DEFAULT_COMPILE_AFTER + 1)
+    run_pair(cfg, random_weights(cfg, seed=5), schedule, prompts, check_races=True, after_step=record, pad_over=8)
+    host = StepShape(64, 8, 64)
+    assert seen[0] == (host, 1, 0)
+    for k in range(1, DEFAULT_COMPILE_AFTER + 1):  # hosted: no compile, the host's stream
+        assert seen[k] == (host, 1, k)
+    assert seen[-1] == (StepShape(32, 4, 64), 2, DEFAULT_COMPILE_AFTER)  # recurred: its own stream
+
+
+def test_a_mixed_run_of_shapes_matches_the_reference_hosted() -> None:
+    cfg = small_config()
+    prompts = [33, 27, 21, 17, 13, 11, 9, 5]
+    schedule: list[list[int | None]] = [[12] * 8, [9, 9, 0, 0, 9, 0, 0, 0], [None, 3, 3, 3, 0, 0, 0, 0],
+                                        [1] * 8, [0, None, None, 2, 2, 2, 0, 0], [None] * 8, [1] * 8]
+    vm = run_pair(cfg, random_weights(cfg, seed=6), schedule, prompts, check_races=True, pad_over=8)
+    assert vm.stream_stats().hosted >= 2
+
+
+def test_hosting_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="compile_after"):
+        StreamHosting(0, compile_after=-1)
+    with pytest.raises(ValueError, match="max_growth"):
+        StreamHosting(0, max_growth=0)
+
+
+def test_the_warm_up_compiles_every_shape_and_then_the_host_of_new_ones() -> None:
+    cfg = small_config()
+    vm = VMBackend(random_weights(cfg, seed=7), 64, 8, num_sms=8, pad_over=8)
+    spare = 64
+    with vm.warming_up(max_tokens=40, max_seqs=6, max_table_pages=8):
+        vm.forward(dummy_step(64, 8, 8, spare))  # a larger stream exists ...
+        vm.forward(dummy_step(20, 4, 8, spare))  # ... yet this shape is compiled: the warm-up's shapes are serving's
+    assert vm.stream_stats() == StreamStats(hits=0, misses=3, build_seconds=vm.stream_stats().build_seconds)
+    assert vm.last_stream is not None and vm.last_stream.shape == StepShape(*largest_counts(40, 6), 64)
+    vm.forward(dummy_step(30, 3, 8, spare))  # a new shape after the warm-up: hosted by the smallest that fits it
+    assert vm.stream_stats().hosted == 1 and vm.last_stream.shape == StepShape(48, 8, 64)
+    with pytest.raises(ValueError, match="does not pad"):
+        pad_batch(dummy_step(30, 3, 8, spare), spare, counts=(64, 3))
