@@ -3,7 +3,8 @@
 # by `megakernel bench-serve` at concurrency 1, 8 and 32 (greedy), 1 and 32 (temperature 1); JSON + server log under $OUT/serve.
 # The image there lacks the server's packages: `scripts/fetch_server_wheels.sh` here, then carry .whl/.
 # GREEDY / SAMPLED: comma-separated "concurrency prompts" pairs (default "1 16,8 64,32 128" and "1 16,32 128"; e.g.
-# GREEDY="1 16" SAMPLED="" for one streaming client only, beside a same-run `megakernel bench`).
+# GREEDY="1 16" SAMPLED="" for one streaming client only, beside a same-run `megakernel bench`); SERVE_ARGS: more flags
+# for `serve` (e.g. "--kernel-option host_steps=0" for an A/B).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/serve"
@@ -16,7 +17,7 @@ MODEL=${MODEL:-/tmp/mk-llama-1b}
 BACKEND=${BACKEND:-cuda}
 [ -f "$MODEL/config.json" ] || python3 -m engine.cli init-random --preset llama-3.2-1b --out "$MODEL" || exit 1
 python3 -m engine.cli serve --model "$MODEL" --backend "$BACKEND" --port 8011 --max-model-len 2048 \
-  --served-model-name llama-1b-random >"$OUT/serve/server.log" 2>&1 &
+  --served-model-name llama-1b-random ${SERVE_ARGS:-} >"$OUT/serve/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null' EXIT
 for _ in $(seq 300); do
