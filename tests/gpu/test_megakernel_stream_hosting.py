@@ -21,11 +21,11 @@ def test_hosted_steps_match_their_own_streams() -> None:
     hosted = CudaBackend(weights, num_pages=128, page_size=16)
     exact = CudaBackend(weights, num_pages=128, page_size=16, host_steps=False)
     plans: list[list[int | None]] = [
-        [12] * 8,  # 96 tokens over 8 sequences: compiled on both
-        [10, 10, 10, 0, 0, 0, 0, 0],  # 30 over 3: hosted in the first step's stream
+        [12] * 8,  # 96 tokens over 8 sequences (a bucketed shape, unpadded): compiled on both
+        [10, 10, 10, 0, 0, 0, 0, 0],  # 30 over 3: hosted in the first step's stream (padded to 96 over 8)
         [5, 5, 5, 5, 5, 0, 0, 0],  # 25 over 5: hosted
         [1] * 8,  # decodes of 8 (unpadded, compiled)
-        [None, 1, 1, 1, 1, 1, 1, 1],  # the rest of a prompt beside decodes: hosted
+        [None, 1, 1, 1, 1, 1, 1, 0],  # the rest of a prompt beside six decodes: hosted (its dummy takes 58 tokens)
     ]
     scens = [Scenario(cfg, [60] * 8, page_size=16, num_pages=128, seed=19) for _ in range(2)]
     for step, plan in enumerate(plans):
