@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.backends.base import Backend
-from engine.cuda.step_padding import dummy_step, largest_counts, pad_batch
+from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
 from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH, StreamHosting
 from engine.instructions.layout import ModelDims, StepShape
 from engine.llm_engine import LLMEngine
@@ -93,10 +93,11 @@ class ShapeRecorder(Backend):
         self.max_tokens_per_step = inner.max_tokens_per_step
 
     def _record(self, batch: StepBatch) -> None:
-        if batch.num_tokens <= PAD_OVER:
+        pads = batch.num_tokens > PAD_OVER
+        if not pads and batch.num_seqs == 1:  # a lone sequence's few tokens: its own stream
             self.cache.get(batch)
             return
-        padded = pad_batch(batch, 0)
+        padded = pad_batch(batch, 0) if pads else batch
         hosted = self.hosting.place(self.cache, batch, padded, lambda cs: True) if self.hosting else None  # type: ignore[arg-type]
         if hosted is None:
             self.cache.get(padded)
@@ -105,11 +106,12 @@ class ShapeRecorder(Backend):
 
     @contextmanager
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
-        """As the cuda backend's: every shape compiled, then the largest step's (the host of new shapes)."""
+        """As the cuda backend's: every shape compiled, then the hosts of new shapes (host_ladder)."""
         hosting, self.hosting = self.hosting, None
         try:
             yield
-            self.cache.get(dummy_step(*largest_counts(max_tokens, max_seqs), max_table_pages, 0))
+            for tokens, seqs in host_ladder(max_tokens, max_seqs):
+                self.cache.get(dummy_step(tokens, seqs, max_table_pages, 0))
         finally:
             self.hosting = hosting
 
@@ -165,7 +167,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--capacity", type=int, default=32, help="streams the LRU cache keeps")
+    ap.add_argument("--capacity", type=int, default=96, help="streams the LRU cache keeps (the cuda backend's)")
     ap.add_argument("--num-sms", type=int, default=132)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--stagger", type=int, default=0, help="a client's next request waits 0..N engine steps")

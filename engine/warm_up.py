@@ -12,8 +12,9 @@ first pass through a server got 1 139 output tok/s against 2 572 once their shap
 last greedy request arrives once the others decode, as a server's requests do: the step that prefills it beside their
 decodes (a step shape of its own, the one every arrival at that concurrency meets) is built too. Other prompt lengths
 and concurrencies run padded in a compiled larger shape's stream until they recur (engine/cuda/stream_hosting.py): the
-warm-up runs inside Backend.warming_up, which compiles every shape the warm-up meets (no hosting) and, at its end, the
-stream of the largest step the engine schedules, a host for any later shape. The engine's counters are reset after.
+warm-up runs inside Backend.warming_up, which compiles every shape the warm-up meets (no hosting) and, at its end,
+hosts for any later shape: the most sequences a step has, at each token bucket up to the largest step. The engine's
+counters are reset after.
 """
 from __future__ import annotations
 

@@ -85,8 +85,9 @@ class Backend(ABC):
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
         """Open around the warm-up's steps (engine/warm_up.py). Backends that compile a stream per step shape compile
         every shape those steps meet (no hosting in a larger stream: engine/cuda/stream_hosting.py), and at the end the
-        stream of the largest step the engine schedules (`max_tokens` over `max_seqs` sequences, block tables of
-        `max_table_pages`), which any new shape can run in while serving. Nothing here."""
+        streams any new shape can run in while serving: up to the largest step the engine schedules (`max_tokens` over
+        `max_seqs` sequences, block tables of `max_table_pages`) at each token bucket (step_padding.py host_ladder).
+        Nothing here."""
         yield
 
     def stream_stats(self) -> StreamStats:

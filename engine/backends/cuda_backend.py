@@ -12,6 +12,7 @@ import torch
 
 from engine.backends.base import Backend, OnRecords
 from engine.backends.step_feed import StepHandle, TokenFeed
+from engine.cuda.activation_arena import ActivationArena
 from engine.cuda.device_stream import DeviceStream, KernelFields, launch
 from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
@@ -20,7 +21,7 @@ from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, k
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
-from engine.cuda.step_padding import dummy_step, largest_counts, pad_batch
+from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
 from engine.cuda.stream_hosting import StreamHosting
 from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
@@ -45,6 +46,11 @@ DEFAULT_MIN_PAGES_PER_SPLIT = 8
 # Larger `waves` cut ops into more, smaller instructions; tried in order until a stream fits the
 # interpreter's buffers (only batches of several tokens need more than the first).
 WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
+
+
+# Compiled streams kept per cache: the warm-up compiles ~40 shapes (engine/warm_up.py) and a server meets a few more;
+# their activations share one arena (activation_arena.py), so a kept stream costs its program (0.5-20 MB) only.
+STREAM_CACHE_CAPACITY = 96
 
 
 # A run of on-device decode steps hands its ids back every this many steps: the host detokenises and checks
@@ -157,7 +163,8 @@ class CudaBackend(Backend):
         self._split_kw = split_kw
         self._caches = [StreamCache(self.dims, page_size, BuildParams(
             policy, SplitParams(waves=waves * w, **split_kw)),  # type: ignore[arg-type]
-            TargetDevice(num_sms=self.num_sms)) for w in WAVES_LADDER]
+            TargetDevice(num_sms=self.num_sms), capacity=STREAM_CACHE_CAPACITY) for w in WAVES_LADDER]
+        self._arena = ActivationArena(self._device)  # the streams' activations, shared
         self.timing = False
         self.last: DeviceStream | None = None
         # The last run of decode steps' stop state on the device (csrc/interpreter/run_stop.cuh; None: that run had no
@@ -174,9 +181,8 @@ class CudaBackend(Backend):
             return
         with self._hosting.pause():
             yield
-            # the host of every new shape: compiled, fitted to the kernel and run once
-            tokens, seqs = largest_counts(max_tokens, max_seqs, self.max_tokens_per_step)
-            if seqs <= tokens:
+            # the hosts of new shapes: compiled, fitted to the kernel and run once
+            for tokens, seqs in host_ladder(max_tokens, max_seqs, self.max_tokens_per_step):
                 self.greedy(dummy_step(tokens, seqs, max_table_pages, self._spare_page))
 
     @property
@@ -227,7 +233,8 @@ class CudaBackend(Backend):
                 rows = self.limits.matvec_row_elems(cs.words, self.dims, "w_o_map" in self._kernel_buffers)
                 variant = kernel_variant(cs.shape, self.dims, self.page_size, cs.stream.plan.fused, self.kernel,
                                          self.limits.page_bytes, all(self.limits.row_takes_mma(k) for k in rows))
-                ds = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS, ring_pages, variant)
+                ds = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS, ring_pages, variant,
+                                         self._arena)
                 if cs.stream.plan.tiles is not None:
                     ds.tile_maps = tile_maps(self.module, self.weights, ds.acts, self.dims)
                 cs.backend_state = ds
@@ -302,8 +309,10 @@ class CudaBackend(Backend):
         return pad_batch(batch, self._spare_page, whole_table, max_tokens=self.max_tokens_per_step)
 
     def _step(self, batch: StepBatch) -> StepBatch | None:
-        """`batch` where a single step of it may run hosted (stream_hosting.py), else None."""
-        return batch if self._hosting is not None and self._pads(batch) else None
+        """`batch` where a single step of it may run hosted (stream_hosting.py): one that _pads, or of several
+        sequences (a few decodes: a host's dummy rows cost little); a lone sequence's few tokens keep their own
+        stream (batch-1 decode's kernel variants and fused attention). Else None."""
+        return batch if self._hosting is not None and (self._pads(batch) or batch.num_seqs > 1) else None
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:

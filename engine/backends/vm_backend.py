@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import torch
 
 from engine.backends.base import Backend
-from engine.cuda.step_padding import dummy_step, largest_counts, pad_batch
+from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
 from engine.cuda.stream_hosting import StreamHosting
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
@@ -78,9 +78,13 @@ class VMBackend(Backend):
 
     def _placed(self, batch: StepBatch) -> tuple[CompiledStream, StepBatch]:
         """The stream `batch` runs in and `batch` as it runs there (padded, where pad_over says)."""
-        if self.hosting is None or self.pad_over is None or batch.num_tokens <= self.pad_over:
+        if self.hosting is None or self.pad_over is None:
             return self.cache.get(batch), batch
-        padded = pad_batch(batch, self.hosting.spare_page)
+        # as the cuda backend: steps of more tokens padded, and these or steps of several sequences hosted
+        pads = batch.num_tokens > self.pad_over
+        if not pads and batch.num_seqs == 1:
+            return self.cache.get(batch), batch
+        padded = pad_batch(batch, self.hosting.spare_page) if pads else batch
         hosted = self.hosting.place(self.cache, batch, padded, lambda cs: True)
         return hosted if hosted is not None else (self.cache.get(padded), padded)
 
@@ -120,8 +124,8 @@ class VMBackend(Backend):
             return
         with self.hosting.pause():
             yield
-            tokens, seqs = largest_counts(max_tokens, max_seqs)
-            self.forward(dummy_step(tokens, seqs, max_table_pages, self.hosting.spare_page))
+            for tokens, seqs in host_ladder(max_tokens, max_seqs):
+                self.forward(dummy_step(tokens, seqs, max_table_pages, self.hosting.spare_page))
 
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         """Token ids from the in-stream ARGMAX_REDUCE (what the GPU hands back), int64 [S]."""

@@ -12,6 +12,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
+from engine.cuda.activation_arena import ActivationArena
 from engine.cuda.errors import MegakernelError, describe_failure, diagnose_root_cause
 from engine.cuda.kernel_options import KernelOptions
 from engine.instructions.layout import (SA_NUM_TOKENS, SA_OFF_TOKEN_IDS, STEP_ARGS_HEADER_WORDS, ModelDims,
@@ -51,7 +52,8 @@ class DeviceStream:
 
     @staticmethod
     def create(cs: CompiledStream, dims: ModelDims, device: torch.device, err_words: int,
-               ring_pages: int, variant: int = 0) -> DeviceStream:
+               ring_pages: int, variant: int = 0, arena: ActivationArena | None = None) -> DeviceStream:
+        """`arena`: the activations are views of its shared buffers (activation_arena.py), else the stream's own."""
         stream = cs.stream
         period = torch.as_tensor(stream.counter_period, dtype=torch.int32)
         acts: dict[str, torch.Tensor] = {}
@@ -59,7 +61,8 @@ class DeviceStream:
             if spec.name == "out_tokens":
                 continue
             dtype = {"int32": torch.int32, "bfloat16": torch.bfloat16}.get(spec.dtype, torch.float32)
-            t = torch.empty(spec.shape, dtype=dtype, device=device)
+            t = (arena.view(spec.name, tuple(spec.shape), dtype) if arena is not None
+                 else torch.empty(spec.shape, dtype=dtype, device=device))
             t.fill_(-7 if dtype == torch.int32 else float("nan"))  # poison: unwritten reads show up
             acts[spec.name] = t
         tensor = torch.from_numpy(np.ascontiguousarray(cs.tensor)).to(device)

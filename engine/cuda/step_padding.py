@@ -85,6 +85,17 @@ def largest_counts(max_tokens: int, max_seqs: int, kernel_max_tokens: int | None
     return (tokens if kernel_max_tokens is None else min(tokens, kernel_max_tokens)), seqs
 
 
+def host_ladder(max_tokens: int, max_seqs: int, kernel_max_tokens: int | None = None) -> list[tuple[int, int]]:
+    """(tokens, sequences) of streams that run every step the engine schedules padded, each with at most 1.5x its
+    bucketed tokens: largest_counts' sequences at each token bucket from that many up to largest_counts' tokens."""
+    top, seqs = largest_counts(max_tokens, max_seqs, kernel_max_tokens)
+    ladder, t = [], bucket_up(seqs)
+    while t < top:
+        ladder.append((t, seqs))
+        t = bucket_up(t + 1)
+    return ladder + [(top, seqs)] if top >= seqs else ladder
+
+
 def dummy_step(tokens: int, seqs: int, table_width: int, spare_page: int) -> StepBatch:
     """A step of `seqs` dummy sequences (pad_batch's: one token each, the last one the rest, every token at position
     0 of the spare page) with `table_width`-wide block tables: runs a stream of that shape and touches no request's

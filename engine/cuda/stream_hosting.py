@@ -7,7 +7,9 @@ fewer tokens and sequences padded with dummy sequences (step_padding.py can_pad)
 the real sequences' results are those of their own shape's stream, because KV splits and query parts are cut at
 run time from the step args (a stream's cuts change how fast a step runs, never what it computes). A padded step
 costs GPU time for its extra tokens, a compile costs the whole server a stall, so a shape is compiled only once it
-recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` times its tokens are used.
+recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` times its tokens are used. The warm-up
+compiles hosts at every token bucket (Backend.warming_up, step_padding.py host_ladder), so a host is at most one
+bucket (1.5x) larger in tokens.
 """
 from __future__ import annotations
 
@@ -62,18 +64,27 @@ class StreamHosting:
         key = cache.key(padded)
         if key in cache:
             return None
-        asked = self.asked.get(key, 0) + 1
-        if asked > self.compile_after:
-            self.asked.pop(key, None)
-            return None
-        if len(self.asked) >= MAX_COUNTED_SHAPES:
-            self.asked.clear()
-        self.asked[key] = asked
         host = smallest_host(cache.streams(), step, padded.num_tokens * self.max_growth, usable)
         if host is None:
             return None
+        # A host of the padded step's own counts and KV splits (its tables only wider) costs nothing a compile would
+        # save; any other is counted (a long context's splits matter: 3.5x a step's time at 32k, docs/PERFORMANCE.md)
+        if host.key[:2] != key[:2] or seq_splits(host.key) != seq_splits(key):
+            asked = self.asked.get(key, 0) + 1
+            if asked > self.compile_after:
+                self.asked.pop(key, None)
+                return None
+            if len(self.asked) >= MAX_COUNTED_SHAPES:
+                self.asked.clear()
+            self.asked[key] = asked
         run = pad_batch(step, self.spare_page, counts=(host.shape.num_tokens, host.shape.num_seqs))
         return cache.host(host, run), run
+
+
+def seq_splits(key: tuple[int, ...]) -> tuple[int, ...]:
+    """Each sequence's KV splits in a stream key (step_builder_cache.shape_key: (T, S, pages, uniform splits) or
+    (T, S, pages, most splits, per-sequence splits...))."""
+    return key[4:] if len(key) > 4 else (key[3],) * key[1]
 
 
 def smallest_host(streams: list[CompiledStream], step: StepBatch, max_tokens: int,

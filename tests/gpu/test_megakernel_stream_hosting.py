@@ -1,13 +1,13 @@
 """Steps of new shapes hosted in a compiled larger stream (engine/cuda/stream_hosting.py) on the GPU: the same logits
 as the same steps in their own shapes' streams (a second backend with hosting off), for prompt chunks and decodes
-beside each other; and the warm-up's largest stream takes a later step."""
+beside each other; and the warm-up's hosts take a later step."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from engine.backends.cuda_backend import CudaBackend
-from engine.cuda.step_padding import dummy_step
+from engine.cuda.step_padding import dummy_step, host_ladder
 from tests.gpu.mk_helpers import clear_winners, rel_err, small
 from tests.gpu.test_megakernel_mma_matvec import scaled_weights
 from tests.vm.helpers import Scenario
@@ -41,11 +41,13 @@ def test_hosted_steps_match_their_own_streams() -> None:
     assert hosted.stream_stats().misses == 2 and exact.stream_stats().misses == 5
 
 
-def test_the_warm_ups_largest_stream_hosts_a_later_step() -> None:
+def test_the_warm_ups_hosts_take_a_later_step() -> None:
     cfg = small(512, 8, 2, 64, 1024, 2, 384)
     backend = CudaBackend(scaled_weights(cfg, seed=44), num_pages=64, page_size=16)
     with backend.warming_up(max_tokens=256, max_seqs=16, max_table_pages=8):
         pass
-    assert backend.stream_stats().misses == 1
-    backend.greedy(dummy_step(100, 7, 8, 63))
-    assert backend.stream_stats().hosted == 1 and backend.stream_stats().misses == 1
+    ladder = host_ladder(256, 16, backend.max_tokens_per_step)
+    assert backend.stream_stats().misses == len(ladder)
+    backend.greedy(dummy_step(100, 7, 8, 64))  # padded to 128 over 8: hosted by 128 over 24
+    stats = backend.stream_stats()
+    assert stats.hosted == 1 and stats.misses == len(ladder) and backend.last.compiled.shape.num_tokens == 128

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.backends.vm_backend import VMBackend
-from engine.cuda.step_padding import can_pad, dummy_step, largest_counts, pad_batch
-from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, StreamHosting, smallest_host
+from engine.cuda.step_padding import can_pad, dummy_step, host_ladder, largest_counts, pad_batch
+from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, StreamHosting, seq_splits, smallest_host
 from engine.instructions.layout import StepShape
 from engine.profiling import decode_batch
 from engine.scheduler.compiler.step_builder_cache import StreamStats
@@ -80,9 +80,36 @@ def test_the_warm_up_compiles_every_shape_and_then_the_host_of_new_ones() -> Non
     with vm.warming_up(max_tokens=40, max_seqs=6, max_table_pages=8):
         vm.forward(dummy_step(64, 8, 8, spare))  # a larger stream exists ...
         vm.forward(dummy_step(20, 4, 8, spare))  # ... yet this shape is compiled: the warm-up's shapes are serving's
-    assert vm.stream_stats() == StreamStats(hits=0, misses=3, build_seconds=vm.stream_stats().build_seconds)
-    assert vm.last_stream is not None and vm.last_stream.shape == StepShape(*largest_counts(40, 6), 64)
+    ladder = host_ladder(40, 6)  # then the hosts, up to the largest step's counts
+    assert ladder[-1] == largest_counts(40, 6) and len(ladder) == 6
+    assert vm.stream_stats() == StreamStats(hits=0, misses=2 + 6, build_seconds=vm.stream_stats().build_seconds)
+    assert vm.last_stream is not None and vm.last_stream.shape == StepShape(*ladder[-1], 64)
     vm.forward(dummy_step(30, 3, 8, spare))  # a new shape after the warm-up: hosted by the smallest that fits it
     assert vm.stream_stats().hosted == 1 and vm.last_stream.shape == StepShape(48, 8, 64)
     with pytest.raises(ValueError, match="does not pad"):
         pad_batch(dummy_step(30, 3, 8, spare), spare, counts=(64, 3))
+
+
+def test_a_few_decodes_run_hosted_and_a_lone_sequence_never() -> None:
+    cfg = small_config()
+    vm = VMBackend(random_weights(cfg, seed=8), 64, 8, num_sms=8, pad_over=8)
+    vm.forward(decode_batch(8, 20, 8))  # 8 decodes: compiled
+    vm.forward(decode_batch(5, 20, 8))  # 5 decodes: run in the 8's stream with 3 dummy sequences
+    assert vm.stream_stats().hosted == 1 and vm.last_stream is not None and vm.last_stream.shape.num_seqs == 8
+    vm.forward(decode_batch(1, 20, 8))  # one sequence: its own stream
+    assert vm.stream_stats().hosted == 1 and vm.last_stream.shape.num_seqs == 1
+
+
+def test_a_host_of_the_steps_own_counts_is_never_replaced_by_a_compile() -> None:
+    cfg = small_config()
+    vm = VMBackend(random_weights(cfg, seed=9), 64, 8, num_sms=8, pad_over=8)
+    vm.forward(dummy_step(32, 4, 200, 64))  # 32 over 4 with 256-page tables (a wider table key)
+    for _ in range(DEFAULT_COMPILE_AFTER + 3):
+        vm.forward(dummy_step(30, 3, 3, 64))  # pads to 32 over 4: the same counts, a 64-page key
+    stats = vm.stream_stats()
+    assert stats.misses == 1 and stats.hosted == DEFAULT_COMPILE_AFTER + 3
+
+
+def test_a_keys_splits_per_sequence() -> None:
+    assert seq_splits((64, 4, 64, 2)) == (2, 2, 2, 2)
+    assert seq_splits((64, 3, 64, 2, 1, 2, 4)) == (1, 2, 4)
