@@ -114,8 +114,11 @@ class CudaBackend(Backend):
         if asked is not None and not 1 <= int(asked) <= group:  # type: ignore[call-overload]
             raise ValueError(f"token_group {asked}: this model's matvecs take at most {group} rows of x at once")
         self.token_group = int(asked) if asked is not None else group  # type: ignore[call-overload]
+        # Steps of more than one token group: their linear layers as tensor-core tiles (KernelOptions.tile_matmul), on
+        # bf16 weights (the tiles' boxes are bf16) where the model's widths take them
+        tiles = self.kernel.tile_matmul and not fp8 and tiles_fit(self.dims)
         self.max_tokens_per_step = self.limits.max_tokens(self.dims, mlp_slices, bf16_rows,  # type: ignore[arg-type]
-                                                          self.kernel.mma_token_group)
+                                                          self.kernel.mma_token_group, tiles)
         if self.max_tokens_per_step > self.token_group:  # steps of several token groups
             split_kw.setdefault("token_group", self.token_group)
             split_kw.setdefault("held_pages", self.limits.min_ring_pages)
@@ -129,9 +132,7 @@ class CudaBackend(Backend):
                             self.limits.one_token_slice_floats(self.dims, self.kernel.mma_matvec))
         split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
         split_kw.setdefault("max_out_floats", self.limits.out_floats)
-        # Steps of more than one token group: their linear layers as tensor-core tiles (KernelOptions.tile_matmul), on
-        # bf16 weights (the tiles' boxes are bf16) where the model's widths take them
-        if self.kernel.tile_matmul and not fp8 and tiles_fit(self.dims):
+        if tiles:
             split_kw.setdefault("tile_min_tokens", self.token_group + 1)
         self.num_sms = num_sms or props.multi_processor_count
         # W_o's panel pages are bf16 boxes: an fp8 W_o streams as rows (and batch-1 attention is not fused with it)

@@ -155,12 +155,14 @@ class InterpreterLimits:
         return n
 
     def max_tokens(self, d: ModelDims, mlp_slices: int | None = None, bf16_x: bool = False,
-                   group_cap: int | None = None) -> int:
+                   group_cap: int | None = None, tiles: bool = False) -> int:
         """Tokens per step: MAX_TOKENS_PER_STEP where the kernel can run the step in token groups (x holds a group
         of at least the CUDA cores' 8 and every op's smallest row block fits the ring: groups_fit), else one token
-        group."""
+        group. `tiles`: steps of more than one token group run their linear layers as TILE_MATMUL tiles, so only the
+        LM head of a step with more tokens than sequences still runs in token groups (groups_fit's `tiles`)."""
         n = self.token_group(d, mlp_slices, bf16_x, group_cap)
-        if n >= self.max_tokens_per_matvec and self.max_tokens_per_step > n and self.groups_fit(d, mlp_slices):
+        if (n >= self.max_tokens_per_matvec and self.max_tokens_per_step > n
+                and self.groups_fit(d, mlp_slices, tiles)):
             return self.max_tokens_per_step
         return n
 
@@ -168,12 +170,15 @@ class InterpreterLimits:
         """Weight rows of k elements that `pages` pages hold (rows never straddle pages: weight_stream.cuh)."""
         return pages * (self.page_bytes // (2 * k))
 
-    def groups_fit(self, d: ModelDims, mlp_slices: int | None = None) -> bool:
+    def groups_fit(self, d: ModelDims, mlp_slices: int | None = None, tiles: bool = False) -> bool:
         """Whether a step of several token groups can run: each weight-streaming op keeps its instruction's pages in
         the ring across the groups (token_groups.cuh), so its smallest row block (SplitParams' units) must fit the
-        smallest ring."""
-        units = ((pow2_align(d.head_dim), d.hidden), (pow2_align(d.hidden), d.q_cols), (2 * d.gu_tile, d.hidden),
-                 (pow2_align(d.hidden), self._slice_width(d, mlp_slices)), (pow2_align(d.vocab), d.hidden))
+        smallest ring; `tiles`: only the LM head's (the rest are tiles in such steps: the 8B's gate/up row pairs of
+        4096 columns, 32 rows, do not fit a ring of 18 such rows)."""
+        lm_head = (pow2_align(d.vocab), d.hidden)
+        units = (lm_head,) if tiles else (
+            (pow2_align(d.head_dim), d.hidden), (pow2_align(d.hidden), d.q_cols), (2 * d.gu_tile, d.hidden),
+            (pow2_align(d.hidden), self._slice_width(d, mlp_slices)), lm_head)
         return all(rows <= self.rows_in_pages(k, self.min_ring_pages) for rows, k in units)
 
     @staticmethod

@@ -329,3 +329,17 @@ def test_an_lm_head_written_directly_is_not_cut_by_the_out_buffer() -> None:
     assert SplitParams(**kw, lm_head_direct_max_seqs=16).lm_head_uncapped(16)
     assert not SplitParams(**kw, lm_head_direct_max_seqs=16).lm_head_uncapped(17)  # two groups: held pages
     assert not SplitParams(**kw, lm_head_direct_max_seqs=16).lm_head_uncapped(1)
+
+
+def test_tiles_lift_the_8b_step_past_one_token_group() -> None:
+    """The 8B's gate/up row pairs do not fit a ring held across token groups, so without tiles its step is one token
+    group; with them only the LM head runs in groups, and its rows fit."""
+    c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", CONFIG.read_text())}
+    lim = InterpreterLimits(c["PAGE_BYTES"], c["X_FLOATS"], c["OUT_FLOATS"], c["MAX_TOKENS_PER_MATVEC"],
+                            c["MAX_GQA"], c["MIN_RING_PAGES"], c["MAX_RING_PAGES"], c["NUM_CONSUMER_WARPS"],
+                            mma_chunk=128, x_row_skew=c["X_ROW_SKEW"], max_tokens_per_step=c["MAX_TOKENS_PER_STEP"])
+    d8, d1 = (ModelDims.from_config(preset_config(p)) for p in ("llama-3.1-8b", "llama-3.2-1b"))
+    assert not lim.groups_fit(d8) and lim.groups_fit(d8, tiles=True)
+    assert lim.max_tokens(d8, bf16_x=True) == 8
+    assert lim.max_tokens(d8, bf16_x=True, tiles=True) == c["MAX_TOKENS_PER_STEP"]
+    assert lim.max_tokens(d1, bf16_x=True) == lim.max_tokens(d1, bf16_x=True, tiles=True) == c["MAX_TOKENS_PER_STEP"]

@@ -49,6 +49,22 @@ def test_tile_steps_match_vm(shape: str, policy: str) -> None:
         assert _tiles_ran(gpu), f"step {step} did not run tiles"
 
 
+def test_8b_widths_run_tile_steps_past_one_token_group() -> None:
+    """The 8B's widths (4096 hidden, 128-wide heads, 14336 intermediate; one layer): its gate/up rows do not fit a
+    ring held across token groups, so only tiles give it steps of more than 8 tokens (InterpreterLimits.max_tokens
+    `tiles`); those steps match the VM."""
+    cfg = small(4096, 32, 8, 128, 14336, 1, 512)
+    vm, gpu = pair(scaled_weights(cfg, seed=45), "lpt", num_pages=256, gpu_kw={"mma_matvec": True},
+                   token_group=8, held_pages=9, page_bytes=16384, tile_min_tokens=9)
+    assert gpu.max_tokens_per_step > gpu.token_group == 8
+    scen = Scenario(cfg, [40, 13] + [3] * 22, page_size=16, num_pages=256, seed=23)
+    plans: list[list[int | None]] = [[None] * 24, [1] * 24]  # a prefill of 24 sequences (85 tokens), 24 decodes
+    for step, plan in enumerate(plans):
+        steps_match_vm(vm, gpu, scen, [plan], f"8b widths tiles step {step}", lambda name: tolerance(name, True),
+                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "act_bf16"))
+        assert _tiles_ran(gpu), f"step {step} did not run tiles"
+
+
 def test_generate_batch_follows_reference(tiny_checkpoint: str) -> None:
     """40 greedy requests through LLM.generate: their decode steps run as tiles, and each request's tokens follow the
     torch reference teacher-forced on its own prompt (a tile that read stale activations or wrote the wrong KV rows
