@@ -21,7 +21,7 @@ from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, k
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
-from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
+from engine.cuda.step_padding import pad_batch
 from engine.cuda.stream_hosting import StreamHosting
 from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
@@ -180,11 +180,9 @@ class CudaBackend(Backend):
         if self._hosting is None:
             yield
             return
-        with self._hosting.pause():
+        # the hosts of new shapes: compiled, fitted to the kernel and run once
+        with self._hosting.warming_up(self.greedy, max_tokens, max_seqs, max_table_pages, self.max_tokens_per_step):
             yield
-            # the hosts of new shapes: compiled, fitted to the kernel and run once
-            for tokens, seqs in host_ladder(max_tokens, max_seqs, self.max_tokens_per_step):
-                self.greedy(dummy_step(tokens, seqs, max_table_pages, self._spare_page))
 
     @property
     def device(self) -> torch.device:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import torch
 
 from engine.backends.base import Backend
-from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
+from engine.cuda.step_padding import pad_batch
 from engine.cuda.stream_hosting import StreamHosting
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
@@ -122,10 +122,8 @@ class VMBackend(Backend):
         if self.hosting is None:
             yield
             return
-        with self.hosting.pause():
+        with self.hosting.warming_up(self.forward, max_tokens, max_seqs, max_table_pages):
             yield
-            for tokens, seqs in host_ladder(max_tokens, max_seqs):
-                self.forward(dummy_step(tokens, seqs, max_table_pages, self.hosting.spare_page))
 
     def greedy(self, batch: StepBatch) -> torch.Tensor:
         """Token ids from the in-stream ARGMAX_REDUCE (what the GPU hands back), int64 [S]."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from engine.cuda.step_padding import can_pad, pad_batch
+from engine.cuda.step_padding import can_pad, dummy_step, host_ladder, pad_batch
 from engine.scheduler.compiler.step_builder_cache import CompiledStream, StreamCache
 from models.llama.step_batch import StepBatch
 
@@ -53,6 +53,16 @@ class StreamHosting:
             yield
         finally:
             self.paused = was
+
+    @contextmanager
+    def warming_up(self, run: Callable[[StepBatch], object], max_tokens: int, max_seqs: int, max_table_pages: int,
+                   kernel_max_tokens: int | None = None) -> Iterator[None]:
+        """Backend.warming_up for a backend that hosts with this: every step in its own shape's stream while open,
+        then `run` (the backend's step) of a dummy step at each of host_ladder's counts, the hosts of later shapes."""
+        with self.pause():
+            yield
+            for tokens, seqs in host_ladder(max_tokens, max_seqs, kernel_max_tokens):
+                run(dummy_step(tokens, seqs, max_table_pages, self.spare_page))
 
     def place(self, cache: StreamCache, step: StepBatch, padded: StepBatch,
               usable: Callable[[CompiledStream], bool]) -> tuple[CompiledStream, StepBatch] | None:
