@@ -148,7 +148,9 @@ __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm,
   return true;
 }
 
-__device__ __noinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
+// Inlined into the kernel: ptxas serialises the products of a wgmma pipeline it sees crossing a call (C7510). The
+// general kernel's spills grow from 68/584 to 104/760 bytes (stores/loads); the batch-1 variants have no tiles.
+__device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
   const TileOperands t(w);
   if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
   const TileLanes tl(tk::warp_id(), t);
