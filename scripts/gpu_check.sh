@@ -31,9 +31,9 @@ for part in $parts; do
               run sanitize-fused env MEGAKERNEL_FUSE_O_PROJ=1 MEGAKERNEL_FUSED_HEAD_CHUNKS=2 \
                 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step ;;
     sanitize-tiles) # steps of many tokens as TILE_MATMUL tiles: memcheck, then shared-memory races. racecheck reports
-              # hazards on every handoff the interpreter makes through mbarriers (TMA pages) and acquire/release flags in
-              # shared memory (the controller's instruction slots, the ring's low cap, the KV stream), which it does not
-              # model: its report lists them while the step's results match; memcheck is the gate.
+              # hazards on the interpreter's handoffs ordered by mbarriers (TMA pages) and acquire/release flags in shared
+              # memory (the controller's instruction slots, the ring's low cap, the KV stream), an ordering its report
+              # does not credit, while the step's results match; not triaged one by one yet: memcheck is the gate.
               run sanitize-tiles compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step --tiles
               run racecheck-tiles compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m dev.sanitize_step --tiles ;;
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
