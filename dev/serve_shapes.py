@@ -24,7 +24,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
-from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH, StreamHosting
+from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH, StreamHosting, may_host
 from engine.instructions.layout import ModelDims, StepShape
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -72,8 +72,8 @@ class KeyCache:
         self.hosted += 1
         return cs
 
-    def get(self, batch: StepBatch) -> KeyStream:
-        key = self.key(batch)
+    def get(self, batch: StepBatch, key: tuple[int, ...] | None = None) -> KeyStream:
+        key = self.key(batch) if key is None else key
         if key in self._streams:
             self._streams.move_to_end(key)
             return self._streams[key]
@@ -94,13 +94,15 @@ class ShapeRecorder(Backend):
 
     def _record(self, batch: StepBatch) -> None:
         pads = batch.num_tokens > PAD_OVER
-        if not pads and batch.num_seqs == 1:  # a lone sequence's few tokens: its own stream
+        if not may_host(batch, pads):
             self.cache.get(batch)
             return
         padded = pad_batch(batch, 0) if pads else batch
-        hosted = self.hosting.place(self.cache, batch, padded, lambda cs: True) if self.hosting else None  # type: ignore[arg-type]
+        key = self.cache.key(padded)
+        hosted = (self.hosting.place(self.cache, key, batch, padded, lambda cs: True)  # type: ignore[arg-type]
+                  if self.hosting else None)
         if hosted is None:
-            self.cache.get(padded)
+            self.cache.get(padded, key)
         else:
             self.cache.added_tokens += hosted[1].num_tokens - padded.num_tokens
 

@@ -22,7 +22,7 @@ from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda.step_padding import pad_batch
-from engine.cuda.stream_hosting import StreamHosting
+from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import load_extension
@@ -209,11 +209,13 @@ class CudaBackend(Backend):
         (stream_hosting.py), else `batch` in its own shape's stream, compiled now if it is not."""
         last_error: Exception | None = None
         for cache in self._caches:
+            key = cache.key(batch)
             if step is not None and self._hosting is not None:
-                hosted = self._hosting.place(cache, step, batch, lambda c: isinstance(c.backend_state, DeviceStream))
+                hosted = self._hosting.place(cache, key, step, batch,
+                                             lambda c: isinstance(c.backend_state, DeviceStream))
                 if hosted is not None:
                     return hosted
-            cs = cache.get(batch)
+            cs = cache.get(batch, key)
             if cs.backend_state is False:  # checked before: does not fit at this granularity
                 continue
             if cs.backend_state is None:
@@ -308,10 +310,8 @@ class CudaBackend(Backend):
         return pad_batch(batch, self._spare_page, whole_table, max_tokens=self.max_tokens_per_step)
 
     def _step(self, batch: StepBatch) -> StepBatch | None:
-        """`batch` where a single step of it may run hosted (stream_hosting.py): one that _pads, or of several
-        sequences (a few decodes: a host's dummy rows cost little); a lone sequence's few tokens keep their own
-        stream (batch-1 decode's kernel variants and fused attention). Else None."""
-        return batch if self._hosting is not None and (self._pads(batch) or batch.num_seqs > 1) else None
+        """`batch` where a single step of it may run hosted (stream_hosting.py may_host), else None."""
+        return batch if self._hosting is not None and may_host(batch, self._pads(batch)) else None
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.cuda.step_padding import pad_batch
-from engine.cuda.stream_hosting import StreamHosting
+from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.instructions.step_args import StepArgsView
@@ -80,13 +80,14 @@ class VMBackend(Backend):
         """The stream `batch` runs in and `batch` as it runs there (padded, where pad_over says)."""
         if self.hosting is None or self.pad_over is None:
             return self.cache.get(batch), batch
-        # as the cuda backend: steps of more tokens padded, and these or steps of several sequences hosted
+        # as the cuda backend: steps of more tokens padded, and those may_host hosted
         pads = batch.num_tokens > self.pad_over
-        if not pads and batch.num_seqs == 1:
+        if not may_host(batch, pads):
             return self.cache.get(batch), batch
         padded = pad_batch(batch, self.hosting.spare_page) if pads else batch
-        hosted = self.hosting.place(self.cache, batch, padded, lambda cs: True)
-        return hosted if hosted is not None else (self.cache.get(padded), padded)
+        key = self.cache.key(padded)
+        hosted = self.hosting.place(self.cache, key, batch, padded, lambda cs: True)
+        return hosted if hosted is not None else (self.cache.get(padded, key), padded)
 
     def _forward(self, batch: StepBatch) -> torch.Tensor:
         cs, _ = self._placed(batch)

@@ -68,15 +68,12 @@ class StreamHosting:
             for tokens, seqs in host_ladder(max_tokens, max_seqs, kernel_max_tokens):
                 run(dummy_step(tokens, seqs, max_table_pages, self.spare_page))
 
-    def place(self, cache: StreamCache, step: StepBatch, padded: StepBatch,
+    def place(self, cache: StreamCache, key: tuple[int, ...], step: StepBatch, padded: StepBatch,
               usable: Callable[[CompiledStream], bool]) -> tuple[CompiledStream, StepBatch] | None:
         """(host, `step` padded to the host's counts, its step args patched) where `padded` (`step` padded to its
-        bucketed shape) has no stream in `cache` and a `usable` host there takes it; None: `padded` runs in its own
-        shape's stream (compiled now if it is not)."""
-        if self.paused:
-            return None
-        key = cache.key(padded)
-        if key in cache:
+        bucketed shape; `key`: its shape key in `cache`) has no stream in `cache` and a `usable` host there takes it;
+        None: `padded` runs in its own shape's stream (compiled now if it is not)."""
+        if self.paused or key in cache:
             return None
         host = smallest_host(cache.streams(), step, padded.num_tokens * self.max_growth, usable)
         if host is None:
@@ -93,6 +90,13 @@ class StreamHosting:
             self.asked[key] = asked
         run = pad_batch(step, self.spare_page, counts=(host.shape.num_tokens, host.shape.num_seqs))
         return cache.host(host, run), run
+
+
+def may_host(step: StepBatch, pads: bool) -> bool:
+    """Whether a single step may run hosted: one that runs padded (`pads`), or one of several sequences (a few decodes:
+    a host's dummy rows cost little); a lone sequence's few tokens keep their own stream (batch-1 decode's kernel
+    variants and fused attention)."""
+    return pads or step.num_seqs > 1
 
 
 def seq_splits(key: tuple[int, ...]) -> tuple[int, ...]:

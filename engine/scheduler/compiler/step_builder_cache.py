@@ -211,8 +211,9 @@ class StreamCache:
         cs.patch(batch)
         return cs
 
-    def get(self, batch: StepBatch) -> CompiledStream:
-        key = self.key(batch)
+    def get(self, batch: StepBatch, key: tuple[int, ...] | None = None) -> CompiledStream:
+        """`batch`'s stream (`key`: its shape key, where the caller has it), compiled now if it is not cached."""
+        key = self.key(batch) if key is None else key
         cs = self._streams.get(key)
         if cs is None:
             self.misses += 1
