@@ -49,6 +49,21 @@ def decode_batch_of(contexts: list[int], page_size: int) -> StepBatch:
     return StepBatch.build([[1]] * len(contexts), [c - 1 for c in contexts], tables, page_size=page_size)
 
 
+def chunk_batch_of(contexts: list[int], chunk: int, page_size: int) -> StepBatch:
+    """A prompt chunk of one sequence per context: its last `chunk` tokens, positions context - chunk .. context - 1."""
+    pages = -(-max(contexts) // page_size)
+    tables = [list(range(s * pages, s * pages + -(-c // page_size))) for s, c in enumerate(contexts)]
+    return StepBatch.build([[1] * chunk] * len(contexts), [c - chunk for c in contexts], tables, page_size=page_size)
+
+
+def profiled_chunk(args: argparse.Namespace, lengths: list[int]) -> int | None:
+    """--chunk N, checked against every prompt: the first recorded step's tokens per sequence (None: a decode)."""
+    chunk = getattr(args, "chunk", None)
+    if chunk is not None and chunk > min(lengths):
+        raise ValueError(f"--chunk {chunk} is longer than the shortest prompt ({min(lengths)} tokens; --prompt-len)")
+    return chunk
+
+
 def prompt_lengths(args: argparse.Namespace) -> list[int]:
     """Every sequence's prompt length: --prompt-lens, else --batch sequences of --prompt-len."""
     return list(getattr(args, "prompt_lens", None) or ()) or [int(args.prompt_len)] * int(args.batch)
@@ -88,10 +103,14 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
                         TargetDevice(num_sms=num_sms))
     records = []
     lengths = prompt_lengths(args)
+    chunk = profiled_chunk(args, lengths)
     for step in range(args.steps):
-        cs = cache.get(decode_batch_of([n + step + 1 for n in lengths], page_size))
+        # after a chunk (the prompt's last tokens), decode step k's token sits at position n + k - 1
+        cs = cache.get(chunk_batch_of(lengths, chunk, page_size) if chunk and step == 0
+                       else decode_batch_of([n + step + (0 if chunk else 1) for n in lengths], page_size))
         meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": len(lengths),
-                                      "prompt_len": _lengths_text(lengths), "steps": args.steps, "policy": policy,
+                                      "prompt_len": _lengths_text(lengths), "chunk": chunk or 0,
+                                      "steps": args.steps, "policy": policy,
                                       "num_sms": num_sms, "page_size": page_size,
                                       "kernel_options": _options_text(split)}
         records.append(record_from_compiled(cs, meta))
@@ -106,6 +125,7 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
         weights, desc = quantize_weights(weights, Fp8Scheme("channel")), f"{desc}, fp8 weights"
     page = int(getattr(args, "page_size", None) or EngineConfig.page_size)
     lengths, steps = prompt_lengths(args), int(args.steps)
+    chunk = profiled_chunk(args, lengths) or 0
     batch = len(lengths)
     policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_POLICY))
     backend_kw = {k: v for k, v in options.items() if k != "policy"}
@@ -115,13 +135,22 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, weights.config.vocab_size, (n,), generator=gen).tolist() for n in lengths]
-    for s in range(batch):  # prefill each sequence alone
-        backend.prefill(prompts[s], tables[s])
+    if chunk and chunk * batch > backend.max_tokens_per_step:
+        raise ValueError(f"--chunk {chunk} x {batch} sequences is more than a step of this kernel holds "
+                         f"({backend.max_tokens_per_step} tokens)")
+    for s in range(batch):  # prefill each sequence alone (with --chunk: all but its last chunk)
+        if len(prompts[s]) > chunk:
+            backend.prefill(prompts[s][:len(prompts[s]) - chunk], tables[s])
     tokens = [p[-1] for p in prompts]
     records = []
     backend.timing = True  # every step is recorded: the same --steps meaning as the VM's
     for step in range(steps):
-        b = StepBatch.build([[t] for t in tokens], [n + step for n in lengths], tables, device=dev, page_size=page)
+        if chunk and step == 0:  # the prompts' last tokens; decode step k then writes at n + k - 1
+            b = StepBatch.build([p[len(p) - chunk:] for p in prompts], [n - chunk for n in lengths], tables,
+                                device=dev, page_size=page)
+        else:
+            b = StepBatch.build([[t] for t in tokens], [n + step - (1 if chunk else 0) for n in lengths], tables,
+                                device=dev, page_size=page)
         if step == 0:
             # Run the first step twice and keep the second: it then follows a launch of the same kernel, as every
             # step of the bench's loop does. After the prefill's kernels the SMs' instruction caches are cold,
@@ -130,7 +159,7 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
             backend.greedy(b)
         tokens = backend.greedy(b).tolist()
         meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch,
-                                      "prompt_len": _lengths_text(lengths),
+                                      "prompt_len": _lengths_text(lengths), "chunk": chunk,
                                       "steps": steps, "policy": policy, "num_sms": backend.num_sms,
                                       "kernel_options": _options_text(options), "gpu": torch.cuda.get_device_name()}
         records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))

@@ -16,8 +16,9 @@ from engine.engine_config import EngineConfig
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS
 from profiler.record import RAW_NAME, ProfileFormatError, ProfileRecord, load_npz, raw_path
 
-DESCRIPTION = """Profile decode steps per SM and write into --out: raw.npz (timings + instruction words),
-trace.json (open in ui.perfetto.dev), gantt.html (self-contained, offline), gantt.png and summary.txt/json.
+DESCRIPTION = """Profile decode steps (or, with --chunk, a prompt chunk) per SM and write into --out: raw.npz (timings
++ instruction words), trace.json (open in ui.perfetto.dev), gantt.html (self-contained, offline), gantt.png and
+summary.txt/json.
 VM timelines come from the cost model and are labelled SIMULATED everywhere. With --compare A B: compare.txt
 and compare.html (both Gantts on one time scale) instead."""
 STEPS_HELP = ("decode steps to run and record, every one of them on every backend (each step one token longer; "
@@ -52,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one sequence per length instead of --batch sequences of --prompt-len (LxN: N of length L; "
                         "e.g. 32000,1000x15)")
     p.add_argument("--steps", type=_positive_int, default=1, help=STEPS_HELP)
+    p.add_argument("--chunk", type=_positive_int, default=None, metavar="N",
+                   help="the first recorded step is a prompt chunk: each sequence's last N prompt tokens at once "
+                        "(chunked prefill; its earlier tokens are prefilled first), the later steps decode")
     p.add_argument("--policy", default=None,
                    help=f"scheduling policy passed to the instruction builder (default: the engine's, "
                         f"{EngineConfig.policy})")

@@ -1,4 +1,5 @@
-"""--steps N means the same on every backend: N decode steps run, all of them recorded, laid back to back."""
+"""--steps N means the same on every backend: N steps run, all of them recorded, laid back to back (with --chunk
+the first is a prompt chunk)."""
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ def test_back_to_back_lays_steps_end_to_start(rng):
 
 def _args(**kw) -> argparse.Namespace:
     base = dict(preset="tiny", model=None, backend="vm", batch=1, prompt_len=8, steps=3, policy=None, num_sms=8,
-                page_size=16, kernel_option=[])
+                page_size=16, kernel_option=[], chunk=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -106,6 +107,60 @@ def test_cuda_records_every_step(monkeypatch, rng):
     assert recorded == [2, 3, 4, 5, 6]  # the first step ran twice (warm), then each of the 5 was recorded
     assert step_index(rec).max() == 4
     assert all(m["steps"] == 5 and "step" not in m for m in metas)  # the record is of all steps, not one
+
+
+def test_vm_profiles_a_prompt_chunk_then_decodes():
+    """--chunk N: the first recorded step holds each sequence's last N prompt tokens, the later ones decode."""
+    profiling = pytest.importorskip("engine.profiling")
+    decode = profiling.collect_profile(_args(steps=1, prompt_len=40))
+    chunked = profiling.collect_profile(_args(steps=2, prompt_len=40, chunk=32))
+    assert chunked.meta["chunk"] == 32 and decode.meta["chunk"] == 0
+    # the decode after the chunk is the plain profile's step (context 41); the chunk step is a step of 32 tokens
+    assert step_index(chunked).max() == 1
+    assert int((step_index(chunked) == 1).sum()) == decode.num_instructions
+    batch = profiling.chunk_batch_of([40, 20], 8, 16)
+    assert batch.positions.tolist() == list(range(32, 40)) + list(range(12, 20))
+    with pytest.raises(ValueError, match="--chunk 41 is longer than the shortest prompt"):
+        profiling.collect_profile(_args(steps=1, prompt_len=40, chunk=41))
+
+
+def test_cuda_chunk_step_takes_the_prompts_last_tokens(monkeypatch):
+    """The cuda path on fakes: the prompt is prefilled up to its last chunk, the chunk is the first recorded step
+    (its tokens at their prompt positions), and the decode after it writes at the prompt's length."""
+    profiling = pytest.importorskip("engine.profiling")
+    built: list[tuple[list[list[int]], list[int]]] = []
+    prefilled: list[int] = []
+
+    class FakeBackend:
+        num_sms, max_tokens_per_step = 4, 64
+        module = types.SimpleNamespace(TIMING_MARK0=5)
+
+        def __init__(self, *a, **kw) -> None:
+            self.timing, self.last = False, None
+
+        def prefill(self, prompt, table) -> None:
+            prefilled.append(len(prompt))
+
+        def greedy(self, batch):
+            import torch
+
+            return torch.zeros(2, dtype=torch.int64)
+
+    def fake_build(tokens, positions, tables, **kw):  # noqa: ANN001, ANN202
+        built.append((tokens, positions))
+
+    weights = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=100))
+    monkeypatch.setattr(profiling, "load_bench_weights", lambda *a, **kw: (weights, "fake"))
+    monkeypatch.setattr(profiling, "CudaBackend", FakeBackend)
+    monkeypatch.setattr(profiling, "record_from_timing", lambda *a: make_chain_record(np.random.default_rng(0), 1))
+    monkeypatch.setattr(profiling.StepBatch, "build", staticmethod(fake_build))
+    monkeypatch.setattr(profiling.torch.cuda, "get_device_name", lambda: "fake GPU")
+    profiling.collect_cuda_profile(_args(backend="cuda", steps=2, batch=2, prompt_len=40, chunk=24), {})
+    assert prefilled == [16, 16]
+    assert [len(t) for t in built[0][0]] == [24, 24] and built[0][1] == [16, 16]
+    assert built[-1][1] == [40, 40] and [len(t) for t in built[-1][0]] == [1, 1]
+    with pytest.raises(ValueError, match="more than a step of this kernel holds"):
+        profiling.collect_cuda_profile(_args(backend="cuda", steps=1, batch=3, prompt_len=40, chunk=24), {})
 
 
 def test_steps_help_says_what_it_means():
