@@ -60,6 +60,29 @@ def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> N
     assert any(OPCODES.code_of(i) == Opcode.LM_HEAD for i in cs.stream.instrs)
 
 
+@pytest.mark.parametrize("weight_major", [True, False])
+def test_tiles_of_one_weight_block_are_listed_together_over_the_chunks(weight_major: bool) -> None:
+    """tile_weight_major: each op lists a weight block's tiles over every token chunk together (the list schedule
+    then hands them to SMs at once, sharing the block through L2); off, chunk by chunk. Same tiles either way."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    batch = StepBatch.build([list(range(1, 201))], [0], [list(range(13))], page_size=16)
+    params = BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17, tile_weight_major=weight_major)
+    cs = compile_stream(d, batch, 16, params, H100)
+    gate_up = [(i.row_begin, i.tok_begin) for i in cs.stream.instrs
+               if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind == TileKind.GATE_UP and i.header.layer == 0]
+    chunks = sorted({t for _, t in gate_up})
+    assert len(chunks) == 4
+    firsts = gate_up[:len(chunks)]
+    if weight_major:
+        assert firsts == [(gate_up[0][0], t) for t in chunks]
+    else:
+        assert {t for _, t in firsts} == {0}
+    _, default = _compile(batch)
+    assert sorted(gate_up) == sorted((i.row_begin, i.tok_begin) for i in default.stream.instrs
+                                     if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind == TileKind.GATE_UP
+                                     and i.header.layer == 0)
+
+
 def test_steps_below_the_threshold_have_no_tiles() -> None:
     _, cs = _compile(decode_batch(16, 33, 16))
     assert cs.stream.plan.tiles is None

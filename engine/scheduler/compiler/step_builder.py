@@ -168,21 +168,18 @@ def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, l
     assert tp is not None
     attn_norm = _tile_norm(emit, tp, layer, NormOf.ATTN, prev_waits)
     c_qkv = [emit.ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
-    for t0, t1 in tp.tokens:
-        for a, b, g in tp.qkv:
-            emit(TileMatmul, layer, [attn_norm], c_qkv[g], kind=TileKind.QKV, row_begin=a, row_end=b, k_begin=0,
-                 k_end=dims.hidden, tok_begin=t0, tok_end=t1)
+    for (a, b, g), (t0, t1) in tp.ordered(list(tp.qkv)):
+        emit(TileMatmul, layer, [attn_norm], c_qkv[g], kind=TileKind.QKV, row_begin=a, row_end=b, k_begin=0,
+             k_end=dims.hidden, tok_begin=t0, tok_end=t1)
     per_group = [len(tp.tokens) * sum(1 for *_, g in tp.qkv if g == gg) for gg in range(dims.n_kv)]
     attn_wait = _attention(emit, dims, shape, plan, layer, c_qkv, per_group)
 
     def tiles(kind: TileKind, rows: tuple[tuple[int, int], ...], ks: tuple[tuple[int, int], ...], waits: Waits,
               name: str) -> tuple[int, int]:
         counter = emit.ctr(f"{name}[{layer}]")
-        for t0, t1 in tp.tokens:
-            for a, b in rows:
-                for k0, k1 in ks:
-                    emit(TileMatmul, layer, waits, counter, kind=kind, row_begin=a, row_end=b, k_begin=k0,
-                         k_end=k1, tok_begin=t0, tok_end=t1)
+        for (a, b, k0, k1), (t0, t1) in tp.ordered([(a, b, k0, k1) for a, b in rows for k0, k1 in ks]):
+            emit(TileMatmul, layer, waits, counter, kind=kind, row_begin=a, row_end=b, k_begin=k0, k_end=k1,
+                 tok_begin=t0, tok_end=t1)
         return counter, len(tp.tokens) * len(rows) * len(ks)
 
     o_done = tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ")
@@ -245,10 +242,9 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
     if lm_tiles:
         assert plan.tiles is not None
         final_norm = _tile_norm(emit, plan.tiles, -1, NormOf.FINAL, prev_waits)
-        for t0, t1 in plan.tiles.tokens:
-            for blk, (a, b) in enumerate(lm_tiles):
-                emit(TileMatmul, -1, [final_norm], c_lm, kind=TileKind.LM_HEAD, row_begin=a, row_end=b, k_begin=0,
-                     k_end=dims.hidden, tok_begin=t0, tok_end=t1, block=blk)
+        for (blk, a, b), (t0, t1) in plan.tiles.ordered([(blk, a, b) for blk, (a, b) in enumerate(lm_tiles)]):
+            emit(TileMatmul, -1, [final_norm], c_lm, kind=TileKind.LM_HEAD, row_begin=a, row_end=b, k_begin=0,
+                 k_end=dims.hidden, tok_begin=t0, tok_end=t1, block=blk)
         n_lm = len(lm_tiles) * len(plan.tiles.tokens)
     else:
         for blk, (a, b) in enumerate(plan.lm_head):

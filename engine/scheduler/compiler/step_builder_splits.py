@@ -85,6 +85,11 @@ class SplitParams:
     # most `tile_tokens` of the step's tokens.
     tile_min_tokens: int | None = None
     tile_tokens: int = 64
+    # True: a layer's tiles of one weight block over every token chunk are listed (and so scheduled) together, so the
+    # SMs working at once share a few blocks of weights through L2 and each weight comes from HBM about once per step;
+    # False: chunk by chunk, every chunk reading the whole matrix again (a 64 MB gate/up of the 1B does not stay in a
+    # 50 MB L2 between chunks). Only steps of several token chunks (prefill) see a difference.
+    tile_weight_major: bool = True
     held_pages: int = 9
     page_bytes: int = 16384
 
@@ -354,7 +359,7 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     tiles = None
     if (not fused and p.tile_min_tokens is not None and shape.num_tokens >= p.tile_min_tokens
             and tiles_fit(d)):
-        tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens)
+        tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens, p.tile_weight_major)
         if tiles.lm_rows:  # the LM head as tiles too: one block each (lm_max / lm_arg columns)
             lm_head = list(tiles.lm_rows)
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),

@@ -37,6 +37,15 @@ class TilePlan:
     lm_rows: tuple[Range, ...] = ()
     # NORM tiles' token ranges (each norm of a layer: one instruction per range)
     norm_tokens: tuple[Range, ...] = ()
+    # The order tiles are listed in, which the static schedule follows between equal tiles: True, a weight block's
+    # tiles over every token chunk together (SplitParams.tile_weight_major); False, chunk by chunk.
+    weight_major: bool = True
+
+    def ordered(self, blocks: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], Range]]:
+        """(weight block, token chunk) pairs of one op in the plan's order."""
+        if self.weight_major:
+            return [(b, t) for b in blocks for t in self.tokens]
+        return [(b, t) for t in self.tokens for b in blocks]
 
 
 def _cut(lo: int, hi: int, parts: int, unit: int) -> list[Range]:
@@ -55,7 +64,8 @@ def tiles_fit(d: ModelDims) -> bool:
             and 2 * d.gu_tile <= TILE_MAX_ROWS and (TILE_MAX_ROWS // 2) % d.gu_tile == 0)
 
 
-def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int) -> TilePlan:
+def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int,
+              weight_major: bool = True) -> TilePlan:
     """About `waves * num_sms` tiles per op and token chunk; tiles_fit(d) must hold."""
     target = waves * device.num_sms
     chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
@@ -81,4 +91,4 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
     # tiles waiting for it start after one short hop.
     norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, max(1, device.num_sms // 4)), 1)
     return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
-                    tuple(lm_rows), tuple(norm_tokens))
+                    tuple(lm_rows), tuple(norm_tokens), weight_major)
