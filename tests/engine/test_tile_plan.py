@@ -63,7 +63,8 @@ def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> N
 @pytest.mark.parametrize("weight_major", [True, False])
 def test_tiles_of_one_weight_block_are_listed_together_over_the_chunks(weight_major: bool) -> None:
     """tile_weight_major: each op lists a weight block's tiles over every token chunk together (the list schedule
-    then hands them to SMs at once, sharing the block through L2); off, chunk by chunk. Same tiles either way."""
+    then hands them to SMs at once, sharing the block through L2); off (the default), chunk by chunk. Same tiles
+    either way."""
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     batch = StepBatch.build([list(range(1, 201))], [0], [list(range(13))], page_size=16)
     params = BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17, tile_weight_major=weight_major)

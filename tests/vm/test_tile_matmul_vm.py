@@ -43,13 +43,13 @@ def test_tile_steps_match_reference(heads: int, kv: int, hd: int, hidden: int, i
              tile_min_tokens=3, tile_tokens=tile_tokens, after_step=expect_tiles(True))
 
 
-def test_tiles_listed_chunk_by_chunk_match_reference() -> None:
-    """The other tile order (tile_weight_major=False: chunk by chunk) computes the same."""
+def test_tiles_listed_weight_major_match_reference() -> None:
+    """The other tile order (tile_weight_major: a weight block over every chunk together) computes the same."""
     heads, kv, hd, hidden, inter = CONFIGS[0]
     cfg = small_config(hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, inter=inter)
     w = random_weights(cfg, seed=5)
     run_pair(cfg, w, [[None, None, None], [5, 1, 1]], prompt_lens=[11, 17, 3], num_sms=12, tile_min_tokens=3,
-             tile_tokens=8, tile_weight_major=False, after_step=expect_tiles(True))
+             tile_tokens=8, tile_weight_major=True, after_step=expect_tiles(True))
 
 
 def test_steps_below_the_threshold_keep_the_matvec_opcodes() -> None:

@@ -88,8 +88,10 @@ class SplitParams:
     # True: a layer's tiles of one weight block over every token chunk are listed (and so scheduled) together, so the
     # SMs working at once share a few blocks of weights through L2 and each weight comes from HBM about once per step;
     # False: chunk by chunk, every chunk reading the whole matrix again (a 64 MB gate/up of the 1B does not stay in a
-    # 50 MB L2 between chunks). Only steps of several token chunks (prefill) see a difference.
-    tile_weight_major: bool = True
+    # 50 MB L2 between chunks). Only steps of several token chunks (prefill) differ. Measured (H200, 1B, 2 048-token
+    # prefill, two alternating rounds, docs/PERFORMANCE.md): 45.7 / 46.1 ms weight-major against 45.3 / 45.5: no gain,
+    # as a tile page is bound by the consumers' loop, not by where its weights come from; kept for the A/B.
+    tile_weight_major: bool = False
     held_pages: int = 9
     page_bytes: int = 16384
 

@@ -39,7 +39,7 @@ class TilePlan:
     norm_tokens: tuple[Range, ...] = ()
     # The order tiles are listed in, which the static schedule follows between equal tiles: True, a weight block's
     # tiles over every token chunk together (SplitParams.tile_weight_major); False, chunk by chunk.
-    weight_major: bool = True
+    weight_major: bool = False
 
     def ordered(self, blocks: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], Range]]:
         """(weight block, token chunk) pairs of one op in the plan's order."""
@@ -65,7 +65,7 @@ def tiles_fit(d: ModelDims) -> bool:
 
 
 def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int,
-              weight_major: bool = True) -> TilePlan:
+              weight_major: bool = False) -> TilePlan:
     """About `waves * num_sms` tiles per op and token chunk; tiles_fit(d) must hold."""
     target = waves * device.num_sms
     chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
