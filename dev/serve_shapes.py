@@ -5,8 +5,9 @@ for a larger model: padded to bucketed counts (engine/cuda/step_padding.py), key
 a compiled larger stream until it recurs (engine/cuda/stream_hosting.py; `--no-hosting`: every new shape compiled).
 Then `--clients` closed-loop clients send `--requests` prompts of `--input-len` tokens for `--output-len` tokens each,
 as `megakernel bench-serve --max-concurrency` does. Prints the shapes the warm-up built, how many compiles serving
-caused (each a stall of the engine thread), how many steps ran hosted and the tokens their padding added, and what
-compiling each compiled shape costs here. What it cannot see: when a real server's requests arrive between steps,
+caused (each a stall of the engine thread), how many steps ran hosted and the tokens their padding added, every single
+step's tokens against the tokens it ran as (bucket padding and hosts), and what compiling each compiled shape costs
+here. What it cannot see: when a real server's requests arrive between steps,
 and the cuda backend's runs of decode steps on the device.
 Usage: python -m dev.serve_shapes [--preset llama-3.2-1b] [--clients 32] [--requests 128] [--capacity 32]"""
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.backends.base import Backend
-from engine.cuda.step_padding import dummy_step, host_ladder, pad_batch
+from engine.cuda.step_padding import bucket_up, dummy_step, host_ladder, pad_batch
 from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH, StreamHosting, may_host
 from engine.instructions.layout import ModelDims, StepShape
 from engine.llm_engine import LLMEngine
@@ -57,6 +58,8 @@ class KeyCache:
         self.compiled: list[tuple[tuple[int, ...], StepBatch]] = []
         self.hosted = 0
         self.added_tokens = 0  # tokens hosted steps carried beyond their own padded shape's
+        self.real_tokens = self.run_tokens = 0  # single steps' own tokens, and the tokens they ran as (padding, hosts)
+        self.past_bucket = 0  # single steps run as more tokens than their own count's bucket (a dummy needs a token)
 
     def key(self, batch: StepBatch) -> tuple[int, ...]:
         return shape_key(self.dims, batch, self.page_size, self.params, self.device)
@@ -93,18 +96,26 @@ class ShapeRecorder(Backend):
         self.max_tokens_per_step = inner.max_tokens_per_step
 
     def _record(self, batch: StepBatch) -> None:
+        self.cache.real_tokens += batch.num_tokens
+        ran = self._place(batch)
+        self.cache.run_tokens += ran
+        self.cache.past_bucket += ran > bucket_up(batch.num_tokens)
+
+    def _place(self, batch: StepBatch) -> int:
+        """Place `batch` in the cache; returns the tokens it runs as."""
         pads = batch.num_tokens > PAD_OVER
         if not may_host(batch, pads):
             self.cache.get(batch)
-            return
+            return batch.num_tokens
         padded = pad_batch(batch, 0) if pads else batch
         key = self.cache.key(padded)
         hosted = (self.hosting.place(self.cache, key, batch, padded, lambda cs: True)  # type: ignore[arg-type]
                   if self.hosting else None)
         if hosted is None:
             self.cache.get(padded, key)
-        else:
-            self.cache.added_tokens += hosted[1].num_tokens - padded.num_tokens
+            return padded.num_tokens
+        self.cache.added_tokens += hosted[1].num_tokens - padded.num_tokens
+        return hosted[1].num_tokens
 
     @contextmanager
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
@@ -204,6 +215,9 @@ def main() -> None:
           f"({cache.added_tokens} tokens added by hosts' padding); LRU of {args.capacity} streams, "
           + ("no hosting" if hosting is None else f"compile after {args.compile_after}, growth <= {args.max_growth}")
           )
+    print(f"single steps' tokens: {cache.real_tokens} of their own, run as {cache.run_tokens} "
+          f"({cache.run_tokens / max(1, cache.real_tokens):.2f}x); {cache.past_bucket} steps ran past their own "
+          f"token count's bucket")
     total = 0.0
     for key, batch in new:
         t = time.perf_counter()
