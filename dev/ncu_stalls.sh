@@ -13,5 +13,5 @@ reasons="no_instruction long_scoreboard short_scoreboard barrier membar sleeping
 metrics=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
 for r in $reasons; do metrics+=",smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done
 ncu --clock-control none -k regex:megakernel --launch-skip "${1:-6}" --launch-count 1 --metrics "$metrics" \
-  python3 -m dev.ncu_step 10 > "$OUT/ncu_stalls.txt" 2>&1
+  python3 -m dev.ncu_step ${NCU_STEP_ARGS:-10} > "$OUT/ncu_stalls.txt" 2>&1
 grep -E "smsp__|gpu__|==PROF==|rror" "$OUT/ncu_stalls.txt" | sed 's/smsp__average_warps_issue_stalled_//' | head -40
