@@ -3,10 +3,11 @@
 raises `WeightLoadError` naming the tensor and the file (or ConfigError naming config.json's field)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError, checkpoint_headers
+from models.llama.checkpoint_kv_scales import is_kv_scale_tensor
 from models.llama.config import LlamaConfig
 from models.llama.fp8_checkpoint import SIDE_SUFFIXES, CheckpointQuant, read_checkpoint_quant
 
@@ -56,6 +57,7 @@ class CheckpointPlan:
     files: dict[str, Path]  # each expected tensor's file
     scales: dict[str, tuple[str, Path]]  # an fp8 tensor's scale tensor and its file
     quant: CheckpointQuant | None
+    kv_scales: dict[str, Path] = field(default_factory=dict)  # KV-cache scale tensors (checkpoint_kv_scales.py)
 
 
 def plan_checkpoint(model_dir: Path, config: LlamaConfig) -> CheckpointPlan:
@@ -65,8 +67,15 @@ def plan_checkpoint(model_dir: Path, config: LlamaConfig) -> CheckpointPlan:
     quant = read_checkpoint_quant(model_dir)
     stored = checkpoint_headers(model_dir)
     expected = expected_shapes(config)
-    for name, (path, _) in stored.items():
+    kv_scales: dict[str, Path] = {}
+    for name, (path, header) in stored.items():
         if name in expected or ignorable(name, config) or (quant and quant.is_side_tensor(name)):
+            continue
+        if is_kv_scale_tensor(name, config):
+            if header.dtype not in LOADABLE_DTYPES:
+                raise WeightLoadError(f"tensor {name!r} in {path} has dtype {header.dtype}, expected one of "
+                                      f"{', '.join(LOADABLE_DTYPES)}")
+            kv_scales[name] = path
             continue
         if quant is None and name.endswith(SIDE_SUFFIXES):
             raise WeightLoadError(f"tensor {name!r} in {path} belongs to a quantized weight, but "
@@ -94,7 +103,7 @@ def plan_checkpoint(model_dir: Path, config: LlamaConfig) -> CheckpointPlan:
         elif header.dtype not in LOADABLE_DTYPES:
             raise WeightLoadError(f"tensor {name!r} in {path} has dtype {header.dtype}, "
                                   f"expected one of {', '.join(LOADABLE_DTYPES)}")
-    return CheckpointPlan({name: stored[name][0] for name in expected}, scales, quant)
+    return CheckpointPlan({name: stored[name][0] for name in expected}, scales, quant, kv_scales)
 
 
 def check_checkpoint(model_dir: str | Path, config: LlamaConfig) -> None:

@@ -6,9 +6,11 @@ Two formats are read, both e4m3 weights (safetensors dtype F8_E4M3) with float s
   without it a `<module>.weight_scale` per tensor ([] or [1]) or per output channel ([out] or [out, 1]).
 - `quant_method: "compressed-tensors"` (llm-compressor) with format `float-quantized` (or `naive-quantized`) and one
   config group of 8-bit `float` weights, strategy `tensor`, `channel` or `block`: `<module>.weight_scale`.
-Activations stay bf16 (weight-only): static `input_scale` tensors are read past, and a `kv_cache_scheme` is not
-applied (the KV cache stays in the engine's dtype). Modules in `ignore` / `modules_to_not_convert` are stored
-unquantized. Anything else is refused here, before any tensor is read, naming the field.
+Activations stay bf16 (weight-only): static `input_scale` tensors are read past. A compressed-tensors
+`kv_cache_scheme` (static 8-bit float) brings its KV-cache scales as tensors (models/llama/checkpoint_kv_scales.py),
+used where the KV cache is fp8 (`--kv-cache-dtype fp8`; the cache's dtype stays the engine's choice). Modules in
+`ignore` / `modules_to_not_convert` are stored unquantized. Anything else is refused here, before any tensor is read,
+naming the field.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from models.llama.fp8 import FP8_DTYPE, Fp8Matrix
 READ_METHODS = ("fp8", "compressed-tensors")
 COMPRESSED_FORMATS = ("float-quantized", "naive-quantized")
 STRATEGIES = ("tensor", "channel", "block")
+KV_STRATEGIES = ("tensor", "attn_head")  # one KV-cache scale per layer, or per KV head
 # Tensors a quantized module may carry beside its weight and scale, read past (activation-quantization parameters).
 IGNORED_SUFFIXES = (".input_scale", ".weight_zero_point", ".input_zero_point")
 # Every tensor a quantized module may carry beside its weight, in any format read here.
@@ -118,7 +121,25 @@ def _compressed_tensors(q: dict[str, Any]) -> CheckpointQuant:
     if strategy not in STRATEGIES:
         raise ConfigError(f"{path}.strategy: one of {', '.join(STRATEGIES)} is read, got {strategy!r}")
     block = _block(_field(w, "block_structure", path), f"{path}.block_structure") if strategy == "block" else None
+    _check_kv_cache_scheme(q.get("kv_cache_scheme"))
     return CheckpointQuant("compressed-tensors", "weight_scale", block)
+
+
+def _check_kv_cache_scheme(kv: Any) -> None:
+    """A kv_cache_scheme the engine reads: static 8-bit float scales, one per layer or per KV head, stored as
+    `self_attn.k_scale` / `v_scale` (models/llama/checkpoint_kv_scales.py)."""
+    path = "quantization_config.kv_cache_scheme"
+    if kv is None:
+        return
+    if not isinstance(kv, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(kv).__name__}")
+    if kv.get("type", "float") != "float" or kv.get("num_bits", 8) != 8:
+        raise ConfigError(f"{path}: only an 8-bit 'float' KV cache is read, got type {kv.get('type')!r} "
+                          f"num_bits {kv.get('num_bits')!r}")
+    if kv.get("dynamic", False) is not False:
+        raise ConfigError(f"{path}.dynamic: KV scales computed at run time are not read, got {kv.get('dynamic')!r}")
+    if kv.get("strategy", "tensor") not in KV_STRATEGIES:
+        raise ConfigError(f"{path}.strategy: one of {', '.join(KV_STRATEGIES)} is read, got {kv.get('strategy')!r}")
 
 
 def checkpoint_quant(config: dict[str, Any]) -> CheckpointQuant | None:

@@ -11,7 +11,8 @@ for keys. Values have no rotation. A head's scale is the bound of its largest di
 ||W_k row j * gamma||, for unit-variance inputs) then lands near 448 / sqrt(2 H) (5.6 for H = 4096), 2^9 or more
 above e4m3's subnormals, so values down to ~1/500 of typical keep their three mantissa bits.
 
-No calibration data, the same on every backend, fixed before any page is written.
+No calibration data, the same on every backend, fixed before any page is written. A checkpoint calibrated with
+data (llm-compressor's kv_cache_scheme) brings its own scales, which are used instead.
 """
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ def _head_bounds(w: Matrix, gamma: torch.Tensor, heads: int, factor: float) -> t
 
 
 def kv_scales(weights: LlamaWeights) -> tuple[torch.Tensor, torch.Tensor]:
-    """(k_scale, v_scale) float32 [num_layers, num_kv_heads] for an fp8 KV cache of `weights` (see the module
-    docstring); a head whose rows are all zero gets scale 1."""
+    """(k_scale, v_scale) float32 [num_layers, num_kv_heads] for an fp8 KV cache of `weights`: the checkpoint's own
+    where it has them (models/llama/checkpoint_kv_scales.py), else derived (see the module docstring); a head whose
+    rows are all zero gets scale 1."""
+    if weights.kv_scales is not None:
+        return weights.kv_scales[0].clone(), weights.kv_scales[1].clone()
     cfg = weights.config
     root_h = math.sqrt(cfg.hidden_size)
     k = torch.stack([_head_bounds(lw.k_proj, lw.input_layernorm, cfg.num_key_value_heads, root_h * math.sqrt(2))

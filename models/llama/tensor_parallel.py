@@ -81,8 +81,13 @@ def shard_weights(weights: LlamaWeights, rank: int, world: int) -> LlamaWeights:
     cfg = weights.config
     parts = shard_parts(cfg, rank, world)
     state = to_state_dict(weights, include_lm_head=not cfg.tie_word_embeddings, dequantize=False)
-    return assemble_weights(shard_config(cfg, world),
-                            {name: part_of(m, parts[name]) if name in parts else m for name, m in state.items()})
+    shard = assemble_weights(shard_config(cfg, world),
+                             {name: part_of(m, parts[name]) if name in parts else m for name, m in state.items()})
+    if weights.kv_scales is None:
+        return shard
+    kv = shard_config(cfg, world).num_key_value_heads  # the rank's KV heads: rank * kv .. (rank + 1) * kv
+    k, v = weights.kv_scales
+    return replace(shard, kv_scales=(k[:, rank * kv:(rank + 1) * kv].clone(), v[:, rank * kv:(rank + 1) * kv].clone()))
 
 
 def load_shard(model_dir: str | Path, config: LlamaConfig, rank: int, world: int, **load_kw: Any) -> LlamaWeights:

@@ -14,7 +14,7 @@ field of the dataclasses below is then an `Fp8Matrix` instead of a tensor; norms
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
 from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError
+from models.llama.checkpoint_kv_scales import read_kv_scales
 from models.llama.checkpoint_plan import (CheckpointPlan, check_checkpoint, expected_shapes, ignorable, plan_checkpoint,
                                          quantizable)
 from models.llama.config import LlamaConfig
@@ -61,6 +62,9 @@ class LlamaWeights:
     layers: tuple[LayerWeights, ...]
     norm: torch.Tensor  # [H]
     lm_head: Matrix  # [V, H]; the same object as embed_tokens when tied
+    # The checkpoint's own fp8 KV-cache scales (k_scale, v_scale) float32 [num_layers, KV heads], where it has them
+    # (models/llama/checkpoint_kv_scales.py); None: derived from the weights (models/llama/kv_scales.py).
+    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -191,7 +195,18 @@ def load_weights(
         except SafetensorError as e:  # what the header check cannot see, e.g. a file changed meanwhile
             raise WeightLoadError(f"{path}: {e}") from e
     bar.close()
-    return assemble_weights(config, tensors)
+    weights = assemble_weights(config, tensors)
+    kv = read_kv_scales(plan.kv_scales, config, _kv_heads(parts, config))
+    return weights if kv is None else replace(weights, kv_scales=kv)
+
+
+def _kv_heads(parts: Mapping[str, MatrixPart] | None, config: LlamaConfig) -> tuple[int, int] | None:
+    """The KV heads a part of the K projection keeps (a tensor-parallel rank's), None: all."""
+    part = parts.get("model.layers.0.self_attn.k_proj.weight") if parts else None
+    if part is None:
+        return None
+    _, lo, hi = part
+    return lo // config.head_dim, hi // config.head_dim
 
 
 def _stored_fp8(f: object, name: str, plan: CheckpointPlan, device: torch.device | str) -> Fp8Matrix:
@@ -215,7 +230,7 @@ def quantize_weights(weights: LlamaWeights, scheme: Fp8Scheme = Fp8Scheme(),
     for name, t in state.items():
         quantize = isinstance(t, torch.Tensor) and quantizable(name) and not _skipped(name, config, skip)
         out[name] = quantize_fp8(t, scheme) if quantize else t
-    return assemble_weights(config, out)
+    return replace(assemble_weights(config, out), kv_scales=weights.kv_scales)
 
 
 def weights_from_state_dict(
