@@ -61,12 +61,14 @@ class EngineStats:
     num_preemptions: int
     steps: int
     # The backend's compiled-stream cache since the engine started: steps whose shape was compiled already, shapes
-    # compiled on the engine's thread (each a pause of every request), the seconds those compiles took, and steps run
-    # padded in a larger shape's stream while theirs is not compiled (engine/cuda/stream_hosting.py).
+    # compiled on the engine's thread (each a pause of every request), the seconds those compiles took, steps run
+    # padded in a larger shape's stream while theirs is not compiled (engine/cuda/stream_hosting.py), and shapes
+    # compiled off the engine thread meanwhile (engine/cuda/background_builds.py).
     stream_hits: int = 0
     stream_compiles: int = 0
     stream_compile_seconds: float = 0.0
     stream_hosted: int = 0
+    stream_background_compiles: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -205,7 +207,7 @@ class LLMEngine:
                            kv_pages_used=bm.num_used_pages, kv_pages_total=self.num_pages,
                            num_preemptions=self._preemptions, steps=self._steps, stream_hits=streams.hits,
                            stream_compiles=streams.misses, stream_compile_seconds=streams.build_seconds,
-                           stream_hosted=streams.hosted)
+                           stream_hosted=streams.hosted, stream_background_compiles=streams.background)
 
     def reset_counters(self) -> None:
         """Steps and preemptions back to zero (after engine/warm_up.py's throwaway requests)."""

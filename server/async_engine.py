@@ -317,7 +317,7 @@ class AsyncEngine:
             s = self._engine.get_stats()
             self.metrics.set_engine_stats(s.num_running, s.num_waiting, s.kv_usage,
                                           (s.stream_hits, s.stream_compiles, s.stream_compile_seconds,
-                                           s.stream_hosted),
+                                           s.stream_hosted, s.stream_background_compiles),
                                           s.num_preemptions)
         except Exception:  # stats are best-effort; never take the engine thread down for them
             log.debug("get_stats failed", exc_info=True)

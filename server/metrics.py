@@ -55,7 +55,10 @@ class ServerMetrics:
         self.stream_hosted = Counter("megakernel:step_stream_hosted", "Steps run padded in the compiled stream of a "
                                      "larger shape while their own shape's is not compiled.", labels,
                                      registry=r).labels(model_name)
-        self._stream_seen: tuple[float, ...] = (0, 0, 0.0, 0)  # the engine's cumulative values at the last update
+        self.stream_background = Counter("megakernel:step_stream_background_compiles", "Step shapes compiled off the "
+                                         "engine thread while their steps ran hosted.", labels,
+                                         registry=r).labels(model_name)
+        self._stream_seen: tuple[float, ...] = (0, 0, 0.0, 0, 0)  # the engine's cumulative values at the last update
         self.preemptions = Counter("megakernel:num_preemptions", "Sequences preempted (recomputed later) because the "
                                    "KV cache ran out of pages.", labels, registry=r).labels(model_name)
         self._preemptions_seen = 0
@@ -65,8 +68,10 @@ class ServerMetrics:
         self._finished.labels(self._model_name, reason).inc()
 
     def set_engine_stats(self, running: int, waiting: int, kv_usage: float,
-                         streams: tuple[int, int, float, int] | None = None, preemptions: int | None = None) -> None:
-        """`streams`: the engine's cumulative (cache hits, compiles, compile seconds, hosted steps); the counters move by what is new
+                         streams: tuple[int, int, float, int, int] | None = None,
+                         preemptions: int | None = None) -> None:
+        """`streams`: the engine's cumulative (cache hits, compiles, compile seconds, hosted steps, compiles off the
+        engine thread); the counters move by what is new
         since the last call (values below the last ones come from a new engine, counted from zero); `preemptions`
         the engine's cumulative count, the same way."""
         self.running.set(running)
@@ -74,7 +79,7 @@ class ServerMetrics:
         self.kv_usage.set(kv_usage)
         if streams is not None:
             for counter, now, seen in zip((self.stream_hits, self.stream_compiles, self.stream_compile_seconds,
-                                           self.stream_hosted), streams, self._stream_seen):
+                                           self.stream_hosted, self.stream_background), streams, self._stream_seen):
                 delta = now - seen if now >= seen else now
                 if delta > 0:
                     counter.inc(delta)

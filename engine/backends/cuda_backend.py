@@ -22,6 +22,7 @@ from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
 from engine.cuda.step_padding import pad_batch
+from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
@@ -73,12 +74,13 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
-                 **split_kw: object) -> None:
+                 background_builds: bool = True, **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
         step's buffers with the VM's); `host_steps`: ... or, while their own shape's stream is not compiled, padded
-        into a compiled larger one (engine/cuda/stream_hosting.py)."""
+        into a compiled larger one (engine/cuda/stream_hosting.py); `background_builds`: a hosted shape that recurs
+        is compiled off the engine thread meanwhile (engine/cuda/background_builds.py), not at its next step."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -159,7 +161,8 @@ class CudaBackend(Backend):
                                         head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
         self._spare_page = num_pages
         self._pad_steps = pad_steps and self.max_tokens_per_step > self.limits.max_tokens_per_matvec
-        self._hosting = StreamHosting(self._spare_page) if self._pad_steps and host_steps else None
+        self._hosting = (StreamHosting(self._spare_page, builds=BackgroundBuilds() if background_builds else None)
+                         if self._pad_steps and host_steps else None)
         self.page_size = page_size
         self._split_kw = split_kw
         self._caches = [StreamCache(self.dims, page_size, BuildParams(

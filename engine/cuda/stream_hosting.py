@@ -10,15 +10,19 @@ costs GPU time for its extra tokens, a compile costs the whole server a stall, s
 recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` times its tokens are used; a host of
 the step's own counts and KV splits (its tables only wider) costs nothing a compile would save and is kept for good.
 The warm-up compiles hosts at every token bucket (Backend.warming_up, step_padding.py host_ladder), so a host is at
-most one bucket (1.5x) larger in tokens. Measured (H200, 1B, a fresh server, 32 clients of 128 in / 128 out):
+most one bucket (1.5x) larger in tokens. With `builds` (the cuda backend's default) a recurring shape is compiled by a
+worker thread while its steps stay hosted, and adopted at its next step once done (background_builds.py). Measured (H200, 1B, a fresh server, 32 clients of 128 in / 128 out):
 4 750 output tok/s and a median TTFT of 154 ms against 740 tok/s and 2.99 s with hosting off (docs/PERFORMANCE.md).
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
+from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.step_padding import can_pad, dummy_step, host_ladder, pad_batch
 from engine.scheduler.compiler.step_builder_cache import CompiledStream, StreamCache
 from models.llama.step_batch import StepBatch
@@ -45,6 +49,9 @@ class StreamHosting:
     max_growth: int = DEFAULT_MAX_GROWTH
     asked: dict[tuple[int, ...], int] = field(default_factory=dict)  # hosted steps per uncompiled shape
     paused: bool = False  # every step in its own shape's stream (the warm-up: Backend.warming_up)
+    # A recurring shape's stream compiled by a worker thread while its steps stay hosted (background_builds.py);
+    # None: compiled on the engine thread at its next step.
+    builds: BackgroundBuilds[CompiledStream] | None = None
 
     def __post_init__(self) -> None:
         if self.compile_after < 0 or self.max_growth < 1:
@@ -75,6 +82,13 @@ class StreamHosting:
         None: `padded` runs in its own shape's stream (compiled now if it is not)."""
         if self.paused or key in cache:
             return None
+        if self.builds is not None:
+            built = self.builds.take(key)
+            if isinstance(built, CompiledStream):
+                cache.adopt(key, built)
+                return None
+            if built is not None:  # the worker's compile failed: this thread compiles, and raises what it raises
+                return None
         host = smallest_host(cache.streams(), step, padded.num_tokens * self.max_growth, usable)
         if host is None:
             return None
@@ -84,10 +98,15 @@ class StreamHosting:
             asked = self.asked.get(key, 0) + 1
             if asked > self.compile_after:
                 self.asked.pop(key, None)
-                return None
-            if len(self.asked) >= MAX_COUNTED_SHAPES:
+                if self.builds is None:
+                    return None
+                # hosted until the worker is done, which compiles from its own copy of the step (CPU tensors)
+                self.builds.submit(key, partial(cache.compile, copy.deepcopy(padded)))
+            elif len(self.asked) >= MAX_COUNTED_SHAPES:
                 self.asked.clear()
-            self.asked[key] = asked
+                self.asked[key] = asked
+            else:
+                self.asked[key] = asked
         run = pad_batch(step, self.spare_page, counts=(host.shape.num_tokens, host.shape.num_seqs))
         return cache.host(host, run), run
 

@@ -103,15 +103,15 @@ def test_stream_counters_follow_the_engine_cumulative_values() -> None:
     def values() -> tuple[float, ...]:
         fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
         return tuple(_value(fams, f"megakernel:step_stream_{n}", f"megakernel:step_stream_{n}_total")
-                     for n in ("cache_hits", "compiles", "compile_seconds", "hosted"))
+                     for n in ("cache_hits", "compiles", "compile_seconds", "hosted", "background_compiles"))
 
-    m.set_engine_stats(1, 0, 0.1, (3, 2, 0.5, 1))
-    m.set_engine_stats(1, 0, 0.1, (10, 2, 0.5, 4))
-    assert values() == (10, 2, 0.5, 4)
-    m.set_engine_stats(1, 0, 0.1, (1, 1, 0.25, 0))  # a new engine
-    assert values() == (11, 3, 0.75, 4)
+    m.set_engine_stats(1, 0, 0.1, (3, 2, 0.5, 1, 0))
+    m.set_engine_stats(1, 0, 0.1, (10, 2, 0.5, 4, 1))
+    assert values() == (10, 2, 0.5, 4, 1)
+    m.set_engine_stats(1, 0, 0.1, (1, 1, 0.25, 0, 0))  # a new engine
+    assert values() == (11, 3, 0.75, 4, 1)
     m.set_engine_stats(1, 0, 0.1)  # no stream stats: the counters stay
-    assert values() == (11, 3, 0.75, 4)
+    assert values() == (11, 3, 0.75, 4, 1)
 
 
 def test_preemptions_are_counted() -> None:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.backends.vm_backend import VMBackend
+from engine.cuda.background_builds import MAX_UNCLAIMED, BackgroundBuilds
 from engine.cuda.step_padding import can_pad, dummy_step, host_ladder, largest_counts, pad_batch
 from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, StreamHosting, seq_splits, smallest_host
 from engine.instructions.layout import StepShape
@@ -55,6 +56,44 @@ def test_a_new_shape_runs_hosted_until_it_recurs_then_compiles() -> None:
     for k in range(1, DEFAULT_COMPILE_AFTER + 1):  # hosted: no compile, the host's stream
         assert seen[k] == (host, 1, k)
     assert seen[-1] == (StepShape(32, 4, 64), 2, DEFAULT_COMPILE_AFTER)  # recurred: its own stream
+
+
+def test_a_recurring_shape_compiles_off_the_engine_thread_while_hosted() -> None:
+    """With background builds (the cuda backend's default), the step that would compile stays hosted, its stream is
+    compiled by the worker, and the next step of the shape adopts it: no compile on the calling thread."""
+    cfg = small_config()
+    seen: list[tuple[StepShape, int, int, int]] = []
+
+    def record(vm: VMBackend) -> None:
+        assert vm.last_stream is not None and vm.hosting is not None
+        if vm.hosting.builds is None:  # from the first hosted step on
+            vm.hosting.builds = BackgroundBuilds()
+        assert vm.hosting.builds.wait(timeout=60)  # a submitted compile finishes before the next step
+        stats = vm.stream_stats()
+        seen.append((vm.last_stream.shape, stats.misses, stats.hosted, stats.background))
+
+    prompts = [8 + 10 * (DEFAULT_COMPILE_AFTER + 2)] * 3 + [30, 20, 12, 9]
+    schedule = [[8] * 7] + [[10, 10, 10, 0, 0, 0, 0]] * (DEFAULT_COMPILE_AFTER + 2)
+    run_pair(cfg, random_weights(cfg, seed=5), schedule, prompts, check_races=True, after_step=record, pad_over=8)
+    host = StepShape(64, 8, 64)
+    for k in range(1, DEFAULT_COMPILE_AFTER + 2):  # the ninth is hosted too: its compile runs on the worker
+        assert seen[k] == (host, 1, k, 0)
+    assert seen[-1] == (StepShape(32, 4, 64), 1, DEFAULT_COMPILE_AFTER + 1, 1)  # adopted: no compile here
+
+
+def test_background_builds_hand_back_results_and_errors_by_key() -> None:
+    builds: BackgroundBuilds[int] = BackgroundBuilds()
+    assert builds.take((1,)) is None
+    builds.submit((1,), lambda: 41 + 1)
+    builds.submit((1,), lambda: 0)  # pending or done: not run again
+    builds.submit((2,), lambda: 1 // 0)
+    assert builds.wait(timeout=10)
+    assert builds.take((1,)) == 42 and builds.take((1,)) is None
+    assert isinstance(builds.take((2,)), ZeroDivisionError)
+    for k in range(MAX_UNCLAIMED + 3):  # unclaimed results are bounded: the oldest go
+        builds.submit((10 + k,), lambda k=k: k)  # type: ignore[misc]
+    assert builds.wait(timeout=10)
+    assert builds.take((10,)) is None and builds.take((10 + MAX_UNCLAIMED + 2,)) == MAX_UNCLAIMED + 2
 
 
 def test_a_mixed_run_of_shapes_matches_the_reference_hosted() -> None:

@@ -169,15 +169,17 @@ def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: B
 class StreamStats:
     """How often steps found their shape's stream compiled (hits), how often one was compiled (misses: on the
     engine's thread, before the step could run), the host seconds those compiles took, and how many steps ran padded
-    in a compiled stream of a larger shape instead (hosted: engine/cuda/stream_hosting.py)."""
+    in a compiled stream of a larger shape instead (hosted: engine/cuda/stream_hosting.py), and how many streams were
+    compiled off the engine thread meanwhile and adopted (background: engine/cuda/background_builds.py)."""
     hits: int = 0
     misses: int = 0
     build_seconds: float = 0.0
     hosted: int = 0
+    background: int = 0
 
     def __add__(self, other: StreamStats) -> StreamStats:
         return StreamStats(self.hits + other.hits, self.misses + other.misses, self.build_seconds + other.build_seconds,
-                           self.hosted + other.hosted)
+                           self.hosted + other.hosted, self.background + other.background)
 
 
 class StreamCache:
@@ -191,6 +193,7 @@ class StreamCache:
         self.hits = 0
         self.misses = 0
         self.hosted = 0
+        self.background = 0  # streams compiled off the engine thread and adopted
         self.build_ms_total = 0.0  # host time spent compiling the misses' streams
         self.last_patch_ms = 0.0
 
@@ -217,15 +220,9 @@ class StreamCache:
         cs = self._streams.get(key)
         if cs is None:
             self.misses += 1
-            cs = compile_stream(self.dims, batch, self.page_size, self.params, self.device)
+            cs = self.compile(batch)
             self.build_ms_total += cs.build_ms
-            splits = f"{key[3]}" if len(key) == 4 else f"per sequence, up to {max(key[3:])}"
-            log.info("compiled the stream of a new step shape (%d tokens, %d sequences, %d-page tables, KV splits "
-                     "%s): %d instructions in %.2f s", key[0], key[1], key[2], splits, len(cs.stream.instrs),
-                     cs.build_ms / 1e3)
-            self._streams[key] = cs
-            while len(self._streams) > self.capacity:
-                self._streams.popitem(last=False)
+            self._insert(key, cs, "")
             return cs
         self._streams.move_to_end(key)
         self.hits += 1
@@ -234,8 +231,26 @@ class StreamCache:
         self.last_patch_ms = (time.perf_counter() - t0) * 1e3
         return cs
 
+    def compile(self, batch: StepBatch) -> CompiledStream:
+        """`batch`'s stream, compiled and not cached (any thread: it reads only the cache's fixed settings)."""
+        return compile_stream(self.dims, batch, self.page_size, self.params, self.device)
+
+    def adopt(self, key: tuple[int, ...], cs: CompiledStream) -> None:
+        """Cache `cs`, compiled off the engine thread (engine/cuda/background_builds.py), as `key`'s stream."""
+        self.background += 1
+        self._insert(key, cs, " off the engine thread")
+
+    def _insert(self, key: tuple[int, ...], cs: CompiledStream, where: str) -> None:
+        splits = f"{key[3]}" if len(key) == 4 else f"per sequence, up to {max(key[3:])}"
+        log.info("compiled the stream of a new step shape (%d tokens, %d sequences, %d-page tables, KV splits "
+                 "%s): %d instructions in %.2f s%s", key[0], key[1], key[2], splits, len(cs.stream.instrs),
+                 cs.build_ms / 1e3, where)
+        self._streams[key] = cs
+        while len(self._streams) > self.capacity:
+            self._streams.popitem(last=False)
+
     def stats(self) -> StreamStats:
-        return StreamStats(self.hits, self.misses, self.build_ms_total / 1e3, self.hosted)
+        return StreamStats(self.hits, self.misses, self.build_ms_total / 1e3, self.hosted, self.background)
 
     def with_policy(self, policy: str) -> StreamCache:
         return StreamCache(self.dims, self.page_size, replace(self.params, policy=policy), self.device)
