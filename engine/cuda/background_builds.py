@@ -47,10 +47,6 @@ class BackgroundBuilds(Generic[T]):
                 self._worker.start()
         self._jobs.put((key, build))
 
-    def pending(self, key: Key) -> bool:
-        with self._lock:
-            return key in self._pending
-
     def take(self, key: Key) -> T | BaseException | None:
         """`key`'s finished result (or the exception its build raised), removed; None while pending or unknown."""
         with self._lock:

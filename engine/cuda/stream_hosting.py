@@ -11,8 +11,9 @@ recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` ti
 the step's own counts and KV splits (its tables only wider) costs nothing a compile would save and is kept for good.
 The warm-up compiles hosts at every token bucket (Backend.warming_up, step_padding.py host_ladder), so a host is at
 most one bucket (1.5x) larger in tokens. With `builds` (the cuda backend's default) a recurring shape is compiled by a
-worker thread while its steps stay hosted, and adopted at its next step once done (background_builds.py). Measured (H200, 1B, a fresh server, 32 clients of 128 in / 128 out):
-4 750 output tok/s and a median TTFT of 154 ms against 740 tok/s and 2.99 s with hosting off (docs/PERFORMANCE.md).
+worker thread while its steps stay hosted, and adopted at its next step once done (background_builds.py).
+Measured (H200, 1B, a fresh server, 32 clients of 128 in / 128 out): 4 750 output tok/s and a median TTFT of 154 ms
+against 740 tok/s and 2.99 s with hosting off (docs/PERFORMANCE.md).
 """
 from __future__ import annotations
 
@@ -102,10 +103,9 @@ class StreamHosting:
                     return None
                 # hosted until the worker is done, which compiles from its own copy of the step (CPU tensors)
                 self.builds.submit(key, partial(cache.compile, copy.deepcopy(padded)))
-            elif len(self.asked) >= MAX_COUNTED_SHAPES:
-                self.asked.clear()
-                self.asked[key] = asked
             else:
+                if len(self.asked) >= MAX_COUNTED_SHAPES:
+                    self.asked.clear()
                 self.asked[key] = asked
         run = pad_batch(step, self.spare_page, counts=(host.shape.num_tokens, host.shape.num_seqs))
         return cache.host(host, run), run

@@ -10,6 +10,7 @@ only, or a scale that is not a positive finite number, is refused naming the ten
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -45,12 +46,16 @@ def read_kv_scales(files: dict[str, Path], config: LlamaConfig,
     if not files:
         return None
     n_kv = config.num_key_value_heads
-    read: dict[tuple[int, str], torch.Tensor] = {}
+    by_file: dict[Path, list[str]] = {}
     for name, path in files.items():
-        m = KV_SCALE_TENSOR.fullmatch(name)
-        assert m is not None
+        by_file.setdefault(path, []).append(name)
+    read: dict[tuple[int, str], torch.Tensor] = {}
+    for path, names in by_file.items():
         with safe_open(str(path), framework="pt") as f:
-            read[(int(m.group(1)), m.group(2))] = _per_head(name, path, f.get_tensor(name), n_kv)
+            for name in names:
+                m = KV_SCALE_TENSOR.fullmatch(name)
+                assert m is not None
+                read[(int(m.group(1)), m.group(2))] = _per_head(name, path, f.get_tensor(name), n_kv)
     k_rows, v_rows = [], []
     for layer in range(config.num_hidden_layers):
         both = read.get((layer, "kv_scale"))
@@ -63,3 +68,13 @@ def read_kv_scales(files: dict[str, Path], config: LlamaConfig,
         v_rows.append(v)
     lo, hi = heads if heads is not None else (0, n_kv)
     return torch.stack(k_rows)[:, lo:hi].contiguous(), torch.stack(v_rows)[:, lo:hi].contiguous()
+
+
+def kv_head_range(parts: Mapping[str, tuple[int, int, int]] | None, config: LlamaConfig) -> tuple[int, int] | None:
+    """The KV heads [lo, hi) a part of the K projection keeps (a tensor-parallel rank's: load_weights' `parts`);
+    None: all of them."""
+    part = parts.get("model.layers.0.self_attn.k_proj.weight") if parts else None
+    if part is None:
+        return None
+    _, lo, hi = part
+    return lo // config.head_dim, hi // config.head_dim

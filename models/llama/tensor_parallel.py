@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from models.llama.checkpoint_kv_scales import kv_head_range
 from models.llama.config import LlamaConfig
 from models.llama.kv_cache import PagedKVCache
 from models.llama.model import check_batch, decoder_layer, embed, final_logits
@@ -83,11 +84,11 @@ def shard_weights(weights: LlamaWeights, rank: int, world: int) -> LlamaWeights:
     state = to_state_dict(weights, include_lm_head=not cfg.tie_word_embeddings, dequantize=False)
     shard = assemble_weights(shard_config(cfg, world),
                              {name: part_of(m, parts[name]) if name in parts else m for name, m in state.items()})
-    if weights.kv_scales is None:
+    heads = kv_head_range(parts, cfg)
+    if weights.kv_scales is None or heads is None:
         return shard
-    kv = shard_config(cfg, world).num_key_value_heads  # the rank's KV heads: rank * kv .. (rank + 1) * kv
-    k, v = weights.kv_scales
-    return replace(shard, kv_scales=(k[:, rank * kv:(rank + 1) * kv].clone(), v[:, rank * kv:(rank + 1) * kv].clone()))
+    (k, v), (lo, hi) = weights.kv_scales, heads  # the rank's KV heads, as load_shard reads them
+    return replace(shard, kv_scales=(k[:, lo:hi].clone(), v[:, lo:hi].clone()))
 
 
 def load_shard(model_dir: str | Path, config: LlamaConfig, rank: int, world: int, **load_kw: Any) -> LlamaWeights:

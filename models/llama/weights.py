@@ -22,7 +22,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
 from models.llama.checkpoint_files import INDEX_FILE, SINGLE_FILE, WeightLoadError
-from models.llama.checkpoint_kv_scales import read_kv_scales
+from models.llama.checkpoint_kv_scales import kv_head_range, read_kv_scales
 from models.llama.checkpoint_plan import (CheckpointPlan, check_checkpoint, expected_shapes, ignorable, plan_checkpoint,
                                          quantizable)
 from models.llama.config import LlamaConfig
@@ -196,17 +196,8 @@ def load_weights(
             raise WeightLoadError(f"{path}: {e}") from e
     bar.close()
     weights = assemble_weights(config, tensors)
-    kv = read_kv_scales(plan.kv_scales, config, _kv_heads(parts, config))
+    kv = read_kv_scales(plan.kv_scales, config, kv_head_range(parts, config))
     return weights if kv is None else replace(weights, kv_scales=kv)
-
-
-def _kv_heads(parts: Mapping[str, MatrixPart] | None, config: LlamaConfig) -> tuple[int, int] | None:
-    """The KV heads a part of the K projection keeps (a tensor-parallel rank's), None: all."""
-    part = parts.get("model.layers.0.self_attn.k_proj.weight") if parts else None
-    if part is None:
-        return None
-    _, lo, hi = part
-    return lo // config.head_dim, hi // config.head_dim
 
 
 def _stored_fp8(f: object, name: str, plan: CheckpointPlan, device: torch.device | str) -> Fp8Matrix:
