@@ -219,21 +219,35 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   uint32_t ring = sm.ring_cursor[1], round = sm.ring_cursor[2], prev_ring = 0;
   const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page
   bool ok = true;
-  const auto wait_stage = [&](int p) {
-    const int s = p % ts.n_stages;
-    if (ok) ok = wait_pipeline(g, ts.bars[s], (p / ts.n_stages) & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+  // The input's stages are waited in page order: the next one's index and parity are counters, not p % n_stages and
+  // p / n_stages (two divisions by a run-time value per page: 14 % of the page loop's warp samples, ncu, batch 64).
+  int wait_s = 0;
+  uint32_t wait_parity = 0;
+  const auto wait_stage = [&](int p) -> int {
+    const int s = wait_s;
+    if (ok) ok = wait_pipeline(g, ts.bars[s], wait_parity, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+    if (++wait_s == ts.n_stages) {
+      wait_s = 0;
+      wait_parity ^= 1;
+    }
+    return s;
   };
-  // O: K step p's x into copy p % 2 (last read by page p - 2's products).
-  const auto convert_step = [&](int p) {
-    wait_stage(p);
+  // O: K step p's x into copy p % 2 (last read by page p - 2's products); returns the stage it came from.
+  const auto convert_step = [&](int p) -> int {
+    const int s = wait_stage(p);
     if (ok && converts)
-      convert_tile_x(ts.stages + (p % ts.n_stages) * ts.stage_bytes, ts.staging + (p & 1) * TILE_STAGING_BYTES,
-                     tok_pad, tt, q);
+      convert_tile_x(ts.stages + s * ts.stage_bytes, ts.staging + (p & 1) * TILE_STAGING_BYTES, tok_pad, tt, q);
+    return s;
   };
   consumer_sync();  // the stage barriers' initialisation before anyone waits on them
-  if (!direct && NP > 0) convert_step(0);
+  // stage: a bf16 input's stage of page p (prev_stage: page p - 1's); O's, the stage page p was converted from
+  int stage = 0, prev_stage = 0;
+  if (!direct && NP > 0) stage = convert_step(0);
   for (int p = 0; p < NP; ++p) {
-    if (direct) wait_stage(p);
+    if (direct) {
+      prev_stage = stage;
+      stage = wait_stage(p);
+    }
     if (ok) ok = wait_page_issued(g, sm, pos0 + p, w);
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
     // Past this barrier: page p - 1's products are done (its page and input stage free), page p's input is ready (or
@@ -245,12 +259,11 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
       if (p >= 1 && p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
       // The stage refilled: a bf16 input's stage of page p - 1 (read by its products), O's of page p (converted).
       const int next = direct ? p - 1 + ts.n_stages : p + ts.n_stages;
-      if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, next % ts.n_stages);
+      if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, direct ? prev_stage : stage);
     }
-    const uint32_t a_addr = direct ? ts.stages + (p % ts.n_stages) * ts.stage_bytes
-                                   : ts.staging + (p & 1) * TILE_STAGING_BYTES;
+    const uint32_t a_addr = direct ? ts.stages + stage * ts.stage_bytes : ts.staging + (p & 1) * TILE_STAGING_BYTES;
     tile_step_products(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
-    if (!direct && p + 1 < NP) convert_step(p + 1);
+    if (!direct && p + 1 < NP) stage = convert_step(p + 1);
     tk::wgmma_wait<0>();
     prev_ring = ring;
     if (++ring == R) {
