@@ -74,13 +74,15 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
-                 background_builds: bool = True, **split_kw: object) -> None:
+                 background_builds: bool = False, **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
         step's buffers with the VM's); `host_steps`: ... or, while their own shape's stream is not compiled, padded
         into a compiled larger one (engine/cuda/stream_hosting.py); `background_builds`: a hosted shape that recurs
-        is compiled off the engine thread meanwhile (engine/cuda/background_builds.py), not at its next step."""
+        is compiled off the engine thread meanwhile (engine/cuda/background_builds.py), not at its next step; off by
+        default: serving measured slower with it (the worker's Python holds the GIL, so the steps the engine thread
+        runs meanwhile slow down: c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)

@@ -36,8 +36,10 @@ def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer
 # page sizes below, equal to and above a pass, with several KV pages per ring page and GQA groups of 2-8.
 @pytest.mark.parametrize("cfg,page_size", [(small(256, 4, 2, 64, 512, 1, 300), 32),
                                            (small(256, 8, 1, 32, 512, 1, 256), 8),
-                                           (small(512, 8, 2, 128, 1024, 1, 1000), 8)],
-                         ids=["hd64-ps32", "hd32-ps8", "hd128-ps8"])
+                                           (small(512, 8, 2, 128, 1024, 1, 1000), 8),
+                                           (small(512, 8, 1, 64, 1024, 1, 300), 16),
+                                           (small(512, 4, 1, 128, 1024, 1, 300), 16)],
+                         ids=["hd64-ps32", "hd32-ps8", "hd128-ps8", "hd64-g8-ps16", "hd128-g4-ps16"])
 def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int) -> None:  # noqa: ANN001
     vm, gpu = pair(random_weights(cfg, seed=5), "lpt", num_pages=64, page_size=page_size)
     scen = Scenario(cfg, [70, 3], page_size=page_size, num_pages=64, seed=9)

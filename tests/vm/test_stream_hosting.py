@@ -59,8 +59,8 @@ def test_a_new_shape_runs_hosted_until_it_recurs_then_compiles() -> None:
 
 
 def test_a_recurring_shape_compiles_off_the_engine_thread_while_hosted() -> None:
-    """With background builds (the cuda backend's default), the step that would compile stays hosted, its stream is
-    compiled by the worker, and the next step of the shape adopts it: no compile on the calling thread."""
+    """With background builds (`background_builds=1` on the cuda backend), the step that would compile stays hosted,
+    its stream is compiled by the worker, and the next step of the shape adopts it: no compile on the calling thread."""
     cfg = small_config()
     seen: list[tuple[StepShape, int, int, int]] = []
 
