@@ -192,12 +192,16 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
             runs.append(RunResult(name, "skipped", reason=reason))
             continue
         if model is None:
-            model = StaticLlama(weights, config.prompt_len + config.new_tokens, config.batch)
+            # --quantization fp8: the baselines' matrices in e4m3 too, through torch._scaled_mm (fp8_linear.py)
+            model = StaticLlama(weights, config.prompt_len + config.new_tokens, config.batch,
+                                fp8=config.quantization is not None)
         progress(f"running {name}")
         t0 = time.perf_counter()
         res = run_baseline(name, model, prompt, config.new_tokens, config.repeats, config.compile_modes)
         if res.status == "ok":
             res.notes.setdefault("wall_seconds", round(time.perf_counter() - t0, 1))
+            if model.fp8:
+                res.notes.setdefault("weights", "fp8 e4m3, torch._scaled_mm with per-token activation scales")
         progress(_summary(res))
         runs.append(res)
         torch._dynamo.reset()  # drop compiled code (and its graphs' memory) before the next runner

@@ -9,7 +9,9 @@ device tensor, so a replayed graph attends over a growing context through a leng
 
 Numerics follow models.llama.model (HF): matmuls in the weight dtype, RMSNorm and softmax in
 float32, RoPE cos/sin in float32 cast to the activation dtype. Q/K/V and gate/up are fused into one
-matrix each (as vLLM and gpt-fast do) so the baselines are not handicapped by extra launches.
+matrix each (as vLLM and gpt-fast do) so the baselines are not handicapped by extra launches. With `fp8`, every
+matrix (the LM head too, as the megakernel's `--quantization fp8`) is e4m3 with a scale per output channel and runs
+through torch._scaled_mm (engine/bench/fp8_linear.py).
 """
 from __future__ import annotations
 
@@ -17,29 +19,49 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.bench.fp8_linear import Fp8Linear, fp8_matmul
 from models.llama.config import LlamaConfig
+from models.llama.fp8 import FP8_DTYPE
 from models.llama.model import rms_norm
 from models.llama.rope import apply_rope, inv_freq
 from models.llama.weights import LayerWeights, LlamaWeights
 
 
+def _add_matrix(module: nn.Module, name: str, w: torch.Tensor, fp8: bool) -> None:
+    """A matrix as buffers (no autograd; torch.compile treats them as graph inputs): w, or its e4m3 data and
+    `{name}_scale`."""
+    if fp8:
+        q = Fp8Linear.quantize(w)
+        module.register_buffer(name, q.data, persistent=False)
+        module.register_buffer(f"{name}_scale", q.scale, persistent=False)
+    else:
+        module.register_buffer(name, w, persistent=False)
+
+
+def _linear(module: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+    """x times the module's matrix `name` transposed (fp8: torch._scaled_mm)."""
+    w = getattr(module, name)
+    if w.dtype == FP8_DTYPE:
+        return fp8_matmul(x, w, getattr(module, f"{name}_scale"))
+    return x @ w.T
+
+
 class _Layer(nn.Module):
-    def __init__(self, layer: LayerWeights) -> None:
+    def __init__(self, layer: LayerWeights, fp8: bool) -> None:
         super().__init__()
-        # Buffers, not parameters: no autograd, and torch.compile treats them as graph inputs.
         self.register_buffer("ln1", layer.input_layernorm, persistent=False)
-        self.register_buffer("qkv", torch.cat([layer.q_proj, layer.k_proj, layer.v_proj]), persistent=False)
-        self.register_buffer("o", layer.o_proj, persistent=False)
+        _add_matrix(self, "qkv", torch.cat([layer.q_proj, layer.k_proj, layer.v_proj]), fp8)
+        _add_matrix(self, "o", layer.o_proj, fp8)
         self.register_buffer("ln2", layer.post_attention_layernorm, persistent=False)
-        self.register_buffer("gate_up", torch.cat([layer.gate_proj, layer.up_proj]), persistent=False)
-        self.register_buffer("down", layer.down_proj, persistent=False)
+        _add_matrix(self, "gate_up", torch.cat([layer.gate_proj, layer.up_proj]), fp8)
+        _add_matrix(self, "down", layer.down_proj, fp8)
 
 
 class StaticLlama(nn.Module):
     """Greedy decoder of `batch` sequences at the same position (prompts of one length) over a static KV cache
-    of `max_len` positions each."""
+    of `max_len` positions each; `fp8`: the matrices in e4m3 (the module's docstring)."""
 
-    def __init__(self, weights: LlamaWeights, max_len: int, batch: int = 1) -> None:
+    def __init__(self, weights: LlamaWeights, max_len: int, batch: int = 1, fp8: bool = False) -> None:
         super().__init__()
         cfg = weights.config
         if max_len <= 0 or max_len > cfg.max_position_embeddings:
@@ -50,10 +72,11 @@ class StaticLlama(nn.Module):
         self.config: LlamaConfig = cfg
         self.max_len, self.batch = max_len, batch
         dev, dt = weights.device, weights.dtype
-        self.layers = nn.ModuleList(_Layer(layer) for layer in weights.layers)
+        self.fp8 = fp8
+        self.layers = nn.ModuleList(_Layer(layer, fp8) for layer in weights.layers)
         self.register_buffer("embed", weights.embed_tokens, persistent=False)
         self.register_buffer("norm", weights.norm, persistent=False)
-        self.register_buffer("lm_head", weights.lm_head, persistent=False)
+        _add_matrix(self, "lm_head", weights.lm_head, fp8)
         self.register_buffer("inv_freq", inv_freq(cfg, dev), persistent=False)
         self.register_buffer("key_pos", torch.arange(max_len, device=dev), persistent=False)
         # Zeros, not empty: unwritten rows are masked, but 0 * NaN garbage would still poison P @ V.
@@ -94,17 +117,17 @@ class StaticLlama(nn.Module):
         valid = self.key_pos <= pos  # [max_len]
         for i, layer in enumerate(self.layers):
             x = rms_norm(h, layer.ln1, cfg.rms_norm_eps)
-            q, k, v = (x @ layer.qkv.T).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+            q, k, v = _linear(layer, "qkv", x).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
             q = apply_rope(q.view(B, cfg.num_attention_heads, cfg.head_dim), cos, sin)
             k = apply_rope(k.view(B, cfg.num_key_value_heads, cfg.head_dim), cos, sin)
             self.kv[i, 0].index_copy_(1, pos, k[:, None])
             self.kv[i, 1].index_copy_(1, pos, v.view(B, 1, cfg.num_key_value_heads, cfg.head_dim))
-            h = h + self._attend(q, self.kv[i, 0], self.kv[i, 1], valid) @ layer.o.T
+            h = h + _linear(layer, "o", self._attend(q, self.kv[i, 0], self.kv[i, 1], valid))
             x = rms_norm(h, layer.ln2, cfg.rms_norm_eps)
-            gate, up = (x @ layer.gate_up.T).chunk(2, dim=-1)
-            h = h + (F.silu(gate) * up) @ layer.down.T
+            gate, up = _linear(layer, "gate_up", x).chunk(2, dim=-1)
+            h = h + _linear(layer, "down", F.silu(gate) * up)
         x = rms_norm(h, self.norm, cfg.rms_norm_eps)
-        return (x @ self.lm_head.T).to(torch.float32)
+        return _linear(self, "lm_head", x).to(torch.float32)
 
     def forward(self) -> None:
         """One greedy decode step, entirely on the device (no host sync, graph capturable)."""
