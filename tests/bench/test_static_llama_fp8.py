@@ -22,7 +22,8 @@ def test_fp8_matmul_matches_the_dequantised_product() -> None:
     assert lin.data.dtype == FP8_DTYPE and lin.data.shape == (48, 96) and lin.scale.shape == (1, 48)
     assert lin.num_bytes() == 48 * 96 + 4 * 48
     xq, xs = quantize_rows(x)
-    want = (xq.float() * xs) @ (lin.data.float() * lin.scale.reshape(-1, 1)).T  # both operands as _scaled_mm reads them
+    # both operands as _scaled_mm reads them
+    want = (xq.float() * xs) @ (lin.data.float() * lin.scale.reshape(-1, 1)).T
     got = lin(x)
     assert got.dtype == x.dtype and got.shape == (5, 48)
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
@@ -68,7 +69,8 @@ def test_fp8_step_compiles_as_one_graph(tiny_weights: LlamaWeights) -> None:
 
 def test_bench_quantization_fp8_runs_fp8_baselines(seed: int) -> None:
     config = BenchConfig(preset="tiny", prompt_len=5, new_tokens=3, dtype="float32", device="cpu", repeats=1,
-                         seed=seed, bandwidth_bytes=1 << 20, quantization="fp8", skip_baselines=(CUDA_GRAPH, COMPILE_GRAPH))
+                         seed=seed, bandwidth_bytes=1 << 20, quantization="fp8",
+                         skip_baselines=(CUDA_GRAPH, COMPILE_GRAPH))
     result = run_bench(config, {})
     eager = result.row(EAGER)
     assert eager.status == "ok" and len(eager.tokens) == 3
