@@ -7,6 +7,7 @@ can never deadlock; the dynamic list is topological, so claiming in order cannot
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -88,47 +89,60 @@ def list_schedule(instrs: list[Instruction], dur: np.ndarray, p: CostParams,
     each signal touches only the waits it completes (this runs once per new batch shape, on the
     serving path)."""
     n = len(instrs)
-    # Python lists, not arrays: the loop below reads and writes one element at a time, which numpy makes slow.
+    # Python lists, not arrays: the loop below reads and writes one element at a time, which numpy makes slow. The
+    # counters are small dense ints, so per-counter state is in lists too, and the heap functions are bound locally
+    # (a 2 064-token step lists 106 000 instructions; this loop was most of its compile).
     rank = _critical_path(instrs, dur, p.sync_ns)
     durs = dur.tolist()
-    waiting_on: dict[int, dict[int, list[int]]] = {}  # counter -> target -> waiting instructions
+    signal = [ins.header.signal for ins in instrs]
+    num_counters = max([c + 1 for c in signal] + [w.counter + 1 for ins in instrs for w in ins.header.waits] + [0])
+    waiting_on: list[dict[int, list[int]]] = [{} for _ in range(num_counters)]  # counter -> target -> waiters
     unmet = [0] * n
     for i, ins in enumerate(instrs):
         for w in ins.header.waits:
-            waiting_on.setdefault(w.counter, {}).setdefault(w.target, []).append(i)
+            waiting_on[w.counter].setdefault(w.target, []).append(i)
         unmet[i] = len(ins.header.waits)
-    signalled: dict[int, int] = {}
-    latest_end: dict[int, float] = {}
+    signalled = [0] * num_counters
+    latest_end = [-math.inf] * num_counters
     ready_at = [0.0] * n
+    sync_ns = p.sync_ns
     pending: list[tuple[float, float, int]] = [(0.0, -rank[i], i) for i in range(n) if unmet[i] == 0]
     heapq.heapify(pending)
     available: list[tuple[float, int]] = []
     sms = [(0.0, s) for s in range(device.num_sms)]
     queues: list[list[int]] = [[] for _ in range(device.num_sms)]
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     for _ in range(n):
-        f, s = heapq.heappop(sms)
+        f, s = sms[0]  # the earliest-free SM (replaced below: one sift instead of a pop and a push)
         while pending and pending[0][0] <= f:
-            t, r, i = heapq.heappop(pending)
-            heapq.heappush(available, (r, i))
+            _t, r, i = heappop(pending)
+            heappush(available, (r, i))
         if available:
-            _, i = heapq.heappop(available)
+            i = heappop(available)[1]
         else:
-            _, _, i = heapq.heappop(pending)
-        start = max(f, ready_at[i])
+            i = heappop(pending)[2]
+        start = ready_at[i]
+        if start < f:
+            start = f
         end = start + durs[i]
         queues[s].append(i)
-        heapq.heappush(sms, (end, s))
-        c = instrs[i].header.signal
+        heapreplace(sms, (end, s))
+        c = signal[i]
         if c >= 0:
-            count = signalled.get(c, 0) + 1
+            count = signalled[c] + 1
             signalled[c] = count
-            latest = max(latest_end.get(c, end), end)
-            latest_end[c] = latest
-            for j in waiting_on.get(c, {}).get(count, ()):
-                ready_at[j] = max(ready_at[j], latest + p.sync_ns)
-                unmet[j] -= 1
-                if unmet[j] == 0:
-                    heapq.heappush(pending, (ready_at[j], -rank[j], j))
+            latest = latest_end[c]
+            if end > latest:
+                latest = latest_end[c] = end
+            waiters = waiting_on[c].get(count)
+            if waiters:
+                ready = latest + sync_ns
+                for j in waiters:
+                    if ready > ready_at[j]:
+                        ready_at[j] = ready
+                    unmet[j] -= 1
+                    if unmet[j] == 0:
+                        heappush(pending, (ready_at[j], -rank[j], j))
     return queues
 
 
