@@ -3,7 +3,6 @@ megakernel over the same instruction tensors the VM runs. Greedy ids come back w
 in one small download; logits stay on the GPU for non-greedy sampling."""
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -13,6 +12,7 @@ import torch
 from engine.backends.base import Backend, OnRecords
 from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.cuda.activation_arena import ActivationArena
+from engine.cuda.device_decode_run import run_decode_steps
 from engine.cuda.device_stream import DeviceStream, KernelFields, launch
 from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
@@ -30,8 +30,8 @@ from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
-from engine.run_stops import RS_NOT_STOPPED, RS_STOPPED_AT, RunStops, worked_end
-from engine.sampling.run_sampler import RunSampler, StepAdvance
+from engine.run_stops import RunStops
+from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.step_builder_tiles import tiles_fit
@@ -53,13 +53,6 @@ WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
 # their activations share one arena (activation_arena.py), so a kept stream costs its program (0.5-20 MB) only.
 STREAM_CACHE_CAPACITY = 96
 
-
-# A run of on-device decode steps hands its ids back every this many steps: the host detokenises and checks
-# stops for them while later steps run, and at the run's end only this many are left to process.
-READBACK_STEPS = 4
-# ... and keeps at most this many chunks queued ahead of the host: a stop (EOS, a stop string, a request waiting
-# for a seat) ends the run at most this many chunks later, and the GPU still never waits for the host.
-LOOKAHEAD_CHUNKS = 2
 
 
 def check_model_shape(config: LlamaConfig) -> None:
@@ -344,18 +337,11 @@ class CudaBackend(Backend):
     @torch.inference_mode()
     def decode_steps(self, batch: StepBatch, steps: int, page_size: int, on_records: OnRecords,
                      sampler: RunSampler | None = None, stops: RunStops | None = None) -> int:
-        """Decode steps queued back to back on the GPU. Greedy: each step's ARGMAX_REDUCE writes its ids to a
-        history row and advances the step args in place (csrc/interpreter/advance.cuh). Sampled: `sampler`'s kernel
-        draws from the step's logits on the GPU and advances the step args from its ids in the same launch (where the
-        sampler runs torch ops instead, a one-block kernel advances them). Either way
-        the host never waits between two steps: records come back in chunks of READBACK_STEPS steps (after the
-        error word, so nothing of a failed step is handed out) while later steps run, and the host stays at most
-        LOOKAHEAD_CHUNKS chunks behind, so a stop it sees ends the run within that many chunks. With `stops` the
-        device also checks each step's ids against the rows' stop rules (csrc/interpreter/run_stop.cuh): once
-        every row stopped, the queued steps after it do no work, and their records (not tokens) are never handed
-        over. The planned last step does not advance: its next position may have no page. A run of more sequences
-        than one token group runs padded to a bucketed count (step_padding.py): the dummy rows start stopped, the
-        sampler and the advance kernel take only the real ones, and their ids never reach `on_records`."""
+        """Decode steps queued back to back on the GPU, the host never waiting between two of them
+        (engine/cuda/device_decode_run.py); with `stops` the device checks each step's ids against the rows' stop
+        rules. A run of more sequences than one token group runs padded to a bucketed count (step_padding.py): the
+        dummy rows start stopped, the sampler and the advance kernel take only the real ones, and their ids never
+        reach `on_records`."""
         self.last_run_stop = None
         if (steps == 1 or self.timing or (sampler is None and not self.kernel.fold_advance)
                 or (sampler is not None and not self.embed_in_stream)):
@@ -366,80 +352,11 @@ class CudaBackend(Backend):
         batch = self._padded(batch, whole_table=True)
         rows = batch.num_seqs  # S, or S and the dummy rows
         ds = self._prepare(batch)
-        records = sampler.records if sampler is not None else {
-            "ids": torch.empty((steps, rows), dtype=torch.int32, device=self._device)}
-        host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
-        chunks = -(-steps // READBACK_STEPS)
-        errors = torch.empty((chunks, 1), dtype=torch.int32, pin_memory=True)
-        # The run's stop state on the device (built once per run), and per chunk its RS_STOPPED_AT word as the chunk's
-        # last step left it: the steps after that one did no work.
+        # The run's stop state on the device (built once per run)
         state = torch.tensor(stops.words(rows), dtype=torch.int32).to(self._device) if stops is not None else None
-        run_stop = state.data_ptr() if state is not None else 0
         self.last_run_stop = state
-        stopped_at = torch.full((chunks, 1), RS_NOT_STOPPED, dtype=torch.int32, pin_memory=True)
-        pending: deque[tuple[int, int, int, torch.cuda.Event]] = deque()
-        stream = torch.cuda.current_stream(self._device).cuda_stream
-        launched, begin, ran, go_on = 0, 0, 0, True
-        history: torch.Tensor | None = None
-
-        def read_back() -> None:
-            """Queue the copy of steps [begin, launched), the error word and the run's stop word to the host."""
-            nonlocal begin
-            for name, t in records.items():
-                host[name][begin:launched].copy_(t[begin:launched], non_blocking=True)
-            index = (launched - 1) // READBACK_STEPS
-            errors[index].copy_(ds.status[:1], non_blocking=True)
-            if state is not None:
-                stopped_at[index].copy_(state[RS_STOPPED_AT:RS_STOPPED_AT + 1], non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            pending.append((begin, launched, index, event))
-            begin = launched
-
-        def deliver() -> bool:
-            """Hand over the oldest chunk's steps that did work; False once the run is over (the host stopped, or
-            the device saw every row stop)."""
-            nonlocal ran
-            first, end, index, event = pending.popleft()
-            event.synchronize()
-            if int(errors[index, 0]) != 0:
-                self._finish(ds)  # raises, naming the instruction
-            worked = worked_end(end, int(stopped_at[index, 0]))
-            if worked <= first:
-                return False
-            ran = worked
-            chunk = {name: t[first:worked] for name, t in host.items()}
-            chunk["ids"] = chunk["ids"][:, :S].to(torch.int64)
-            return on_records(chunk) and worked == end
-
-        while launched < steps and go_on:
-            last = launched == steps - 1
-            ids = records["ids"][launched]
-            if sampler is None:
-                self._launch(ds, advance_history=0 if last else ids.data_ptr(), run_stop=run_stop, run_step=launched)
-                if last:
-                    ids.copy_(ds.out_tokens)
-            else:
-                self._launch(ds, run_stop=run_stop, run_step=launched)
-                advance = None if last else StepAdvance(ds.step_args.data_ptr(), ds.status.data_ptr())
-                _ids, advanced = sampler.step_and_advance(ds.acts["logits"][:S], launched, run_stop, advance,
-                                                          pdl=self.kernel.pdl)
-                if advance is not None and not advanced:  # sampled by torch ops: the advance kernel feeds them back
-                    if history is None:  # the kernel's history rows are the padded step's (rows, not S)
-                        history = torch.empty((steps, rows), dtype=torch.int32, device=self._device)
-                    self.module.advance(ds.step_args.data_ptr(), ids.data_ptr(), history.data_ptr(), launched,
-                                        ds.status.data_ptr(), S, stream, run_stop=run_stop)
-            launched += 1
-            if launched % READBACK_STEPS == 0 or launched == steps:
-                read_back()
-                while go_on and pending and (len(pending) > LOOKAHEAD_CHUNKS or pending[0][3].query()):
-                    go_on = deliver()
-        if begin < launched:  # ended early between two readbacks: the steps since the last one
-            read_back()
-        while pending:  # what was queued still ran: hand over what did work
-            deliver()
-        self._finish(ds)  # the error word of the last step
-        return ran
+        return run_decode_steps(ds, S, rows, steps, on_records, sampler, state, self._device, self._launch,
+                                self._finish, self.module.advance, self.kernel.pdl)
 
     def prefill(self, tokens: list[int], block_table: list[int], start: int = 0) -> int:
         """Run one sequence's tokens through the kernel in chunks it can hold; returns the last

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.backends.cuda_backend import READBACK_STEPS, CudaBackend
+from engine.backends.cuda_backend import CudaBackend
+from engine.cuda.device_decode_run import READBACK_STEPS
 from engine.instructions.layout import SA_OFF_CONTEXT_LENS, SA_OFF_POSITIONS, SA_OFF_TOKEN_IDS
 from engine.cuda.device_stream import DeviceStream
 from engine.run_stops import (RS_HEADER_WORDS, RS_IDS_PER_ROW, RS_ROW_GENERATED, RS_ROW_STOPPED, RS_ROW_WORDS,
