@@ -99,12 +99,45 @@ class OpcodeTable:
         return words
 
     def encode_many(self, instrs: Sequence[Instruction]) -> np.ndarray:
-        """int32 [len(instrs), WORDS]: encode() of each, column by column (a large step's stream has tens of
-        thousands of instructions; many share one wait list, encoded once)."""
+        """int32 [len(instrs), WORDS]: encode() of each, column by column (a large step's stream has a hundred
+        thousand instructions). Wait lists are encoded once per distinct tuple object (the builder shares one tuple
+        among the blocks of an op: hashing the tuples' Wait records was most of this), then gathered by index."""
         n = len(instrs)
         out = np.zeros((n, WORDS), dtype=np.int32)
         if n == 0:
             return out
+        codes = self._code_of
+        by_type: dict[type, list[int]] = {}
+        for k, ins in enumerate(instrs):
+            by_type.setdefault(type(ins), []).append(k)
+        for cls, idx in by_type.items():
+            if cls not in codes:
+                self.code_of(instrs[idx[0]])  # raises, naming the type
+            out[idx, W_OPCODE] = codes[cls]
+        headers = [ins.header for ins in instrs]
+        fields = operator.attrgetter("instr_id", "layer", "signal", "signal_amount", "cost_ns")
+        cols = np.array(list(map(fields, headers)), dtype=np.int64).reshape(n, 5)
+        for j, w in enumerate((W_ID, W_LAYER, W_SIGNAL, W_SIGNAL_AMOUNT, W_COST)):
+            out[:, w] = cols[:, j]
+        unique: dict[int, int] = {}  # id of a waits tuple (all alive: the headers hold them) -> its row in `table`
+        table: list[list[int]] = []
+        which = np.empty(n, dtype=np.int64)
+        for k, h in enumerate(headers):
+            u = unique.get(id(h.waits))
+            if u is None:
+                words = [0] * WORDS
+                h.encode_into(words)
+                u = unique[id(h.waits)] = len(table)
+                table.append(words[W_NUM_WAITS:W_WAITS + 2 * MAX_WAITS])
+            which[k] = u
+        out[:, W_NUM_WAITS:W_WAITS + 2 * MAX_WAITS] = np.array(table, dtype=np.int32)[which]
+        for cls, idx in by_type.items():
+            names = cls.OPERANDS
+            if names:
+                get = operator.attrgetter(*names)
+                vals = [get(instrs[k]) for k in idx]
+                out[idx, W_OPERANDS:W_OPERANDS + len(names)] = vals if len(names) > 1 else [[v] for v in vals]
+        return out
         headers = [ins.header for ins in instrs]
         out[:, W_OPCODE] = [self.code_of(ins) for ins in instrs]
         out[:, W_ID] = [h.instr_id for h in headers]
