@@ -16,6 +16,7 @@ q and K/V of its group) and signals ATTN_O[l]; gate/up waits all ATTN_O_PROJ of 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,6 +112,24 @@ class _Emitter:
         if signal != NO_COUNTER:
             self.signals[signal] = self.signals.get(signal, 0) + 1
 
+    def many(self, cls: type, layer: int, waits: Waits, signal: int, rows: Iterable[tuple[int, ...]]) -> int:
+        """One instruction per row of operands (in the opcode's OPERANDS order), all with the same waits and signal,
+        as __call__ would append them one by one (a large step's tiles are a hundred thousand instructions: one
+        wait lookup for all of them, positional construction); returns how many."""
+        key = tuple(waits)
+        records = self._waits.get(key)
+        if records is None:
+            records = self._waits[key] = tuple(Wait(c, t) for c, t in waits)
+        amount = 0 if signal == NO_COUNTER else 1
+        out, first = self.out, len(self.out)
+        append = out.append
+        for ops in rows:
+            append(cls(*ops, header=Header(len(out), layer, records, signal, amount)))
+        count = len(out) - first
+        if signal != NO_COUNTER:
+            self.signals[signal] = self.signals.get(signal, 0) + count
+        return count
+
     def period(self) -> np.ndarray:
         return np.array([self.signals.get(c, 0) for c in range(len(self.ctr.names))], dtype=np.int32)
 
@@ -169,17 +188,16 @@ def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, l
     attn_norm = _tile_norm(emit, tp, layer, NormOf.ATTN, prev_waits)
     c_qkv = [emit.ctr(f"QKV[{layer}][{g}]") for g in range(dims.n_kv)]
     for (a, b, g), (t0, t1) in tp.ordered(list(tp.qkv)):
-        emit(TileMatmul, layer, [attn_norm], c_qkv[g], kind=TileKind.QKV, row_begin=a, row_end=b, k_begin=0,
-             k_end=dims.hidden, tok_begin=t0, tok_end=t1)
+        emit.many(TileMatmul, layer, [attn_norm], c_qkv[g], ((TileKind.QKV, a, b, 0, dims.hidden, t0, t1, 0),))
     per_group = [len(tp.tokens) * sum(1 for *_, g in tp.qkv if g == gg) for gg in range(dims.n_kv)]
     attn_wait = _attention(emit, dims, shape, plan, layer, c_qkv, per_group)
 
     def tiles(kind: TileKind, rows: tuple[tuple[int, int], ...], ks: tuple[tuple[int, int], ...], waits: Waits,
               name: str) -> tuple[int, int]:
         counter = emit.ctr(f"{name}[{layer}]")
-        for (a, b, k0, k1), (t0, t1) in tp.ordered([(a, b, k0, k1) for a, b in rows for k0, k1 in ks]):
-            emit(TileMatmul, layer, waits, counter, kind=kind, row_begin=a, row_end=b, k_begin=k0, k_end=k1,
-                 tok_begin=t0, tok_end=t1)
+        emit.many(TileMatmul, layer, waits, counter,
+                  ((kind, a, b, k0, k1, t0, t1, 0)
+                   for (a, b, k0, k1), (t0, t1) in tp.ordered([(a, b, k0, k1) for a, b in rows for k0, k1 in ks])))
         return counter, len(tp.tokens) * len(rows) * len(ks)
 
     o_done = tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ")
