@@ -52,8 +52,9 @@ class Stream:
     counter_period: np.ndarray  # int32 [C]: amount each counter receives per step
     counter_names: list[str]
     cost_ns: np.ndarray | None = None
-    # words() of these very instrs and costs: a large step's stream is tens of thousands of instructions, and the
-    # compiler, the fit check and the backend each read the words
+    # encoded() of these very instrs, and words() of them and these costs: a large step's stream is a hundred thousand
+    # instructions, and the compiler, the fit check and the backend each read the words
+    _encoded: tuple[object, np.ndarray] | None = field(default=None, repr=False, compare=False)
     _words: tuple[object, object, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -64,13 +65,23 @@ class Stream:
     def lm_blocks(self) -> int:
         return len(self.plan.lm_head)
 
-    def words(self) -> np.ndarray:
-        """int32 [len(instrs), WORDS], read-only (encoded once per instrs list and costs)."""
-        if self._words is None or self._words[0] is not self.instrs or self._words[1] is not self.cost_ns:
+    def encoded(self) -> np.ndarray:
+        """int32 [len(instrs), WORDS] as the instructions encode (W_COST: their headers'), read-only; encoded once
+        per instrs list."""
+        if self._encoded is None or self._encoded[0] is not self.instrs:
             out = OPCODES.encode_many(self.instrs)
-            if self.cost_ns is not None:
-                out[:, W_COST] = self.cost_ns
             out.flags.writeable = False
+            self._encoded = (self.instrs, out)
+        return self._encoded[1]
+
+    def words(self) -> np.ndarray:
+        """int32 [len(instrs), WORDS] with cost_ns in W_COST where set, read-only (once per instrs list and costs)."""
+        if self._words is None or self._words[0] is not self.instrs or self._words[1] is not self.cost_ns:
+            out = self.encoded()
+            if self.cost_ns is not None:
+                out = out.copy()
+                out[:, W_COST] = self.cost_ns
+                out.flags.writeable = False
             self._words = (self.instrs, self.cost_ns, out)
         return self._words[2]
 
