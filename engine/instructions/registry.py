@@ -20,7 +20,7 @@ from engine.instructions.accesses import Access
 from engine.instructions.cost import CostInputs, InstrCost
 from engine.instructions.format import (
     MAX_WAITS, NUM_OPERANDS, OP_NOOP, W_COST, W_ID, W_LAYER, W_NUM_WAITS, W_OPCODE, W_OPERANDS, W_RESERVED, W_SIGNAL,
-    W_SIGNAL_AMOUNT, W_WAITS, WORDS, Header, InstructionFormatError, Wait,
+    W_SIGNAL_AMOUNT, W_WAITS, WORDS, Header, InstructionFormatError,
 )
 from engine.instructions.op_spec import Buffers, Instruction, OpSpec
 from engine.instructions.ops import (
@@ -131,33 +131,6 @@ class OpcodeTable:
                 table.append(words[W_NUM_WAITS:W_WAITS + 2 * MAX_WAITS])
             which[k] = u
         out[:, W_NUM_WAITS:W_WAITS + 2 * MAX_WAITS] = np.array(table, dtype=np.int32)[which]
-        for cls, idx in by_type.items():
-            names = cls.OPERANDS
-            if names:
-                get = operator.attrgetter(*names)
-                vals = [get(instrs[k]) for k in idx]
-                out[idx, W_OPERANDS:W_OPERANDS + len(names)] = vals if len(names) > 1 else [[v] for v in vals]
-        return out
-        headers = [ins.header for ins in instrs]
-        out[:, W_OPCODE] = [self.code_of(ins) for ins in instrs]
-        out[:, W_ID] = [h.instr_id for h in headers]
-        out[:, W_LAYER] = [h.layer for h in headers]
-        out[:, W_SIGNAL] = [h.signal for h in headers]
-        out[:, W_SIGNAL_AMOUNT] = [h.signal_amount for h in headers]
-        out[:, W_COST] = [h.cost_ns for h in headers]
-        wait_words: dict[tuple[Wait, ...], list[int]] = {}
-        rows = []
-        for h in headers:
-            w = wait_words.get(h.waits)
-            if w is None:
-                words = [0] * WORDS
-                h.encode_into(words)
-                w = wait_words[h.waits] = words[W_NUM_WAITS:W_WAITS + 2 * MAX_WAITS]
-            rows.append(w)
-        out[:, W_NUM_WAITS:W_WAITS + 2 * MAX_WAITS] = rows
-        by_type: dict[type, list[int]] = {}
-        for k, ins in enumerate(instrs):
-            by_type.setdefault(type(ins), []).append(k)
         for cls, idx in by_type.items():
             names = cls.OPERANDS
             if names:
