@@ -10,9 +10,9 @@ costs GPU time for its extra tokens, a compile costs the whole server a stall, s
 recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` times its tokens are used; a host of
 the step's own counts and KV splits (its tables only wider) costs nothing a compile would save and is kept for good.
 The warm-up compiles hosts at every token bucket (Backend.warming_up, step_padding.py host_ladder), so a host is at
-most one bucket (1.5x) larger in tokens. With `builds` (`--kernel-option background_builds=1`) a recurring shape is compiled
-by a worker thread while its steps stay hosted, and adopted at its next step once done (background_builds.py; off by
-default: it measured slower).
+most one bucket (1.5x) larger in tokens. With `builds` (`--kernel-option background_builds=1`) a recurring shape
+is compiled by a worker thread while its steps stay hosted, and adopted at its next step once done
+(background_builds.py; off by default: it measured slower).
 Measured (H200, 1B, a fresh server, 32 clients of 128 in / 128 out): 4 750 output tok/s and a median TTFT of 154 ms
 against 740 tok/s and 2.99 s with hosting off (docs/PERFORMANCE.md).
 """
