@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.bench.fp8_linear import Fp8Linear, fp8_matmul
+from engine.bench.fp8_linear import fp8_matmul
 from models.llama.config import LlamaConfig
-from models.llama.fp8 import FP8_DTYPE
+from models.llama.fp8 import FP8_DTYPE, Fp8Scheme, quantize_fp8
 from models.llama.model import rms_norm
 from models.llama.rope import apply_rope, inv_freq
 from models.llama.weights import LayerWeights, LlamaWeights
@@ -31,7 +31,7 @@ def _add_matrix(module: nn.Module, name: str, w: torch.Tensor, fp8: bool) -> Non
     """A matrix as buffers (no autograd; torch.compile treats them as graph inputs): w, or its e4m3 data and
     `{name}_scale`."""
     if fp8:
-        q = Fp8Linear.quantize(w)
+        q = quantize_fp8(w, Fp8Scheme("channel"))
         module.register_buffer(name, q.data, persistent=False)
         module.register_buffer(f"{name}_scale", q.scale, persistent=False)
     else:
