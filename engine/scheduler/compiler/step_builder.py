@@ -113,33 +113,33 @@ class _Emitter:
         self._waits: dict[tuple[tuple[int, int], ...], tuple[Wait, ...]] = {}
 
     def __call__(self, cls: type, layer: int, waits: Waits, signal: int, **operands: int) -> None:
-        key = tuple(waits)
-        records = self._waits.get(key)
-        if records is None:
-            records = self._waits[key] = tuple(Wait(c, t) for c, t in waits)
-        hdr = Header(instr_id=len(self.out), layer=layer, waits=records,
+        hdr = Header(instr_id=len(self.out), layer=layer, waits=self._records(waits),
                      signal=signal, signal_amount=0 if signal == NO_COUNTER else 1)
         self.out.append(cls(**operands, header=hdr))
-        if signal != NO_COUNTER:
-            self.signals[signal] = self.signals.get(signal, 0) + 1
+        self._signalled(signal, 1)
 
     def many(self, cls: type, layer: int, waits: Waits, signal: int, rows: Iterable[tuple[int, ...]]) -> int:
         """One instruction per row of operands (in the opcode's OPERANDS order), all with the same waits and signal,
         as __call__ would append them one by one (a large step's tiles are a hundred thousand instructions: one
         wait lookup for all of them, positional construction); returns how many."""
-        key = tuple(waits)
-        records = self._waits.get(key)
-        if records is None:
-            records = self._waits[key] = tuple(Wait(c, t) for c, t in waits)
-        amount = 0 if signal == NO_COUNTER else 1
+        records, amount = self._records(waits), 0 if signal == NO_COUNTER else 1
         out, first = self.out, len(self.out)
         append = out.append
         for ops in rows:
             append(cls(*ops, header=Header(len(out), layer, records, signal, amount)))
-        count = len(out) - first
+        self._signalled(signal, len(out) - first)
+        return len(out) - first
+
+    def _records(self, waits: Waits) -> tuple[Wait, ...]:
+        key = tuple(waits)
+        records = self._waits.get(key)
+        if records is None:
+            records = self._waits[key] = tuple(Wait(c, t) for c, t in waits)
+        return records
+
+    def _signalled(self, signal: int, count: int) -> None:
         if signal != NO_COUNTER:
             self.signals[signal] = self.signals.get(signal, 0) + count
-        return count
 
     def period(self) -> np.ndarray:
         return np.array([self.signals.get(c, 0) for c in range(len(self.ctr.names))], dtype=np.int32)
