@@ -73,9 +73,9 @@ class CudaBackend(Backend):
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
         step's buffers with the VM's); `host_steps`: ... or, while their own shape's stream is not compiled, padded
         into a compiled larger one (engine/cuda/stream_hosting.py); `background_builds`: a hosted shape that recurs
-        is compiled off the engine thread meanwhile (engine/cuda/background_builds.py), not at its next step; off by
-        default: serving measured slower with it (the worker's Python holds the GIL, so the steps the engine thread
-        runs meanwhile slow down: c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md)."""
+        is compiled by a worker process meanwhile (engine/cuda/background_builds.py), not on the engine thread at its
+        next step; off by default until serving is measured with the process worker (a worker thread measured slower:
+        c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -172,6 +172,11 @@ class CudaBackend(Backend):
 
     def stream_stats(self) -> StreamStats:
         return sum((c.stats() for c in self._caches), StreamStats())
+
+    def close(self) -> None:
+        """End the stream-build worker process, where there is one."""
+        if self._hosting is not None and self._hosting.builds is not None:
+            self._hosting.builds.close()
 
     @contextmanager
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:

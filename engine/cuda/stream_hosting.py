@@ -11,8 +11,8 @@ recurs (`compile_after` hosted steps), and only hosts of at most `max_growth` ti
 the step's own counts and KV splits (its tables only wider) costs nothing a compile would save and is kept for good.
 The warm-up compiles hosts at every token bucket (Backend.warming_up, step_padding.py host_ladder), so a host is at
 most one bucket (1.5x) larger in tokens. With `builds` (`--kernel-option background_builds=1`) a recurring shape
-is compiled by a worker thread while its steps stay hosted, and adopted at its next step once done
-(background_builds.py; off by default: it measured slower).
+is compiled by a worker process while its steps stay hosted, and adopted at its next step once done
+(background_builds.py).
 Measured (H200, 1B, a fresh server, 32 clients of 128 in / 128 out): 4 750 output tok/s and a median TTFT of 154 ms
 against 740 tok/s and 2.99 s with hosting off (docs/PERFORMANCE.md).
 """
@@ -27,6 +27,7 @@ from functools import partial
 from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.step_padding import can_pad, dummy_step, host_ladder, pad_batch
 from engine.scheduler.compiler.step_builder_cache import CompiledStream, StreamCache
+from engine.scheduler.compiler.stream_payload import StreamPayload, compile_payload, from_payload
 from models.llama.step_batch import StepBatch
 
 # A shape hosted this many times gets its own stream at its next step: a compile (~0.5 s) is worth it once the
@@ -51,9 +52,9 @@ class StreamHosting:
     max_growth: int = DEFAULT_MAX_GROWTH
     asked: dict[tuple[int, ...], int] = field(default_factory=dict)  # hosted steps per uncompiled shape
     paused: bool = False  # every step in its own shape's stream (the warm-up: Backend.warming_up)
-    # A recurring shape's stream compiled by a worker thread while its steps stay hosted (background_builds.py);
+    # A recurring shape's stream compiled by a worker process while its steps stay hosted (background_builds.py);
     # None: compiled on the engine thread at its next step.
-    builds: BackgroundBuilds[CompiledStream] | None = None
+    builds: BackgroundBuilds[StreamPayload] | None = None
 
     def __post_init__(self) -> None:
         if self.compile_after < 0 or self.max_growth < 1:
@@ -86,8 +87,8 @@ class StreamHosting:
             return None
         if self.builds is not None:
             built = self.builds.take(key)
-            if isinstance(built, CompiledStream):
-                cache.adopt(key, built)
+            if isinstance(built, StreamPayload):
+                cache.adopt(key, from_payload(built, cache.dims))
                 return None
             if built is not None:  # the worker's compile failed: this thread compiles, and raises what it raises
                 return None
@@ -103,7 +104,8 @@ class StreamHosting:
                 if self.builds is None:
                     return None
                 # hosted until the worker is done, which compiles from its own copy of the step (CPU tensors)
-                self.builds.submit(key, partial(cache.compile, copy.deepcopy(padded)))
+                self.builds.submit(key, partial(compile_payload, cache.dims, copy.deepcopy(padded), cache.page_size,
+                                                cache.params, cache.device))
             else:
                 if len(self.asked) >= MAX_COUNTED_SHAPES:
                     self.asked.clear()

@@ -3,6 +3,9 @@ the same instruction tensors as the GPU, their logits are the torch reference's,
 a shape is compiled only once it recurs."""
 from __future__ import annotations
 
+import os
+from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -60,7 +63,9 @@ def test_a_new_shape_runs_hosted_until_it_recurs_then_compiles() -> None:
 
 def test_a_recurring_shape_compiles_off_the_engine_thread_while_hosted() -> None:
     """With background builds (`background_builds=1` on the cuda backend), the step that would compile stays hosted,
-    its stream is compiled by the worker, and the next step of the shape adopts it: no compile on the calling thread."""
+    its stream is compiled by the worker process, and the next step of the shape adopts it (rebuilt from the worker's
+    arrays, its instructions decoded from the words): no compile on the calling thread, and the adopted stream's step
+    matches the reference with the race detector on."""
     cfg = small_config()
     seen: list[tuple[StepShape, int, int, int]] = []
 
@@ -74,7 +79,19 @@ def test_a_recurring_shape_compiles_off_the_engine_thread_while_hosted() -> None
 
     prompts = [8 + 10 * (DEFAULT_COMPILE_AFTER + 2)] * 3 + [30, 20, 12, 9]
     schedule = [[8] * 7] + [[10, 10, 10, 0, 0, 0, 0]] * (DEFAULT_COMPILE_AFTER + 2)
-    run_pair(cfg, random_weights(cfg, seed=5), schedule, prompts, check_races=True, after_step=record, pad_over=8)
+    builds: list[BackgroundBuilds[object]] = []
+
+    def record_and_keep(vm: VMBackend) -> None:
+        record(vm)
+        assert vm.hosting is not None and vm.hosting.builds is not None
+        builds[:] = [vm.hosting.builds]
+
+    try:
+        run_pair(cfg, random_weights(cfg, seed=5), schedule, prompts, check_races=True, after_step=record_and_keep,
+                 pad_over=8)
+    finally:
+        for b in builds:
+            b.close()
     host = StepShape(64, 8, 64)
     for k in range(1, DEFAULT_COMPILE_AFTER + 2):  # the ninth is hosted too: its compile runs on the worker
         assert seen[k] == (host, 1, k, 0)
@@ -82,7 +99,7 @@ def test_a_recurring_shape_compiles_off_the_engine_thread_while_hosted() -> None
 
 
 def test_background_builds_hand_back_results_and_errors_by_key() -> None:
-    builds: BackgroundBuilds[int] = BackgroundBuilds()
+    builds: BackgroundBuilds[int] = BackgroundBuilds(processes=False)  # lambdas: a thread worker
     assert builds.take((1,)) is None
     builds.submit((1,), lambda: 41 + 1)
     builds.submit((1,), lambda: 0)  # pending or done: not run again
@@ -94,6 +111,22 @@ def test_background_builds_hand_back_results_and_errors_by_key() -> None:
         builds.submit((10 + k,), lambda k=k: k)  # type: ignore[misc]
     assert builds.wait(timeout=10)
     assert builds.take((10,)) is None and builds.take((10 + MAX_UNCLAIMED + 2,)) == MAX_UNCLAIMED + 2
+
+
+def test_a_worker_process_hands_back_results_errors_and_a_dead_worker() -> None:
+    builds: BackgroundBuilds[object] = BackgroundBuilds()
+    try:
+        builds.submit((1,), partial(pow, 2, 10))
+        builds.submit((2,), partial(divmod, 1, 0))
+        assert builds.wait(timeout=60)
+        assert builds.take((1,)) == 1024 and isinstance(builds.take((2,)), ZeroDivisionError)
+        builds.submit((3,), partial(os._exit, 3))  # the worker dies: an error for its key, then for every later one
+        assert builds.wait(timeout=60)
+        assert isinstance(builds.take((3,)), BrokenProcessPool)
+        builds.submit((4,), partial(pow, 2, 2))
+        assert builds.wait(timeout=60) and isinstance(builds.take((4,)), BrokenProcessPool)
+    finally:
+        builds.close()
 
 
 def test_a_mixed_run_of_shapes_matches_the_reference_hosted() -> None:
