@@ -26,7 +26,7 @@ from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.cuda.tensor_maps import tile_maps, w_o_map
 from engine.cuda.variant import kernel_variant
-from engine.cuda_build import load_extension
+from engine.cuda_build import cache_root, load_extension
 from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
@@ -35,6 +35,7 @@ from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.step_builder_tiles import tiles_fit
+from engine.scheduler.compiler.stream_store import StreamStore
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.config import LlamaConfig
 from models.llama.kv_cache import PagedKVCache
@@ -67,7 +68,7 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
-                 background_builds: bool = False, **split_kw: object) -> None:
+                 background_builds: bool = False, stream_store: bool = True, **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
@@ -75,7 +76,9 @@ class CudaBackend(Backend):
         into a compiled larger one (engine/cuda/stream_hosting.py); `background_builds`: a hosted shape that recurs
         is compiled by a worker process meanwhile (engine/cuda/background_builds.py), not on the engine thread at its
         next step; off by default until serving is measured with the process worker (a worker thread measured slower:
-        c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md)."""
+        c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md); `stream_store`: compiled streams are kept on disk under
+        $MEGAKERNEL_CACHE_DIR/streams and a later run loads them instead of compiling
+        (engine/scheduler/compiler/stream_store.py)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -160,15 +163,19 @@ class CudaBackend(Backend):
                          if self._pad_steps and host_steps else None)
         self.page_size = page_size
         self._split_kw = split_kw
-        self._caches = [StreamCache(self.dims, page_size, BuildParams(
-            policy, SplitParams(waves=waves * w, **split_kw)),  # type: ignore[arg-type]
-            TargetDevice(num_sms=self.num_sms), capacity=STREAM_CACHE_CAPACITY) for w in WAVES_LADDER]
+        params = [BuildParams(policy, SplitParams(waves=waves * w, **split_kw)) for w in WAVES_LADDER]  # type: ignore
+        self._caches = [self._stream_cache(p, stream_store) for p in params]
         self._arena = ActivationArena(self._device)  # the streams' activations, shared
         self.timing = False
         self.last: DeviceStream | None = None
         # The last run of decode steps' stop state on the device (csrc/interpreter/run_stop.cuh; None: that run had no
         # device stop checks): kept after the run for tests and post-mortems, a few words.
         self.last_run_stop: torch.Tensor | None = None
+
+    def _stream_cache(self, params: BuildParams, stored: bool) -> StreamCache:
+        device = TargetDevice(num_sms=self.num_sms)
+        store = StreamStore(cache_root() / "streams", self.dims, self.page_size, params, device) if stored else None
+        return StreamCache(self.dims, self.page_size, params, device, capacity=STREAM_CACHE_CAPACITY, store=store)
 
     def stream_stats(self) -> StreamStats:
         return sum((c.stats() for c in self._caches), StreamStats())

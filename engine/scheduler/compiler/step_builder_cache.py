@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -160,8 +161,8 @@ def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: B
 
 @dataclass(frozen=True)
 class StreamStats:
-    """How often steps found their shape's stream compiled (hits), how often one was compiled (misses: on the
-    engine's thread, before the step could run), the host seconds those compiles took, and how many steps ran padded
+    """How often steps found their shape's stream compiled (hits), how often one was compiled or loaded from the stream
+    store (misses: on the engine's thread, before the step could run), the host seconds those took, and how many steps ran padded
     in a compiled stream of a larger shape instead (hosted: engine/cuda/stream_hosting.py), and how many streams were
     compiled off the engine thread meanwhile and adopted (background: engine/cuda/background_builds.py)."""
     hits: int = 0
@@ -175,12 +176,22 @@ class StreamStats:
                            self.hosted + other.hosted, self.background + other.background)
 
 
+class StreamFiles(Protocol):
+    """Where compiled streams outlive the process (stream_store.py StreamStore)."""
+
+    def load(self, key: tuple[int, ...], batch: StepBatch) -> CompiledStream | None: ...
+
+    def save(self, key: tuple[int, ...], cs: CompiledStream) -> None: ...
+
+
 class StreamCache:
-    """Compiled streams keyed by batch shape; `get` patches the step args of a cached stream."""
+    """Compiled streams keyed by batch shape; `get` patches the step args of a cached stream. With `store`, a shape
+    not cached is loaded from disk where an earlier run compiled it, and a compiled one is written there."""
 
     def __init__(self, dims: ModelDims, page_size: int, params: BuildParams, device: TargetDevice,
-                 capacity: int = 32) -> None:
+                 capacity: int = 32, store: StreamFiles | None = None) -> None:
         self.dims, self.page_size, self.params, self.device = dims, page_size, params, device
+        self.store = store
         self.capacity = capacity  # prefill chunks create many shapes: keep the most recently used
         self._streams: OrderedDict[tuple[int, ...], CompiledStream] = OrderedDict()
         self.hits = 0
@@ -213,9 +224,19 @@ class StreamCache:
         cs = self._streams.get(key)
         if cs is None:
             self.misses += 1
+            t0 = time.perf_counter()
+            cs = self.store.load(key, batch) if self.store is not None else None
+            if cs is not None:
+                load_ms = (time.perf_counter() - t0) * 1e3
+                self.build_ms_total += load_ms
+                self._insert(key, cs, f"loaded the stream an earlier run compiled (%d instructions in "
+                                      f"{load_ms / 1e3:.2f} s)")
+                return cs
             cs = self.compile(batch)
             self.build_ms_total += cs.build_ms
-            self._insert(key, cs, "")
+            self._insert(key, cs, f"compiled the stream (%d instructions in {cs.build_ms / 1e3:.2f} s)")
+            if self.store is not None:
+                self.store.save(key, cs)
             return cs
         self._streams.move_to_end(key)
         self.hits += 1
@@ -231,13 +252,14 @@ class StreamCache:
     def adopt(self, key: tuple[int, ...], cs: CompiledStream) -> None:
         """Cache `cs`, compiled off the engine thread (engine/cuda/background_builds.py), as `key`'s stream."""
         self.background += 1
-        self._insert(key, cs, " off the engine thread")
+        self._insert(key, cs, f"adopted the stream compiled off the engine thread (%d instructions in "
+                              f"{cs.build_ms / 1e3:.2f} s)")
 
-    def _insert(self, key: tuple[int, ...], cs: CompiledStream, where: str) -> None:
+    def _insert(self, key: tuple[int, ...], cs: CompiledStream, what: str) -> None:
+        """Cache `cs` as `key`'s stream; logs `what` (%d: its instruction count) of the new step shape."""
         splits = f"{key[3]}" if len(key) == 4 else f"per sequence, up to {max(key[3:])}"
-        log.info("compiled the stream of a new step shape (%d tokens, %d sequences, %d-page tables, KV splits "
-                 "%s): %d instructions in %.2f s%s", key[0], key[1], key[2], splits, len(cs.stream.instrs),
-                 cs.build_ms / 1e3, where)
+        log.info("new step shape (%d tokens, %d sequences, %d-page tables, KV splits %s): " + what, key[0], key[1],
+                 key[2], splits, len(cs.stream.instrs))
         self._streams[key] = cs
         while len(self._streams) > self.capacity:
             self._streams.popitem(last=False)

@@ -1,0 +1,77 @@
+"""Compiled streams on disk (engine/scheduler/compiler/stream_store.py): a second cache of the same settings loads what
+the first compiled (no compile), with its step args for the step at hand; other settings or changed compiler code
+are other directories; an unreadable file is compiled again and rewritten; old directories are pruned."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.instructions.layout import ModelDims
+from engine.profiling import decode_batch
+from engine.scheduler.compiler import stream_store
+from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
+from engine.scheduler.compiler.stream_store import KEEP_FINGERPRINTS, StreamStore
+from engine.scheduler.compiler.target import TargetDevice
+from tests.vm.helpers import small_config
+
+DIMS = ModelDims.from_config(small_config())
+DEVICE = TargetDevice(num_sms=12)
+
+
+def _cache(root: Path, params: BuildParams | None = None) -> StreamCache:
+    params = params or BuildParams.of("lpt")
+    return StreamCache(DIMS, 16, params, DEVICE, store=StreamStore(root, DIMS, 16, params, DEVICE))
+
+
+def _no_compile(*_: object) -> None:
+    raise AssertionError("compiled: the stream should have been loaded")
+
+
+def test_a_later_cache_loads_what_an_earlier_one_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _cache(tmp_path)
+    cs = first.get(decode_batch(4, 20, 16))
+    files = list(tmp_path.rglob("*.stream"))
+    assert len(files) == 1
+    second = _cache(tmp_path)
+    monkeypatch.setattr(StreamCache, "compile", _no_compile)
+    other_step = decode_batch(4, 25, 16)  # the same shape, other contexts: its own step args
+    loaded = second.get(other_step)
+    assert second.store is not None and second.store.loaded == 1  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(loaded.words, cs.words)
+    np.testing.assert_array_equal(loaded.tensor, cs.tensor)
+    expected = _cache(tmp_path / "fresh")
+    monkeypatch.undo()
+    np.testing.assert_array_equal(loaded.step_args.numpy(), expected.get(other_step).step_args.numpy())
+    assert second.stats().misses == 1 and second.get(other_step) is loaded  # cached in memory from then on
+
+
+def test_other_settings_are_another_directory(tmp_path: Path) -> None:
+    _cache(tmp_path).get(decode_batch(4, 20, 16))
+    _cache(tmp_path, BuildParams.of("dynamic")).get(decode_batch(4, 20, 16))
+    assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2
+
+
+def test_changed_compiler_code_is_another_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = StreamStore(tmp_path, DIMS, 16, BuildParams.of("lpt"), DEVICE)
+    monkeypatch.setattr(stream_store, "code_fingerprint", lambda: "other code")
+    b = StreamStore(tmp_path, DIMS, 16, BuildParams.of("lpt"), DEVICE)
+    assert a.dir != b.dir
+
+
+def test_an_unreadable_file_is_compiled_again_and_rewritten(tmp_path: Path) -> None:
+    _cache(tmp_path).get(decode_batch(4, 20, 16))
+    (path,) = tmp_path.rglob("*.stream")
+    path.write_bytes(b"torn")
+    again = _cache(tmp_path)
+    again.get(decode_batch(4, 20, 16))
+    assert again.store.loaded == 0  # type: ignore[union-attr]
+    step = decode_batch(4, 20, 16)
+    assert _cache(tmp_path).store.load(again.key(step), step) is not None  # type: ignore[union-attr]
+
+
+def test_directories_beyond_the_kept_ones_are_pruned(tmp_path: Path) -> None:
+    for k in range(KEEP_FINGERPRINTS + 3):
+        _cache(tmp_path, BuildParams.of("lpt", waves=1.0 + k / 10)).get(decode_batch(2, 20, 16))
+    assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == KEEP_FINGERPRINTS
