@@ -28,6 +28,7 @@ from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.step_padding import can_pad, dummy_step, host_ladder, pad_batch
 from engine.scheduler.compiler.step_builder_cache import CompiledStream, StreamCache
 from engine.scheduler.compiler.stream_payload import StreamPayload, compile_payload, from_payload
+from engine.scheduler.compiler.stream_store import StreamStore
 from models.llama.step_batch import StepBatch
 
 # A shape hosted this many times gets its own stream at its next step: a compile (~0.5 s) is worth it once the
@@ -103,9 +104,13 @@ class StreamHosting:
                 self.asked.pop(key, None)
                 if self.builds is None:
                     return None
-                # hosted until the worker is done, which compiles from its own copy of the step (CPU tensors)
-                self.builds.submit(key, partial(compile_payload, cache.dims, copy.deepcopy(padded), cache.page_size,
-                                                cache.params, cache.device))
+                # hosted until the worker is done, which compiles from its own copy of the step (CPU tensors) and
+                # writes the stream store's file, where there is one
+                job = partial(compile_payload, cache.dims, copy.deepcopy(padded), cache.page_size, cache.params,
+                              cache.device)
+                if isinstance(cache.store, StreamStore):
+                    job = partial(cache.store.compile_and_save, key, job)
+                self.builds.submit(key, job)
             else:
                 if len(self.asked) >= MAX_COUNTED_SHAPES:
                     self.asked.clear()

@@ -3,15 +3,18 @@ the first compiled (no compile), with its step args for the step at hand; other 
 are other directories; an unreadable file is compiled again and rewritten; old directories are pruned."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engine.cuda.background_builds import BackgroundBuilds
 from engine.instructions.layout import ModelDims
 from engine.profiling import decode_batch
 from engine.scheduler.compiler import stream_store
 from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
+from engine.scheduler.compiler.stream_payload import StreamPayload, compile_payload
 from engine.scheduler.compiler.stream_store import KEEP_FINGERPRINTS, StreamStore
 from engine.scheduler.compiler.target import TargetDevice
 from tests.vm.helpers import small_config
@@ -75,3 +78,22 @@ def test_directories_beyond_the_kept_ones_are_pruned(tmp_path: Path) -> None:
     for k in range(KEEP_FINGERPRINTS + 3):
         _cache(tmp_path, BuildParams.of("lpt", waves=1.0 + k / 10)).get(decode_batch(2, 20, 16))
     assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == KEEP_FINGERPRINTS
+
+
+def test_a_background_build_writes_the_file_in_its_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A background build's worker process compiles and writes the file (stream_hosting.py submits
+    StreamStore.compile_and_save): a later cache loads it."""
+    cache = _cache(tmp_path)
+    step = decode_batch(4, 20, 16)
+    key = cache.key(step)
+    builds: BackgroundBuilds[StreamPayload] = BackgroundBuilds()
+    try:
+        assert isinstance(cache.store, StreamStore)
+        builds.submit(key, partial(cache.store.compile_and_save, key,
+                                   partial(compile_payload, DIMS, step, 16, cache.params, DEVICE)))
+        assert builds.wait(timeout=120)
+        assert isinstance(builds.take(key), StreamPayload)
+    finally:
+        builds.close()
+    monkeypatch.setattr(StreamCache, "compile", _no_compile)
+    assert _cache(tmp_path).get(step).key == key

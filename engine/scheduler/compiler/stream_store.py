@@ -20,6 +20,7 @@ import os
 import pickle
 import tempfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.instructions.layout import ModelDims
@@ -83,17 +84,27 @@ class StreamStore:
 
     def save(self, key: tuple[int, ...], cs: CompiledStream) -> None:
         """Write `cs` as `key`'s file (an error is logged, never raised: the store is an optimisation)."""
+        self.save_payload(key, to_payload(cs, self.cost))
+
+    def save_payload(self, key: tuple[int, ...], payload: StreamPayload) -> None:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             if not self._pruned:
                 self._prune()
-            blob = zlib.compress(pickle.dumps(to_payload(cs, self.cost), protocol=5), 1)
+            blob = zlib.compress(pickle.dumps(payload, protocol=5), 1)
             fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
             os.replace(tmp, self._path(key))
         except OSError as exc:
             log.warning("stream store: could not write %s (%s)", self._path(key), exc)
+
+    def compile_and_save(self, key: tuple[int, ...], compile_job: Callable[[], StreamPayload]) -> StreamPayload:
+        """`compile_job()`'s payload, written as `key`'s file first (a background build's worker: the engine thread
+        then only adopts it)."""
+        payload = compile_job()
+        self.save_payload(key, payload)
+        return payload
 
     def _prune(self) -> None:
         """Remove fingerprint directories beyond the KEEP_FINGERPRINTS most recently used (this one is used now)."""
