@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Where the megakernel spills: disassemble the built interpreter (nvdisasm -g, needs the CUDA toolkit's
-# cuobjdump/nvdisasm, present on the GPU machines) and list every local-memory load/store (LDL/STL) with
-# the source line it belongs to (parsed by dev/sass_spills.py).
+# cuobjdump/nvdisasm, present on the GPU machines; on a CPU-only machine the PyPI wheels nvidia-cuda-cuobjdump and
+# nvidia-cuda-nvdisasm carry them: `pip download --no-deps -d D nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, unzip,
+# put their nvidia/cu13/bin on PATH; no GPU is needed) and list every local-memory load/store (LDL/STL) with
+# the source line it belongs to (parsed by dev/sass_spills.py). Some are not spills: sincosf's slow path keeps its
+# range reduction in a local array.
 # Usage: OUT=out dev/sass_spills.sh   (writes $OUT/sass_spills.txt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
