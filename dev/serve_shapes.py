@@ -17,6 +17,7 @@ import random
 import tempfile
 import time
 from collections import OrderedDict
+from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH
 from engine.instructions.layout import ModelDims, StepShape
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream, shape_key
+from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache, compile_stream, shape_key
+from engine.scheduler.compiler.stream_store import StreamStore
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
 from engine.warm_up import warm_up
@@ -187,6 +189,8 @@ def main() -> None:
     ap.add_argument("--no-hosting", action="store_true", help="compile every new shape (no stream hosting)")
     ap.add_argument("--compile-after", type=int, default=DEFAULT_COMPILE_AFTER)
     ap.add_argument("--max-growth", type=int, default=DEFAULT_MAX_GROWTH)
+    ap.add_argument("--store", action="store_true", help="also time the warm-up's shapes compiled into a stream store "
+                    "and loaded from it by a second cache (a restarted server: stream_store.py)")
     args = ap.parse_args()
     dims = ModelDims.from_config(preset_config(args.preset))
     params = BuildParams("lpt", SplitParams(min_pages_per_split=8, token_group=TOKEN_GROUP,
@@ -226,6 +230,20 @@ def main() -> None:
         total += s
         print(f"  compiled {key[:3]} splits {max(key[3:])}: {len(cs.stream.instrs)} instructions, {s:.2f} s here")
     print(f"compiling the new shapes: {total:.1f} s here")
+    if args.store:
+        warm_shapes = cache.compiled[:warm]
+        with tempfile.TemporaryDirectory() as root:
+            spent = []
+            for _ in range(2):  # the first run compiles and writes, the second loads
+                page = engine.engine_config.page_size
+                streams = StreamCache(dims, page, params, device, capacity=len(warm_shapes) + 1,
+                                      store=StreamStore(Path(root), dims, page, params, device))
+                t = time.perf_counter()
+                for _, batch in warm_shapes:
+                    streams.get(batch)
+                spent.append(time.perf_counter() - t)
+        print(f"the warm-up's {len(warm_shapes)} shapes through a stream store: {spent[0]:.1f} s compiled and written, "
+              f"{spent[1]:.1f} s loaded by a second run, here")
 
 
 if __name__ == "__main__":
