@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import TypeVar, overload
 
 import numpy as np
 import torch
@@ -29,6 +29,8 @@ from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledSt
 from engine.scheduler.compiler.step_builder_splits import Plan
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,54 +93,50 @@ def compile_payload(dims: ModelDims, batch: StepBatch, page_size: int, params: B
     return to_payload(compile_stream(dims, batch, page_size, params, device), params.cost)
 
 
-class DecodedInstrs(Sequence[Instruction]):
-    """A stream's instructions, decoded from its words on first read of each."""
+class _Rows(Sequence[T]):
+    """Items made from the rows of an array when read (and kept: each is made once)."""
 
-    def __init__(self, words: np.ndarray) -> None:
-        self._words = words
-        self._done: dict[int, Instruction] = {}
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self._made: dict[int, T] = {}
 
-    def __len__(self) -> int:
-        return int(self._words.shape[0])
-
-    @overload
-    def __getitem__(self, i: int) -> Instruction: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[Instruction]: ...
-
-    def __getitem__(self, i: int | slice) -> Instruction | list[Instruction]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        k = range(len(self))[i]  # negative indices, and IndexError past the end
-        ins = self._done.get(k)
-        if ins is None:
-            ins = self._done[k] = OPCODES.decode(self._words[k])
-        return ins
-
-    def __iter__(self) -> Iterator[Instruction]:
-        return (self[k] for k in range(len(self)))
-
-
-class StoredCosts(Sequence[InstrCost]):
-    """Per-instruction cost estimates from the payload's array."""
-
-    def __init__(self, costs: np.ndarray) -> None:
-        self.array = costs  # int64 [N, 3]: weight_bytes, act_bytes, flops
+    def _make(self, row: np.ndarray) -> T:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return int(self.array.shape[0])
 
     @overload
-    def __getitem__(self, i: int) -> InstrCost: ...
+    def __getitem__(self, i: int) -> T: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[InstrCost]: ...
+    def __getitem__(self, i: slice) -> list[T]: ...
 
-    def __getitem__(self, i: int | slice) -> InstrCost | list[InstrCost]:
+    def __getitem__(self, i: int | slice) -> T | list[T]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        w, a, f = (int(v) for v in self.array[i])
+        k = range(len(self))[i]  # negative indices, and IndexError past the end
+        item = self._made.get(k)
+        if item is None:
+            item = self._made[k] = self._make(self.array[k])
+        return item
+
+    def __iter__(self) -> Iterator[T]:
+        return (self[k] for k in range(len(self)))
+
+
+class DecodedInstrs(_Rows[Instruction]):
+    """A stream's instructions, decoded from its words."""
+
+    def _make(self, row: np.ndarray) -> Instruction:
+        return OPCODES.decode(row)
+
+
+class StoredCosts(_Rows[InstrCost]):
+    """Per-instruction cost estimates from the payload's int64 [N, 3] array (weight_bytes, act_bytes, flops)."""
+
+    def _make(self, row: np.ndarray) -> InstrCost:
+        w, a, f = (int(v) for v in row)
         return InstrCost(w, a, f)
 
 
