@@ -8,6 +8,7 @@ can send `visible[len(sent):]` deltas and never has to retract anything.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from engine.sampling_params import SamplingParams
@@ -17,9 +18,20 @@ _CONTEXT_TOKENS = 5
 _INCOMPLETE = "\ufffd"
 
 
+def ids_decoder(tokenizer: Any) -> Callable[[list[int], bool], str]:
+    """`decode(ids, skip_special_tokens)` for `tokenizer`: its fast backend's own decode where the tokenizer's decode
+    adds nothing to it (a fast tokenizer that does not clean up spaces), else the tokenizer's. Why: every generated
+    token is decoded twice (IncrementalDetokenizer.add), and transformers' decode spent 2.7 of its 3.7 us per call on
+    converting its arguments (a 6-id window, this CPU): a step of 32 decodes lost 0.17 ms of engine-thread time."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
+        return lambda ids, skip: backend.decode(ids, skip_special_tokens=skip)  # type: ignore[no-any-return]
+    return lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip)  # type: ignore[no-any-return]
+
+
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Any, prompt_ids: list[int], skip_special_tokens: bool = True):
-        self._tokenizer = tokenizer
+        self._decode_ids = ids_decoder(tokenizer)
         self._skip_special = skip_special_tokens
         self._ids: list[int] = list(prompt_ids[-_CONTEXT_TOKENS:])
         self._prefix_offset = 0
@@ -27,7 +39,7 @@ class IncrementalDetokenizer:
         self.text = ""
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special)
+        return self._decode_ids(ids, self._skip_special)
 
     def add(self, token_id: int) -> str:
         """Feed one generated id; return the newly decodable text (possibly empty)."""

@@ -1,7 +1,7 @@
 """Incremental detokenization across multi-byte characters and stop-string helpers."""
 from __future__ import annotations
 
-from engine.detokenizer import IncrementalDetokenizer, find_stop, visible_text
+from engine.detokenizer import IncrementalDetokenizer, find_stop, ids_decoder, visible_text
 from models.llama.tokenizer import load_tokenizer
 
 
@@ -43,3 +43,22 @@ def test_flush_emits_an_incomplete_character_at_the_end(tiny_checkpoint: str) ->
     tail = detok.flush()
     assert shown + tail == tok.decode(ids[:cut]) and tail.endswith("\ufffd")
     assert detok.flush() == ""
+
+
+def test_the_fast_backend_decodes_as_the_tokenizer_does(tiny_checkpoint: str) -> None:
+    """A fast tokenizer that cleans up no spaces decodes through its backend (ids_decoder), with the same text as
+    its own decode; one that cleans up keeps its own decode."""
+    tok = load_tokenizer(tiny_checkpoint)
+    ids = tok.encode("Hello , world . It 's naïve — 東京 🙂 <unk>", add_special_tokens=False)
+    assert ids_decoder(tok)(ids, True) == tok.decode(ids, skip_special_tokens=True)
+    assert ids_decoder(tok)(ids, False) == tok.decode(ids, skip_special_tokens=False)
+
+    class CleaningUp:
+        backend_tokenizer = tok.backend_tokenizer
+        clean_up_tokenization_spaces = True
+
+        @staticmethod
+        def decode(ids: list[int], skip_special_tokens: bool) -> str:
+            return "own decode"
+
+    assert ids_decoder(CleaningUp())(ids, True) == "own decode"
