@@ -14,6 +14,7 @@ fails to load is treated as missing and rewritten.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -76,7 +77,8 @@ class StreamStore:
             return None
         if not isinstance(payload, StreamPayload) or payload.key != key:
             return None
-        os.utime(path)  # recently used (the prune order)
+        with contextlib.suppress(OSError):  # a read-only cache still serves its files
+            os.utime(path)  # recently used
         cs = from_payload(payload, self.dims)
         cs.patch(batch)
         self.loaded += 1
@@ -93,9 +95,13 @@ class StreamStore:
                 self._prune()
             blob = zlib.compress(pickle.dumps(payload, protocol=5), 1)
             fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, self._path(key))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(blob)
+                os.replace(tmp, self._path(key))
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)  # left only where the write or the rename failed
         except OSError as exc:
             log.warning("stream store: could not write %s (%s)", self._path(key), exc)
 
@@ -112,6 +118,7 @@ class StreamStore:
         os.utime(self.dir)
         dirs = sorted((d for d in self.root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
         for old in dirs[KEEP_FINGERPRINTS:]:
-            for f in old.iterdir():
-                f.unlink(missing_ok=True)
-            old.rmdir()
+            with contextlib.suppress(OSError):  # another process pruning it too
+                for f in old.iterdir():
+                    f.unlink(missing_ok=True)
+                old.rmdir()
