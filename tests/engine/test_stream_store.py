@@ -17,6 +17,7 @@ from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCach
 from engine.scheduler.compiler.stream_payload import StreamPayload, compile_payload
 from engine.scheduler.compiler.stream_store import KEEP_FINGERPRINTS, StreamStore
 from engine.scheduler.compiler.target import TargetDevice
+from models.llama.step_batch import StepBatch
 from tests.vm.helpers import small_config
 
 DIMS = ModelDims.from_config(small_config())
@@ -28,6 +29,13 @@ def _cache(root: Path, params: BuildParams | None = None) -> StreamCache:
     return StreamCache(DIMS, 16, params, DEVICE, store=StreamStore(root, DIMS, 16, params, DEVICE))
 
 
+def _compiled(cache: StreamCache, step: StepBatch) -> None:
+    """`step`'s stream through `cache`, its file written (saves run on the store's writer thread)."""
+    cache.get(step)
+    assert isinstance(cache.store, StreamStore)
+    cache.store.flush()
+
+
 def _no_compile(*_: object) -> None:
     raise AssertionError("compiled: the stream should have been loaded")
 
@@ -35,6 +43,7 @@ def _no_compile(*_: object) -> None:
 def test_a_later_cache_loads_what_an_earlier_one_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = _cache(tmp_path)
     cs = first.get(decode_batch(4, 20, 16))
+    first.store.flush()  # type: ignore[union-attr]
     files = list(tmp_path.rglob("*.stream"))
     assert len(files) == 1
     second = _cache(tmp_path)
@@ -51,8 +60,8 @@ def test_a_later_cache_loads_what_an_earlier_one_compiled(tmp_path: Path, monkey
 
 
 def test_other_settings_are_another_directory(tmp_path: Path) -> None:
-    _cache(tmp_path).get(decode_batch(4, 20, 16))
-    _cache(tmp_path, BuildParams.of("dynamic")).get(decode_batch(4, 20, 16))
+    _compiled(_cache(tmp_path), decode_batch(4, 20, 16))
+    _compiled(_cache(tmp_path, BuildParams.of("dynamic")), decode_batch(4, 20, 16))
     assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2
 
 
@@ -64,11 +73,11 @@ def test_changed_compiler_code_is_another_directory(tmp_path: Path, monkeypatch:
 
 
 def test_an_unreadable_file_is_compiled_again_and_rewritten(tmp_path: Path) -> None:
-    _cache(tmp_path).get(decode_batch(4, 20, 16))
+    _compiled(_cache(tmp_path), decode_batch(4, 20, 16))
     (path,) = tmp_path.rglob("*.stream")
     path.write_bytes(b"torn")
     again = _cache(tmp_path)
-    again.get(decode_batch(4, 20, 16))
+    _compiled(again, decode_batch(4, 20, 16))
     assert again.store.loaded == 0  # type: ignore[union-attr]
     step = decode_batch(4, 20, 16)
     assert _cache(tmp_path).store.load(again.key(step), step) is not None  # type: ignore[union-attr]
@@ -76,7 +85,7 @@ def test_an_unreadable_file_is_compiled_again_and_rewritten(tmp_path: Path) -> N
 
 def test_directories_beyond_the_kept_ones_are_pruned(tmp_path: Path) -> None:
     for k in range(KEEP_FINGERPRINTS + 3):
-        _cache(tmp_path, BuildParams.of("lpt", waves=1.0 + k / 10)).get(decode_batch(2, 20, 16))
+        _compiled(_cache(tmp_path, BuildParams.of("lpt", waves=1.0 + k / 10)), decode_batch(2, 20, 16))
     assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == KEEP_FINGERPRINTS
 
 

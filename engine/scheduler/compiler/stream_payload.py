@@ -66,7 +66,7 @@ def to_payload(cs: CompiledStream, cost: CostParams) -> StreamPayload:
         words=cs.words, costs=_cost_array(cs.costs),
         durations=np.asarray(cs.durations), policy=s.policy, num_sms=s.num_sms, dynamic=s.dynamic,
         queue_lens=np.array([len(q) for q in s.queues], dtype=np.int64), order=np.array(s.order, dtype=np.int64),
-        tensor=cs.tensor, step_args=cs.step_args.numpy(), page_size=cs.page_size, build_ms=cs.build_ms,
+        tensor=cs.tensor, step_args=cs.step_args.numpy().copy(), page_size=cs.page_size, build_ms=cs.build_ms,
         device=cs.device, cost=cost)
 
 
