@@ -161,10 +161,11 @@ def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: B
 
 @dataclass(frozen=True)
 class StreamStats:
-    """How often steps found their shape's stream compiled (hits), how often one was compiled or loaded from the stream
-    store (misses: on the engine's thread, before the step could run), the host seconds those took, and how many steps ran padded
-    in a compiled stream of a larger shape instead (hosted: engine/cuda/stream_hosting.py), and how many streams were
-    compiled off the engine thread meanwhile and adopted (background: engine/cuda/background_builds.py)."""
+    """How often steps found their shape's stream compiled (hits), how often one was compiled or loaded from the
+    stream store (misses: on the engine's thread, before the step could run), the host seconds those took, how many
+    steps ran padded in a compiled stream of a larger shape instead (hosted: engine/cuda/stream_hosting.py), and how
+    many streams were compiled off the engine thread meanwhile and adopted (background:
+    engine/cuda/background_builds.py)."""
     hits: int = 0
     misses: int = 0
     build_seconds: float = 0.0
@@ -229,12 +230,11 @@ class StreamCache:
             if cs is not None:
                 load_ms = (time.perf_counter() - t0) * 1e3
                 self.build_ms_total += load_ms
-                self._insert(key, cs, f"loaded the stream an earlier run compiled (%d instructions in "
-                                      f"{load_ms / 1e3:.2f} s)")
+                self._insert(key, cs, "loaded the stream an earlier run compiled", load_ms)
                 return cs
             cs = self.compile(batch)
             self.build_ms_total += cs.build_ms
-            self._insert(key, cs, f"compiled the stream (%d instructions in {cs.build_ms / 1e3:.2f} s)")
+            self._insert(key, cs, "compiled the stream", cs.build_ms)
             if self.store is not None:
                 self.store.save(key, cs)
             return cs
@@ -252,14 +252,13 @@ class StreamCache:
     def adopt(self, key: tuple[int, ...], cs: CompiledStream) -> None:
         """Cache `cs`, compiled off the engine thread (engine/cuda/background_builds.py), as `key`'s stream."""
         self.background += 1
-        self._insert(key, cs, f"adopted the stream compiled off the engine thread (%d instructions in "
-                              f"{cs.build_ms / 1e3:.2f} s)")
+        self._insert(key, cs, "adopted the stream compiled off the engine thread", cs.build_ms)
 
-    def _insert(self, key: tuple[int, ...], cs: CompiledStream, what: str) -> None:
-        """Cache `cs` as `key`'s stream; logs `what` (%d: its instruction count) of the new step shape."""
+    def _insert(self, key: tuple[int, ...], cs: CompiledStream, what: str, ms: float) -> None:
+        """Cache `cs` as `key`'s stream; logs what was done for the new step shape and how long it took."""
         splits = f"{key[3]}" if len(key) == 4 else f"per sequence, up to {max(key[3:])}"
-        log.info("new step shape (%d tokens, %d sequences, %d-page tables, KV splits %s): " + what, key[0], key[1],
-                 key[2], splits, len(cs.stream.instrs))
+        log.info("new step shape (%d tokens, %d sequences, %d-page tables, KV splits %s): %s (%d instructions in "
+                 "%.2f s)", key[0], key[1], key[2], splits, what, len(cs.stream.instrs), ms / 1e3)
         self._streams[key] = cs
         while len(self._streams) > self.capacity:
             self._streams.popitem(last=False)

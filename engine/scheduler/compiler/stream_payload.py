@@ -10,6 +10,7 @@ a profile's simulated timeline) and whose words, tensor and step args are the ar
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, overload
@@ -46,7 +47,6 @@ class StreamPayload:
     costs: np.ndarray  # int64 [N, 3]: weight_bytes, act_bytes, flops
     durations: np.ndarray  # predicted ns per instruction
     policy: str
-    num_sms: int
     dynamic: bool
     queue_lens: np.ndarray  # static: instructions per SM (their flat indices are `order`, queue by queue)
     order: np.ndarray  # dynamic: claim order; static: the queues concatenated
@@ -64,7 +64,7 @@ def to_payload(cs: CompiledStream, cost: CostParams) -> StreamPayload:
         key=cs.key, shape=(cs.shape.num_tokens, cs.shape.num_seqs, cs.shape.max_pages), plan=cs.stream.plan,
         counter_period=np.asarray(cs.stream.counter_period), counter_names=tuple(cs.stream.counter_names),
         words=cs.words, costs=_cost_array(cs.costs),
-        durations=np.asarray(cs.durations), policy=s.policy, num_sms=s.num_sms, dynamic=s.dynamic,
+        durations=np.asarray(cs.durations), policy=s.policy, dynamic=s.dynamic,
         queue_lens=np.array([len(q) for q in s.queues], dtype=np.int64), order=np.array(s.order, dtype=np.int64),
         tensor=cs.tensor, step_args=cs.step_args.numpy().copy(), page_size=cs.page_size, build_ms=cs.build_ms,
         device=cs.device, cost=cost)
@@ -100,8 +100,9 @@ class _Rows(Sequence[T]):
         self.array = array
         self._made: dict[int, T] = {}
 
+    @abstractmethod
     def _make(self, row: np.ndarray) -> T:
-        raise NotImplementedError
+        """The item of one row."""
 
     def __len__(self) -> int:
         return int(self.array.shape[0])
@@ -159,6 +160,6 @@ def from_payload(p: StreamPayload, dims: ModelDims) -> CompiledStream:
             return simulate_dynamic(order, listed, p.durations, p.cost, p.device)
         return simulate_static(queues, listed, p.durations, p.cost)
 
-    schedule = Schedule(p.policy, p.num_sms, p.dynamic, queues, order, simulate)
+    schedule = Schedule(p.policy, p.device.num_sms, p.dynamic, queues, order, simulate)
     return CompiledStream(stream, p.device, schedule, StoredCosts(p.costs),  # type: ignore[arg-type]
                           p.durations, p.tensor, torch.from_numpy(p.step_args.copy()), p.page_size, p.build_ms, p.key)

@@ -86,8 +86,9 @@ class StreamStore:
             return None
         if not isinstance(payload, StreamPayload) or payload.key != key:
             return None
-        with contextlib.suppress(OSError):  # a read-only cache still serves its files
-            os.utime(path)  # recently used
+        if self.loaded == 0:  # in use (the prune order is the directories' times); a read-only cache still serves
+            with contextlib.suppress(OSError):
+                os.utime(self.dir)
         cs = from_payload(payload, self.dims)
         cs.patch(batch)
         self.loaded += 1
