@@ -15,6 +15,11 @@
 // attention output, fp32) is converted to such a copy first. Measured (1B, H200, batch 64, per GATE_UP page): the
 // products of mma.sync with every warp loading every token's x into registers took 0.9 us of a 2 us page, and the
 // fp32 input's copies and conversion 0.6 us more, against the weights' 0.5 us alone.
+//
+// A tile of more than TILE_TOKENS tokens (up to TILE_WIDE_TOKENS; bf16 inputs only) is wide: each warpgroup takes 64
+// of its tokens against all the page's rows (m64n128k16), so a page visit multiplies twice the tokens. Why: a page
+// visit costs ~0.86 us whatever its bytes (the consumers' per-page work: waits, barrier, issue, the products' wait;
+// 1B, H200, batch 64), so a prompt chunk's time is its tiles' page visits, and wide tiles halve them.
 #pragma once
 
 #include "code_size.cuh"
@@ -29,22 +34,26 @@ namespace mk::vm {
 
 inline constexpr int TILE_WEIGHT_ROWS = 128;      // weight rows of one tile (step_builder_tiles.py TILE_MAX_ROWS)
 inline constexpr int TILE_K = 64;          // K columns per ring page (step_builder_tiles.py TILE_K_STEP)
-inline constexpr int TILE_TOKENS = 64;     // tokens of one tile (step_builder_tiles.py TILE_MAX_TOKENS)
+inline constexpr int TILE_TOKENS = 64;     // tokens of one warpgroup's products, and of a narrow tile
+inline constexpr int TILE_WIDE_TOKENS = 128;  // tokens of a wide tile (step_builder_tiles.py TILE_MAX_TOKENS)
 inline constexpr int TILE_W_BOX_ROWS = 32;  // the weight maps' boxes: 32 rows x TILE_K bf16
 inline constexpr int TILE_X_BOX_ROWS = 16;  // the activation maps' boxes: 16 tokens x TILE_X_BOX_COLS fp32
 inline constexpr int TILE_X_BOX_COLS = 32;
 inline constexpr int TILE_X_STAGES = 4;    // most K steps of x in flight
 inline constexpr int TILE_STAGING = 2;     // bf16 copies of a K step (TileShared)
 inline constexpr int TILE_STAGING_BYTES = TILE_TOKENS * 128;
-inline constexpr int TILE_N_BLOCKS = 8;    // a warpgroup's 64 weight rows: 8 column blocks of its products
+// Column blocks of 8 weight rows a thread's products hold: narrow, its warpgroup's 64 rows; wide, all 128.
+template <bool WIDE>
+inline constexpr int TILE_N_BLOCKS = WIDE ? 16 : 8;
 inline constexpr int TILE_NORM_VECS = 8;   // float4 of a row per consumer thread in a NORM tile: hidden <= 8192
 static_assert(TILE_WEIGHT_ROWS / TILE_W_BOX_ROWS * TILE_W_BOX_ROWS * TILE_K * 2 == PAGE_BYTES, "a page is one K step");
 static_assert(TILE_K * 2 == 128 && TILE_X_BOX_COLS * 4 == 128, "boxes of 128-byte rows (the 128-byte swizzle)");
 static_assert(TILE_K == 2 * TILE_X_BOX_COLS, "two x boxes per K step");
 static_assert(TILE_K == 4 * 16 && TILE_TOKENS * 4 == CONSUMER_THREADS, "a thread converts 16 columns of one token");
 static_assert(TILE_X_STAGES * 8 <= SCRATCH_FLOATS * 4 - 64, "the x stages' barriers sit in scratch");
-static_assert(NUM_CONSUMER_WARPS == 8 && TILE_WEIGHT_ROWS == 2 * 64 && TILE_TOKENS == 64,
-              "two warpgroups of 64 x 64 products (wgmma m64n64k16), a warp per 16 tokens");
+static_assert(NUM_CONSUMER_WARPS == 8 && TILE_WEIGHT_ROWS == 2 * 64 && TILE_TOKENS == 64 && TILE_WIDE_TOKENS == 128,
+              "two warpgroups of 64 x 64 products (wgmma m64n64k16) or, wide, of 64 x 128 (m64n128k16)");
+static_assert(TILE_N_BLOCKS<true> * 8 == TILE_WEIGHT_ROWS && TILE_N_BLOCKS<false> * 8 == 64, "8-row column blocks");
 static_assert(TILE_STAGING_BYTES % 1024 == 0, "the copies start on 1 KiB swizzle atoms");
 
 // The kinds (TileKind, NormOf) and the maps of Globals::tile_maps (encode_tile_maps, interpreter.cu): the kind's
@@ -65,6 +74,8 @@ struct TileOperands {
   }
   // The input is stored in bf16 (x_bf16 or act_bf16): its copies are the products' operand as they land.
   __device__ __forceinline__ bool bf16_input() const { return kind != TILE_O; }
+  // Each warpgroup takes 64 of the tokens against all rows (the host cuts such tiles for bf16 inputs only).
+  __device__ __forceinline__ bool wide() const { return tokens > TILE_TOKENS; }
 };
 
 // Rows of one layer of the kind's matrix (its weight map stacks the layers).
@@ -96,7 +107,8 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
 }
 
 // Shared x during a tile. A bf16 input: the stages are its K steps, TILE_TOKENS rows of 128 bytes each (16-byte chunk
-// c of token t at chunk c ^ (t % 8), as TMA's 128-byte swizzle writes them: the layout wgmma reads). O's fp32 input:
+// c of token t at chunk c ^ (t % 8), as TMA's 128-byte swizzle writes them: the layout wgmma reads; a wide tile's
+// stage is two such boxes, one per warpgroup). O's fp32 input:
 // TILE_STAGING bf16 copies first (the products read one while the next K step is converted into the other), then the
 // fp32 stages (two boxes of 32 columns per 16 tokens).
 struct TileShared {
@@ -104,9 +116,9 @@ struct TileShared {
   uint32_t stages, staging;  // shared-window addresses (staging: O's copies)
   int stage_bytes, n_stages;
   tk::semaphore* bars;  // one per stage, in scratch
-  __device__ __forceinline__ TileShared(const Shared& sm, int tok_pad, bool bf16_input) {
+  __device__ __forceinline__ TileShared(const Shared& sm, int tok_pad, bool bf16_input, bool wide) {
     const int copies = bf16_input ? 0 : TILE_STAGING * TILE_STAGING_BYTES;
-    stage_bytes = bf16_input ? TILE_STAGING_BYTES : 2 * tok_pad * 128;
+    stage_bytes = bf16_input ? (wide ? 2 : 1) * TILE_STAGING_BYTES : 2 * tok_pad * 128;
     n_stages = max(1, min(TILE_X_STAGES, (sm.x_floats * 4 - copies) / stage_bytes));
     staging = tk::smem_addr(sm.x);
     stages = staging + copies;
@@ -115,8 +127,8 @@ struct TileShared {
   }
 };
 
-// Consumer thread 0: copy K step `step` of the tile's tokens into stage `s` (a bf16 input: one box of TILE_TOKENS rows,
-// rows past the activations' read as zeros).
+// Consumer thread 0: copy K step `step` of the tile's tokens into stage `s` (a bf16 input: a box of TILE_TOKENS rows
+// per warpgroup's tokens, rows past the activations' read as zeros).
 __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared& ts, const TileOperands& t, int tok_pad,
                                              int step, int s) {
   tk::semaphore& bar = ts.bars[s];
@@ -124,7 +136,10 @@ __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared&
   const CUtensorMap* map = g.tile_maps + t.x_map();
   uint8_t* base = ts.x + s * ts.stage_bytes;
   if (t.bf16_input()) {
-    tk::tensor_load_2d(base, map, t.tok_begin, t.k_begin + step * TILE_K, bar);
+    MK_ROLLED
+    for (int b = 0; b * TILE_STAGING_BYTES < ts.stage_bytes; ++b)
+      tk::tensor_load_2d(base + b * TILE_STAGING_BYTES, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K,
+                         bar);
     return;
   }
   MK_ROLLED
@@ -159,25 +174,34 @@ __device__ __forceinline__ void convert_tile_x(uint32_t stage, uint32_t staging,
 }
 
 // Which products a consumer thread holds (tk::wgmma_m64n64k16_bf16's layout, tokens as rows and weight rows as
-// columns): acc[j][2 h + e] is token tok0 + lane / 4 + 8 h at page row row0 + 8 j + 2 (lane % 4) + e. Warpgroup wg
-// takes page rows 64 wg .. 64 wg + 63; `active`: the tile has rows there.
+// columns): acc[j][2 h + e] is token tok0 + lane / 4 + 8 h at page row row0 + 8 j + 2 (lane % 4) + e.
+// Narrow: warpgroup wg takes page rows 64 wg .. 64 wg + 63 for every token; wide: tokens 64 wg .. 64 wg + 63 for every
+// row. `active`: the tile has rows (narrow) or tokens (wide) there.
 struct TileLanes {
   int wg, row0, tok0;
   bool active;
   __device__ __forceinline__ TileLanes(int warp, const TileOperands& t)
-      : wg(warp / 4), row0(64 * (warp / 4)), tok0(16 * (warp % 4)), active(64 * (warp / 4) < t.rows) {}
+      : wg(warp / 4), row0(t.wide() ? 0 : 64 * wg), tok0((t.wide() ? 64 * wg : 0) + 16 * (warp % 4)),
+        active(64 * wg < (t.wide() ? t.tokens : t.rows)) {}
 };
 
-// This warpgroup's products of one K step: acc += the input's copy at a_addr (TILE_TOKENS x TILE_K) times the page's
-// 64 rows at b_addr (64 x TILE_K), four wgmma of 16 columns, committed as one group (the caller waits). Both
-// warpgroups multiply whether
-// or not the tile has rows in the second's half (its products of the page's stale rows are never read): a branch
-// around wgmma makes ptxas serialise every product (C7520).
-__device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_addr, float (&acc)[TILE_N_BLOCKS][4]) {
+// This warpgroup's products of one K step: acc += its 64 tokens of the input at a_addr (64 x TILE_K) times the page's
+// rows at b_addr (narrow: its 64 rows; wide: all 128), four wgmma of 16 columns, committed as one group (the caller
+// waits). Both warpgroups multiply whether or not the tile has rows (narrow) or tokens (wide) in the second's half
+// (those products are never read): a branch around wgmma makes ptxas serialise every product (C7520).
+template <bool WIDE>
+__device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_addr,
+                                                   float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
   const uint64_t a = tk::wgmma_desc_sw128(a_addr), b = tk::wgmma_desc_sw128(b_addr);
   tk::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < TILE_K / 16; ++kk) tk::wgmma_m64n64k16_bf16(acc, a + 2 * kk, b + 2 * kk);
+  for (int kk = 0; kk < TILE_K / 16; ++kk) {
+    if constexpr (WIDE) {
+      tk::wgmma_m64n128k16_bf16(acc, a + 2 * kk, b + 2 * kk);
+    } else {
+      tk::wgmma_m64n64k16_bf16(acc, a + 2 * kk, b + 2 * kk);
+    }
+  }
   tk::wgmma_commit();
 }
 
@@ -189,11 +213,13 @@ __device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_a
 // the tile returns false after it; a return from inside the loop put the products on a path ptxas takes as divergent
 // and serialised every wgmma (C7520; measured, H200, 1B: 2.613 against 3.027 ms per batch-32 step without it).
 // Frees the pages as matvecs do (consumer_matvec.cuh) and moves the ring cursor. False: a wait failed (recorded).
+// WIDE: t.wide() (one loop per form: the products' shapes are the instructions').
+template <bool WIDE>
 __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
-                                              const TileLanes& tl, float (&acc)[TILE_N_BLOCKS][4]) {
+                                              const TileLanes& tl, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
   const int tid = threadIdx.x, tok_pad = (t.tokens + 15) & ~15;
-  const bool direct = t.bf16_input();
-  const TileShared ts(sm, tok_pad, direct);
+  const bool direct = WIDE || t.bf16_input();  // a wide tile's input is bf16 (engine/cuda/limits.py keeps O narrow)
+  const TileShared ts(sm, tok_pad, direct, WIDE);
   const int NP = t.k_steps, keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
   const int tt = tid % TILE_TOKENS, q = tid / TILE_TOKENS;  // O's conversion: token tt, columns 16q .. 16q + 15
   const bool converts = !direct && tt < tok_pad;
@@ -212,12 +238,13 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   // Zeroed here rather than by the first product's scale-d: accumulators a wgmma reads undefined make ptxas treat the
   // pipeline as open at this function's call and spill around it (C7510).
 #pragma unroll
-  for (int j = 0; j < TILE_N_BLOCKS; ++j)
+  for (int j = 0; j < TILE_N_BLOCKS<WIDE>; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
   const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0];
   uint32_t ring = sm.ring_cursor[1], round = sm.ring_cursor[2], prev_ring = 0;
-  const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page
+  const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page (wide: all, from row 0)
+  const uint32_t a_toks = WIDE ? tl.wg * TILE_STAGING_BYTES : 0;  // this warpgroup's tokens of a stage
   bool ok = true;
   // The input's stages are waited in page order: the next one's index and parity are counters, not p % n_stages and
   // p / n_stages (two divisions by a run-time value per page: 14 % of the page loop's warp samples, ncu, batch 64).
@@ -261,8 +288,9 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
       const int next = direct ? p - 1 + ts.n_stages : p + ts.n_stages;
       if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, direct ? prev_stage : stage);
     }
-    const uint32_t a_addr = direct ? ts.stages + stage * ts.stage_bytes : ts.staging + (p & 1) * TILE_STAGING_BYTES;
-    tile_step_products(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
+    const uint32_t a_addr =
+        direct ? ts.stages + stage * ts.stage_bytes + a_toks : ts.staging + (p & 1) * TILE_STAGING_BYTES;
+    tile_step_products<WIDE>(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
     if (!direct && p + 1 < NP) stage = convert_step(p + 1);
     tk::wgmma_wait<0>();
     prev_ring = ring;

@@ -33,8 +33,9 @@ def _compile(batch: StepBatch, preset: str = "llama-3.2-1b"):  # noqa: ANN202
 
 def test_the_kernels_tile_sizes_are_the_builders() -> None:
     c = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", HEADER.read_text())}
-    assert (c["TILE_WEIGHT_ROWS"], c["TILE_K"], c["TILE_TOKENS"], 4 * 256 * c["TILE_NORM_VECS"]) == (
-        tiles.TILE_MAX_ROWS, tiles.TILE_K_STEP, tiles.TILE_MAX_TOKENS, tiles.TILE_NORM_MAX_HIDDEN)
+    assert (c["TILE_WEIGHT_ROWS"], c["TILE_K"], c["TILE_TOKENS"], c["TILE_WIDE_TOKENS"],
+            4 * 256 * c["TILE_NORM_VECS"]) == (tiles.TILE_MAX_ROWS, tiles.TILE_K_STEP, tiles.TILE_NARROW_TOKENS,
+                                               tiles.TILE_MAX_TOKENS, tiles.TILE_NORM_MAX_HIDDEN)
 
 
 def test_a_1b_decode_of_64_is_one_wave_of_tiles_per_op_and_fits_the_smallest_ring() -> None:
@@ -53,11 +54,39 @@ def test_a_1b_decode_of_64_is_one_wave_of_tiles_per_op_and_fits_the_smallest_rin
 
 
 def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> None:
-    d, cs = _compile(StepBatch.build([list(range(1, 101))], [0], [list(range(7))], page_size=16))
-    chunks = {(i.tok_begin, i.tok_end) for i in cs.stream.instrs
-              if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind != TileKind.NORM}
-    assert chunks == {(0, 50), (50, 100)}
+    """300 tokens: three wide chunks of 100 (a page visit multiplies 100 tokens), O's tiles in halves of them (its
+    fp32 input is converted 64 tokens at a time)."""
+    d, cs = _compile(StepBatch.build([list(range(1, 301))], [0], [list(range(19))], page_size=16))
+    chunks: dict[bool, set[tuple[int, int]]] = {True: set(), False: set()}
+    for i in cs.stream.instrs:
+        if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind != TileKind.NORM:
+            chunks[i.kind == TileKind.O].add((i.tok_begin, i.tok_end))
+    assert chunks[False] == {(0, 100), (100, 200), (200, 300)}
+    assert chunks[True] == {(0, 50), (50, 100), (100, 150), (150, 200), (200, 250), (250, 300)}
     assert any(OPCODES.code_of(i) == Opcode.LM_HEAD for i in cs.stream.instrs)
+    lim = _limits()
+    assert lim.fit_stream(cs.words, 300, 1, d) >= lim.min_ring_pages  # wide tiles' stages and products fit x
+
+
+def test_tile_tokens_64_keeps_every_tile_narrow() -> None:
+    """SplitParams.tile_tokens=64 (`--kernel-option tile_tokens=64`): chunks of at most 64 tokens, as before wide
+    tiles, for the A/B."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    batch = StepBatch.build([list(range(1, 101))], [0], [list(range(7))], page_size=16)
+    params = BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17, tile_tokens=64)
+    cs = compile_stream(d, batch, 16, params, H100)
+    assert {(i.tok_begin, i.tok_end) for i in cs.stream.instrs
+            if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind != TileKind.NORM} == {(0, 50), (50, 100)}
+
+
+def test_a_decode_of_100_sequences_is_one_wide_chunk() -> None:
+    d, cs = _compile(decode_batch(100, 33, 16))
+    tiles_ = [i for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind != TileKind.NORM]
+    assert {(i.tok_begin, i.tok_end) for i in tiles_ if i.kind != TileKind.O} == {(0, 100)}
+    assert {(i.tok_begin, i.tok_end) for i in tiles_ if i.kind == TileKind.O} == {(0, 50), (50, 100)}
+    assert any(i.kind == TileKind.LM_HEAD for i in tiles_)
+    lim = _limits()
+    assert lim.fit_stream(cs.words, 100, 100, d) >= lim.min_ring_pages
 
 
 @pytest.mark.parametrize("weight_major", [True, False])
@@ -72,7 +101,7 @@ def test_tiles_of_one_weight_block_are_listed_together_over_the_chunks(weight_ma
     gate_up = [(i.row_begin, i.tok_begin) for i in cs.stream.instrs
                if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind == TileKind.GATE_UP and i.header.layer == 0]
     chunks = sorted({t for _, t in gate_up})
-    assert len(chunks) == 4
+    assert len(chunks) == 2  # 200 tokens: two wide chunks
     firsts = gate_up[:len(chunks)]
     if weight_major:
         assert firsts == [(gate_up[0][0], t) for t in chunks]
@@ -89,10 +118,13 @@ def test_steps_below_the_threshold_have_no_tiles() -> None:
     assert cs.stream.plan.tiles is None
 
 
-@pytest.mark.parametrize("rows,k,tokens", [(144, 64, 8), (24, 64, 8), (32, 96, 8), (32, 64, 65)])
-def test_the_fit_check_refuses_tiles_the_kernel_cannot_run(rows: int, k: int, tokens: int) -> None:
+@pytest.mark.parametrize("kind,rows,k,tokens", [(TileKind.O, 144, 64, 8), (TileKind.O, 24, 64, 8),
+                                                (TileKind.O, 32, 96, 8), (TileKind.O, 32, 64, 65),
+                                                (TileKind.QKV, 32, 64, 129)])
+def test_the_fit_check_refuses_tiles_the_kernel_cannot_run(kind: TileKind, rows: int, k: int, tokens: int) -> None:
+    """Rows in 16s up to 128, whole 64-column K steps, up to 128 tokens (wide), O's up to 64."""
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
-    words = OPCODES.encode_many([TileMatmul(TileKind.O, 0, rows, 0, k, 0, tokens)])
+    words = OPCODES.encode_many([TileMatmul(kind, 0, rows, 0, k, 0, tokens)])
     with pytest.raises(UnsupportedOnGPU, match="TILE_MATMUL"):
         _limits().fit_stream(np.asarray(words), tokens, tokens, d)
 

@@ -49,6 +49,22 @@ def test_tile_steps_match_vm(shape: str, policy: str) -> None:
         assert _tiles_ran(gpu), f"step {step} did not run tiles"
 
 
+def test_wide_tiles_match_vm() -> None:
+    """Chunks of more than 64 tokens run as wide tiles (each warpgroup 64 tokens against all 128 rows; O's tiles in
+    halves): a prefill of 100 three-token prompts (300 tokens: three wide chunks), then decodes of the 100 sequences
+    (one wide chunk, the LM head's tiles wide too), then of 65 (a wide chunk with one token in the second half)."""
+    cfg = SHAPES["rows-2048"]
+    vm, gpu = pair(scaled_weights(cfg, seed=43), "dynamic", num_pages=256, gpu_kw={"mma_matvec": True},
+                   token_group=16, held_pages=9, page_bytes=16384, tile_min_tokens=17)
+    scen = Scenario(cfg, [3] * 100, page_size=16, num_pages=256, seed=19)
+    plans: list[list[int | None]] = [[None] * 100, [1] * 100, [1] * 65 + [0] * 35]
+    for step, plan in enumerate(plans):
+        steps_match_vm(vm, gpu, scen, [plan], f"wide tiles step {step}", lambda name: tolerance(name, True),
+                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "act_bf16"))
+        tiles = [i for i in gpu.last.compiled.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL]
+        assert any(i.tok_end - i.tok_begin > 64 for i in tiles), f"step {step} ran no wide tile"
+
+
 def test_8b_widths_run_tile_steps_past_one_token_group() -> None:
     """The 8B's widths (4096 hidden, 128-wide heads, 14336 intermediate; one layer): its gate/up rows do not fit a
     ring held across token groups, so only tiles give it steps of more than 8 tokens (InterpreterLimits.max_tokens

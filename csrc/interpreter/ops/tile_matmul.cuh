@@ -6,42 +6,16 @@
 
 #include "../activations.cuh"
 #include "../op_traits.cuh"
+#include "../tile_epilogues.cuh"
 #include "../tile_matmul.cuh"
+#include "../tile_wide.cuh"
 
 namespace mk::vm {
 
-// QKV: RoPE on q/k row pairs (an mma result holds rows 2i and 2i + 1 of a token together), q into q, k/v into the
-// paged cache; the same arithmetic as RMS_QKV_ROPE_APPEND's epilogue.
-__device__ __forceinline__ void tile_qkv_pair(const Globals& g, const StepArgs& sa, int layer, int r, int tok, float x0,
-                                              float x1) {
-  const int hd = g.head_dim, G = g.n_heads / g.n_kv, group_rows = (G + 2) * hd, ps = sa.page_size();
-  const int hd_log = 31 - __clz(hd);  // head_dim is a power of two here (the host checks)
-  const int grp = r / group_rows, j = (r % group_rows) >> hd_log, p = r & (hd - 1);
-  const int slot = sa.slot(tok);
-  const long long kv_row = ((((long long)layer * g.kv_num_pages + slot / ps) * g.n_kv + grp) * ps + slot % ps) * hd;
-  if (j <= G) {
-    const int d = p / 2;
-    float sn, cs;
-    sincosf((float)sa.position(tok) * g.rope_inv_freq[d], &sn, &cs);
-    const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
-    if (j < G) {
-      float* qrow = g.q + (long long)tok * g.n_heads * hd + (grp * G + j) * hd;
-      qrow[d] = y0;
-      qrow[d + hd / 2] = y1;
-    } else {
-      g.k_cache[kv_row + d] = __float2bfloat16(y0);
-      g.k_cache[kv_row + d + hd / 2] = __float2bfloat16(y1);
-    }
-  } else {
-    g.v_cache[kv_row + p] = __float2bfloat16(x0);
-    g.v_cache[kv_row + p + 1] = __float2bfloat16(x1);
-  }
-}
-
-// LM_HEAD: each token's (max, first argmax) over the tile's rows into lm_max / lm_arg[token, block]: a lane's products,
-// the four lanes of a token row, then the two warpgroups through shared out.
+// LM_HEAD (narrow): each token's (max, first argmax) over the tile's rows into lm_max / lm_arg[token, block]: a lane's
+// products, the four lanes of a token row, then the two warpgroups through shared out.
 __device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
-                                               const TileLanes& tl, const float (&acc)[TILE_N_BLOCKS][4]) {
+                                               const TileLanes& tl, const float (&acc)[TILE_N_BLOCKS<false>][4]) {
   const int lane = tk::lane_id(), tq = lane & 3;
   float* best_val = sm.out;  // [warpgroup][token]
   int* best_row = reinterpret_cast<int*>(sm.out + 2 * TILE_TOKENS);
@@ -51,7 +25,7 @@ __device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& s
       float v = -INFINITY;
       int r = 0x7fffffff;
 #pragma unroll
-      for (int j = 0; j < TILE_N_BLOCKS; ++j) {
+      for (int j = 0; j < TILE_N_BLOCKS<false>; ++j) {
         const int row = tl.row0 + 8 * j + 2 * tq;
         if (row >= t.rows) break;  // the page's rows past the tile's are not its matrix's
 #pragma unroll
@@ -89,15 +63,15 @@ __device__ __forceinline__ bool tile_lm_argmax(const Globals& g, const Shared& s
   return true;
 }
 
-// O, DOWN: the products added into the residual, four consecutive rows of one token per lane (one vector reduction):
-// lanes 2m and 2m + 1 hold rows r, r + 1 and r + 2, r + 3 of tokens i and i + 8; they swap halves.
+// O, DOWN (narrow): the products added into the residual, four consecutive rows of one token per lane (one vector
+// reduction): lanes 2m and 2m + 1 hold rows r, r + 1 and r + 2, r + 3 of tokens i and i + 8; they swap halves.
 __device__ __forceinline__ void tile_add_residual(const Globals& g, const TileOperands& t, const TileLanes& tl,
-                                                  const float (&acc)[TILE_N_BLOCKS][4]) {
+                                                  const float (&acc)[TILE_N_BLOCKS<false>][4]) {
   const int lane = tk::lane_id(), tq = lane & 3;
   const bool odd = tq & 1;
   const int i = tl.tok0 + (lane >> 2) + (odd ? 8 : 0);
 #pragma unroll
-  for (int j = 0; j < TILE_N_BLOCKS; ++j) {
+  for (int j = 0; j < TILE_N_BLOCKS<false>; ++j) {
     const int row = tl.row0 + 8 * j + 2 * (tq & 2);  // the pair's first row (whole warp: rows come in 16s)
     if (row >= t.rows) break;
     const float s0 = odd ? acc[j][0] : acc[j][2], s1 = odd ? acc[j][1] : acc[j][3];
@@ -148,14 +122,12 @@ __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm,
   return true;
 }
 
-// Inlined into the kernel: ptxas serialises the products of a wgmma pipeline it sees crossing a call (C7510). The
-// general kernel's spills grow from 68/584 to 104/760 bytes (stores/loads); the batch-1 variants have no tiles.
-__device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
-  const TileOperands t(w);
-  if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
+// A narrow tile (tile_matmul.cuh): its products and its kind's epilogue straight from the accumulators.
+__device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Shared& sm, const int* w,
+                                                   const TileOperands& t) {
   const TileLanes tl(tk::warp_id(), t);
-  float acc[TILE_N_BLOCKS][4];
-  if (!tile_products(g, sm, w, t, tl, acc)) return false;
+  float acc[TILE_N_BLOCKS<false>][4];
+  if (!tile_products<false>(g, sm, w, t, tl, acc)) return false;
   if (t.kind == TILE_O || t.kind == TILE_DOWN) {
     if (tl.active) tile_add_residual(g, t, tl, acc);
     return true;
@@ -171,7 +143,7 @@ __device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm
       if (i >= t.tokens) continue;
       const int tok = t.tok_begin + i;
 #pragma unroll
-      for (int j = 0; j < TILE_N_BLOCKS; ++j) {
+      for (int j = 0; j < TILE_N_BLOCKS<false>; ++j) {
         const int lr = tl.row0 + 8 * j + 2 * tq;
         if (lr >= t.rows) break;
         const float x0 = acc[j][2 * half], x1 = acc[j][2 * half + 1];
@@ -188,21 +160,17 @@ __device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm
   if (t.kind == TILE_LM_HEAD) return tile_lm_argmax(g, sm, w, t, tl, acc);
   if (t.kind != TILE_GATE_UP) return true;
   consumer_sync();
-  // act_bf16[:, c] = silu(gate) * up for the tile's intermediate columns c (rows tile-interleaved: gu_tile gate rows,
-  // then their gu_tile up rows), two columns of one token per thread (cols is a multiple of 8)
-  const int tile = g.gu_tile, cols = t.rows / 2, c0 = t.row_begin / 2;
-  const auto silu_up = [&](int i, int li) {
-    const int gate_row = 2 * (li / tile) * tile + li % tile;
-    const float gate = stage_out[i * stride + gate_row];
-    return gate / (1.f + expf(-gate)) * stage_out[i * stride + gate_row + tile];
-  };
-  MK_ROLLED
-  for (int idx = 2 * threadIdx.x; idx < t.tokens * cols; idx += 2 * CONSUMER_THREADS) {
-    const int i = idx / cols, li = idx % cols;
-    *reinterpret_cast<__nv_bfloat162*>(g.act_bf16 + (long long)(t.tok_begin + i) * g.intermediate + c0 + li) =
-        __floats2bfloat162_rn(silu_up(i, li), silu_up(i, li + 1));
-  }
+  tile_gate_up_act(g, t, stage_out, stride);
   return true;
+}
+
+// Inlined into the kernel: ptxas serialises the products of a wgmma pipeline it sees crossing a call (C7510). The
+// general kernel's spills grow from 68/584 to 104/760 bytes (stores/loads) with narrow tiles; the batch-1 variants
+// have no tiles.
+__device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
+  const TileOperands t(w);
+  if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
+  return t.wide() ? tile_matmul_wide(g, sm, w, t) : tile_matmul_narrow(g, sm, w, t);
 }
 
 template <>

@@ -82,9 +82,10 @@ class SplitParams:
     lm_head_direct_max_seqs: int = 0
     # Steps of at least this many tokens run their linear layers as TILE_MATMUL tiles (step_builder_tiles.py) where
     # the model's widths take them (None: never; the cuda backend's KernelOptions.tile_matmul), each tile over at
-    # most `tile_tokens` of the step's tokens.
+    # most `tile_tokens` of the step's tokens (up to step_builder_tiles.TILE_MAX_TOKENS; more than
+    # TILE_NARROW_TOKENS: wide tiles; 64 keeps every tile narrow, for the A/B).
     tile_min_tokens: int | None = None
-    tile_tokens: int = 64
+    tile_tokens: int = 128
     # True: a layer's tiles of one weight block over every token chunk are listed (and so scheduled) together, so the
     # SMs working at once share a few blocks of weights through L2 and each weight comes from HBM about once per step;
     # False: chunk by chunk, every chunk reading the whole matrix again (a 64 MB gate/up of the 1B does not stay in a
