@@ -12,7 +12,17 @@ inline constexpr int NUM_CONSUMER_WARPS = 8;
 inline constexpr int CONSUMER_THREADS = NUM_CONSUMER_WARPS * 32;
 inline constexpr int CONTROLLER_WARP = NUM_CONSUMER_WARPS;      // fetches instructions ahead
 inline constexpr int LOADER_WARP = NUM_CONSUMER_WARPS + 1;      // streams weights with TMA
-inline constexpr int BLOCK_THREADS = (NUM_CONSUMER_WARPS + 2) * 32;
+// The controller and loader warps sit in a third warpgroup with two idle warps, so each warpgroup can move registers
+// as a whole (tk/registers.cuh): with 10 warps a block got 168 registers per thread (three warps of an SM sub-partition
+// share its 64 KB) and the consumers' code spilled (104/760 bytes in the general kernel); the producers give theirs
+// down to PRODUCER_REGISTERS and the consumers take CONSUMER_REGISTERS.
+inline constexpr int BLOCK_THREADS = (NUM_CONSUMER_WARPS + 4) * 32;
+inline constexpr int LAUNCH_REGISTERS = 65536 / BLOCK_THREADS / 8 * 8;  // what __launch_bounds__ leaves: 168
+inline constexpr int PRODUCER_REGISTERS = 56;
+inline constexpr int CONSUMER_REGISTERS = 224;
+static_assert(NUM_CONSUMER_WARPS == 8 && BLOCK_THREADS == 3 * 128, "two consumer warpgroups and a producer one");
+static_assert(2 * 128 * (CONSUMER_REGISTERS - LAUNCH_REGISTERS) <= 128 * (LAUNCH_REGISTERS - PRODUCER_REGISTERS),
+              "the consumers take no more registers than the producers give");
 
 inline constexpr int PAGE_BYTES = 16384;  // one weight page; a weight row must fit in one page
 inline constexpr int NUM_SLOTS = 4;       // instructions fetched ahead

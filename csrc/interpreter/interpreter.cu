@@ -13,6 +13,7 @@
 #include "sampling/sample_rows.cuh"
 #include "consumer.cuh"
 #include "roles.cuh"
+#include "../tk/registers.cuh"
 
 namespace mk::vm {
 
@@ -77,11 +78,15 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) megakernel(const __grid_cons
   }
   const int warp = tk::warp_id();
   if (warp < NUM_CONSUMER_WARPS) {
+    tk::warpgroup_take_registers<CONSUMER_REGISTERS>();
     run_consumers<TIMING, V>(g, sm);
-  } else if (warp == CONTROLLER_WARP) {
-    run_controller(g, sm);
   } else {
-    run_loader(g, sm);
+    tk::warpgroup_give_registers<PRODUCER_REGISTERS>();
+    if (warp == CONTROLLER_WARP) {
+      run_controller(g, sm);
+    } else if (warp == LOADER_WARP) {
+      run_loader(g, sm);
+    }  // the producer warpgroup's two other warps have no role
   }
 }
 
