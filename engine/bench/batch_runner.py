@@ -9,8 +9,11 @@ batch-1 rows.
 """
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TypeVar
 
 import torch
 
@@ -19,6 +22,15 @@ from engine.bench.timing import synchronize
 from engine.engine_config import EngineConfig
 from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Warm-up windows run before the timed one, until one compiles no stream. One is not always enough: a shape the
+# first window ran hosted in a larger stream (engine/cuda/stream_hosting.py) is compiled once it recurs, which can
+# fall in the next window; a compile inside the timed window added ~0.2-0.9 s to it (batch 96-128 on an H200 read
+# 4.1-7.3 ms/step from one window to the next).
+MAX_WARM_WINDOWS = 4
 
 
 def rotations(prompt: Sequence[int], n: int, lengths: Sequence[int] = ()) -> list[list[int]]:
@@ -44,11 +56,27 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
     max_len = min(config.max_position_embeddings, longest + new_tokens + spare + 1)
     params = bench_params(sampled, max_tokens=max_len - longest - 1)
     with bench_llm(weights, backend, max_num_seqs=batch, max_model_len=max_len, kernel_options=kernel_options) as llm:
-        # Warm-up: the same window once, so every step shape the timed window meets (prompt chunks mixed with
-        # decodes, then the runs of decodes at each context bucket) has its instruction stream built and cached: a
-        # shape's first build takes a few hundred ms on the host, which a shorter warm-up left inside the window.
-        _window(llm.engine, prompts, params, new_tokens, weights.device)
-        return _window(llm.engine, prompts, params, new_tokens, weights.device)
+        # Warm-up: the same window, so every step shape the timed window meets (prompt chunks mixed with decodes,
+        # then the runs of decodes at each context bucket) has its instruction stream built and cached: a shape's
+        # first build takes a few hundred ms on the host, which a shorter warm-up left inside the window.
+        window = partial(_window, llm.engine, prompts, params, new_tokens, weights.device)
+        result, compiled = warm_then_time(window, lambda: llm.engine.get_stats().stream_compiles)
+        if compiled:
+            log.warning("batch %d: the timed window compiled %d step streams (its time includes them)", batch, compiled)
+        return result
+
+
+def warm_then_time(window: Callable[[], T], compiles: Callable[[], int]) -> tuple[T, int]:
+    """`window` run until a run compiles no stream (at most MAX_WARM_WINDOWS warm-up runs), then once more: (that
+    last run's result, the streams it compiled)."""
+    for _ in range(MAX_WARM_WINDOWS):
+        before = compiles()
+        window()
+        if compiles() == before:
+            break
+    before = compiles()
+    result = window()
+    return result, compiles() - before
 
 
 def _window(engine, prompts: list[list[int]], params, new_tokens: int,  # noqa: ANN001

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.bench.baselines import generate
-from engine.bench.batch_runner import rotations
+from engine.bench.batch_runner import MAX_WARM_WINDOWS, rotations, warm_then_time
 from engine.bench.floor import decode_floor
 from engine.bench.harness import BenchConfig, run_bench
 from engine.bench.static_llama import StaticLlama
@@ -17,6 +17,24 @@ from models.llama.weights import LlamaWeights
 def test_rotations_are_distinct_prompts_of_one_length() -> None:
     got = rotations([1, 2, 3, 4], 3)
     assert got == [[1, 2, 3, 4], [2, 3, 4, 1], [3, 4, 1, 2]] and len({tuple(p) for p in got}) == 3
+
+
+@pytest.mark.parametrize("compiles_per_window, warm_runs, in_timed", [
+    ([3, 0], 2, 0),          # the second window compiles nothing: it is the last warm-up
+    ([3, 2, 0], 3, 0),       # a hosted shape compiled in the second window: one more warm-up
+    ([1] * 9, MAX_WARM_WINDOWS, 1),  # never settles: the timed window says what it compiled
+])
+def test_warm_up_windows_run_until_one_compiles_nothing(compiles_per_window: list[int], warm_runs: int,
+                                                        in_timed: int) -> None:
+    total, runs = [0], []
+
+    def window() -> int:
+        runs.append(len(runs))
+        total[0] += compiles_per_window[min(len(runs) - 1, len(compiles_per_window) - 1)]
+        return len(runs)
+
+    result, compiled = warm_then_time(window, lambda: total[0])
+    assert result == warm_runs + 1 and compiled == in_timed
 
 
 def test_the_floor_reads_the_weights_once_and_every_kv() -> None:
