@@ -2,10 +2,12 @@
 e4m3 activations with per-token scales (engine/bench/fp8_linear.py), on the CPU."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.bench.baselines import compile_step, generate
 from engine.bench.config import COMPILE_GRAPH, CUDA_GRAPH, EAGER, BenchConfig
+from engine.bench import static_llama
 from engine.bench.fp8_linear import fp8_matmul, quantize_rows
 from engine.bench.harness import run_bench
 from engine.bench.static_llama import StaticLlama
@@ -40,18 +42,37 @@ def test_a_row_of_zeros_stays_zero() -> None:
     assert y.dtype == torch.bfloat16 and bool(torch.isfinite(y).all()) and bool((y[0] == 0).all())
 
 
+def _emulated_fp8_matmul(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """fp8_matmul's product in float arithmetic: the same quantised operands, dequantised and multiplied."""
+    xq, xs = quantize_rows(x)
+    out_dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    return ((xq.float() * xs) @ (data.float() * scale.reshape(-1, 1)).T).to(out_dtype).to(x.dtype)
+
+
 @torch.no_grad()
-def test_fp8_static_llama_decodes_close_to_its_bf16_twin(tiny_weights: LlamaWeights) -> None:
+def test_fp8_static_llama_decodes_as_its_quantised_operands_do(tiny_weights: LlamaWeights,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     prompt = torch.randint(0, tiny_weights.config.vocab_size, (7,))
     exact, fp8 = StaticLlama(tiny_weights, 7 + NEW), StaticLlama(tiny_weights, 7 + NEW, fp8=True)
     assert fp8.layers[0].qkv.dtype == FP8_DTYPE and fp8.lm_head.dtype == FP8_DTYPE and not exact.fp8
-    for model in (exact, fp8):
+
+    def prefill(model: StaticLlama) -> torch.Tensor:
         model.reset()
         for t in prompt.tolist():
             model.token.fill_(t)
             model()
-    a, b = exact.logits()[0], fp8.logits()[0]
-    assert torch.nn.functional.cosine_similarity(a, b, dim=0) > 0.99
+        return model.logits()[0].clone()
+
+    a, b = prefill(exact), prefill(fp8)
+    with monkeypatch.context() as m:
+        m.setattr(static_llama, "fp8_matmul", _emulated_fp8_matmul)
+        emulated = prefill(fp8)
+    cos = torch.nn.functional.cosine_similarity
+    # _scaled_mm computes what its quantised operands give (only the order of the sums differs) ...
+    assert cos(b, emulated, dim=0) > 0.999
+    # ... and e4m3 on both operands stays near the exact model. Not tighter: per-token activation scales on a random
+    # 256-wide model put its logits at cosine 0.84-0.91 from the fp32 twin's for about one seed in ten (0.996 typical).
+    assert cos(a, b, dim=0) > 0.6
     tokens, spt = generate(fp8, fp8.forward, prompt, NEW)
     assert len(tokens) == NEW and spt > 0
     assert generate(fp8, fp8.forward, prompt, NEW)[0] == tokens  # the same buffers replayed: the same tokens
