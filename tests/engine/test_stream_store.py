@@ -12,7 +12,7 @@ import pytest
 from engine.cuda.background_builds import BackgroundBuilds
 from engine.instructions.layout import ModelDims
 from engine.profiling import decode_batch
-from engine.scheduler.compiler import stream_store
+from engine.scheduler.compiler import step_builder_cache, stream_store
 from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
 from engine.scheduler.compiler.stream_payload import StreamPayload, compile_payload
 from engine.scheduler.compiler.stream_store import KEEP_FINGERPRINTS, StreamStore
@@ -57,6 +57,22 @@ def test_a_later_cache_loads_what_an_earlier_one_compiled(tmp_path: Path, monkey
     monkeypatch.undo()
     np.testing.assert_array_equal(loaded.step_args.numpy(), expected.get(other_step).step_args.numpy())
     assert second.stats().misses == 1 and second.get(other_step) is loaded  # cached in memory from then on
+
+
+def test_a_key_of_many_sequences_names_a_short_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A step of 128 sequences whose KV splits differ has a key of some 130 numbers: spelt out, a file name past the
+    # file system's 255 bytes (the store could neither write nor read it).
+    real = step_builder_cache.shape_key
+    monkeypatch.setattr(step_builder_cache, "shape_key", lambda *a: real(*a) + (1,) * 150)
+    step = decode_batch(4, 20, 16)
+    _compiled(_cache(tmp_path), step)
+    (path,) = tmp_path.rglob("*.stream")
+    assert len(path.name) <= 200
+    again = _cache(tmp_path)
+    monkeypatch.setattr(StreamCache, "compile", _no_compile)
+    again.get(step)
+    assert again.store.loaded == 1  # type: ignore[union-attr]
+    assert stream_store.stream_file_stem((4, 4, 2, 1)) == "4_4_2_1"  # short keys stay readable
 
 
 def test_other_settings_are_another_directory(tmp_path: Path) -> None:

@@ -50,6 +50,20 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+# Longest file stem spelt out from a shape key. A key carries each sequence's KV split count where they differ (a step
+# of 128 sequences: some 130 numbers), and file systems refuse names over 255 bytes (ENAMETOOLONG): longer keys are
+# named by their first numbers and a hash of the whole key (`load` checks the key stored in the file).
+MAX_STEM_CHARS = 120
+
+
+def stream_file_stem(key: tuple[int, ...]) -> str:
+    stem = "_".join(str(k) for k in key)
+    if len(stem) <= MAX_STEM_CHARS:
+        return stem
+    head = "_".join(str(k) for k in key[:4])
+    return f"{head}_h{hashlib.sha256(stem.encode()).hexdigest()[:32]}"
+
+
 class StreamStore:
     """Streams of one (code, model dims, page size, build parameters, device) on disk, by shape key."""
 
@@ -72,7 +86,7 @@ class StreamStore:
         return state
 
     def _path(self, key: tuple[int, ...]) -> Path:
-        return self.dir / ("_".join(str(k) for k in key) + ".stream")
+        return self.dir / (stream_file_stem(key) + ".stream")
 
     def load(self, key: tuple[int, ...], batch: StepBatch) -> CompiledStream | None:
         """`key`'s stream with its step args patched for `batch`, or None when there is no (readable) file."""
