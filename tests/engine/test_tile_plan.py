@@ -138,3 +138,20 @@ def test_other_shapes_tile_and_fit(preset: str) -> None:
         d, cs = _compile(batch, preset)
         assert cs.stream.plan.tiles is not None
         assert lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d) >= lim.min_ring_pages
+
+
+def test_a_long_prompt_chunk_has_norm_tiles_of_at_most_16_tokens_and_two_attention_waves() -> None:
+    """2 048 tokens: 128 NORM tiles per norm (33 of 62 tokens each kept every QKV tile waiting ~65 us), and 33 query
+    parts per KV group (264 attention instructions, about two per SM), the later parts costed higher (causal)."""
+    d, cs = _compile(StepBatch.build([list(range(1, 2049))], [0], [list(range(128))], page_size=16))
+    norms = [(i.tok_begin, i.tok_end) for i in cs.stream.instrs
+             if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind == TileKind.NORM and i.header.layer == 0]
+    assert len(norms) == 2 * 128 and max(b - a for a, b in norms) == 16
+    attn = [(i, cs.costs[k]) for k, i in enumerate(cs.stream.instrs)
+            if OPCODES.code_of(i) == Opcode.ATTN_PARTIAL and i.header.layer == 0 and i.kv_group == 0]
+    assert len(attn) == 33 and {i.q_parts for i, _ in attn} == {33}
+    flops = [c.flops for _, c in sorted(attn, key=lambda ic: ic[0].q_part)]
+    assert flops == sorted(flops) and flops[-1] > 30 * flops[0]  # the last part attends to ~all 2 048 keys
+    # a decode step keeps 33 NORM tiles of 1-2 tokens and one query part
+    _, dec = _compile(decode_batch(64, 33, 16))
+    assert {i.q_parts for i in dec.stream.instrs if OPCODES.code_of(i) == Opcode.ATTN_PARTIAL} == {1}

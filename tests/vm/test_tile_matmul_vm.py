@@ -57,3 +57,20 @@ def test_steps_below_the_threshold_keep_the_matvec_opcodes() -> None:
     w = random_weights(cfg, seed=2)
     run_pair(cfg, w, [[None], [1], [1]], prompt_lens=[9], num_sms=8, tile_min_tokens=4, after_step=None)
     run_pair(cfg, w, [[1, 1]], prompt_lens=[1, 1], num_sms=8, tile_min_tokens=4, after_step=expect_tiles(False))
+
+
+def test_more_query_parts_and_short_norm_tiles_match_reference() -> None:
+    """A prompt chunk's attention in more query parts (attn_query_waves) and NORM tiles of few tokens
+    (norm_max_tokens) compute the same, the race detector on."""
+    heads, kv, hd, hidden, inter = CONFIGS[0]
+    cfg = small_config(hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, inter=inter)
+    w = random_weights(cfg, seed=9)
+
+    def cuts(vm: VMBackend) -> None:
+        expect_tiles(True)(vm)
+        cs = vm.last_stream
+        assert cs is not None and cs.stream.plan.tiles is not None
+        assert max(b - a for a, b in cs.stream.plan.tiles.norm_tokens) <= 2
+        assert cs.stream.plan.q_parts > 1
+    run_pair(cfg, w, [[None, None]], prompt_lens=[30, 13], num_sms=6, tile_min_tokens=3, tile_tokens=8,
+             attn_query_waves=3.0, norm_max_tokens=2, after_step=cuts)

@@ -62,11 +62,18 @@ def accesses(i: AttnPartial, b: Buffers) -> list[Access]:
 
 
 def cost(i: AttnPartial, c: CostInputs) -> InstrCost:
-    """K and V of the split's keys (at the build-time context length), the queries and outputs of its heads."""
-    q_len, hd = max(1, c.tokens_per_seq // i.q_parts), c.dims.head_dim
-    ctx = c.context_lens[i.seq] if i.seq < len(c.context_lens) else q_len
-    keys, heads = max(1, ctx // i.num_splits), i.head_end - i.head_begin
-    return InstrCost(2 * keys * hd * c.kv_bytes, 2 * q_len * heads * hd * 4, 4 * q_len * heads * keys * hd)
+    """K and V of the split's keys up to the part's last token (at the build-time context length), the queries and
+    outputs of its heads, and the products of each query with the keys before it: a prompt chunk's later parts
+    attend to more keys (causal), so its parts' costs differ and the scheduler starts the long ones first."""
+    n, hd = c.tokens_per_seq, c.dims.head_dim
+    t0, t1 = n * i.q_part // i.q_parts, n * (i.q_part + 1) // i.q_parts
+    q_len = max(1, t1 - t0)
+    ctx = c.context_lens[i.seq] if i.seq < len(c.context_lens) else n
+    before = max(0, ctx - n)  # keys cached before this step's tokens
+    keys = max(1, (before + t1) // i.num_splits)
+    mean_keys = max(1, (2 * before + t0 + t1 + 1) // (2 * i.num_splits))  # a query attends to the keys up to it
+    heads = i.head_end - i.head_begin
+    return InstrCost(2 * keys * hd * c.kv_bytes, 2 * q_len * heads * hd * 4, 4 * q_len * heads * mean_keys * hd)
 
 
 SPEC = OpSpec("ATTN_PARTIAL", AttnPartial, execute, accesses, cost)

@@ -51,6 +51,13 @@ class SplitParams:
     # Cut each KV group's G query heads over up to this many attention instructions when SMs would
     # otherwise idle (None: as many as fill the SMs, at most G; 1: one instruction per group).
     max_attn_head_chunks: int | None = None
+    # Attention instructions of a prompt chunk: about this many per SM (None: `waves`). A chunk's query parts are
+    # equal token ranges whose causal work grows with their position (the last part of a 2 048-token prompt attends
+    # to 16x the keys of the first), so one part per SM leaves the layer waiting for the longest; more parts let
+    # the scheduler pack short ones beside long ones (their costs differ: ops/attn_partial.py cost). Measured (H200,
+    # 1B, the 2 048-token prompt's kernel makespan, docs/PERFORMANCE.md): the attention phase of a layer 237 against
+    # 399 us; with norm_max_tokens 16, 21.7 against 26.0 ms.
+    attn_query_waves: float | None = 2.0
     # A split reads at least this many KV pages: short contexts get one attention instruction per
     # (sequence, group) and no reduce hop (the cuda backend's default: DEFAULT_MIN_PAGES_PER_SPLIT, measured).
     min_pages_per_split: int = 1
@@ -93,12 +100,19 @@ class SplitParams:
     # prefill, two alternating rounds, docs/PERFORMANCE.md): 45.7 / 46.1 ms weight-major against 45.3 / 45.5: no gain,
     # as a tile page is bound by the consumers' loop, not by where its weights come from; kept for the A/B.
     tile_weight_major: bool = False
+    # A NORM tile normalises at most this many tokens (None: no cap; the step's tokens over a quarter of the SMs).
+    # Every QKV / gate-up tile waits for all of a norm's NORM tiles, and a NORM tile takes its tokens one after
+    # another (about 1 us each on an H100): a 2 048-token prompt's 33 NORM tiles of 62 tokens took 67 us each, twice
+    # a layer, with most SMs idle behind them; at 16 tokens 20 us (H200; the layer 1 493 against 1 599 us alone).
+    norm_max_tokens: int | None = 16
     held_pages: int = 9
     page_bytes: int = 16384
 
     def __post_init__(self) -> None:
-        if self.waves <= 0 or self.min_pages_per_split < 1:
-            raise ValueError(f"SplitParams: min_pages_per_split must be >= 1 and waves > 0, got {self}")
+        if (self.waves <= 0 or self.min_pages_per_split < 1
+                or (self.attn_query_waves is not None and self.attn_query_waves <= 0)):
+            raise ValueError(f"SplitParams: min_pages_per_split must be >= 1, waves and attn_query_waves > 0, "
+                             f"got {self}")
         if self.fuse_max_context_pages < 0:
             raise ValueError(f"SplitParams.fuse_max_context_pages must be >= 0, got {self.fuse_max_context_pages}")
         if self.one_token_slice_unit < 1:
@@ -109,8 +123,9 @@ class SplitParams:
             raise ValueError(f"SplitParams.one_token_slice_floats must be >= 1 or None, got {self.one_token_slice_floats}")
         if self.fused_head_chunks is not None and self.fused_head_chunks < 1:
             raise ValueError(f"SplitParams.fused_head_chunks must be >= 1 or None, got {self.fused_head_chunks}")
-        if (self.tile_min_tokens is not None and self.tile_min_tokens < 1) or self.tile_tokens < 1:
-            raise ValueError(f"SplitParams: tile_min_tokens >= 1 or None, tile_tokens >= 1; got {self}")
+        if ((self.tile_min_tokens is not None and self.tile_min_tokens < 1) or self.tile_tokens < 1
+                or (self.norm_max_tokens is not None and self.norm_max_tokens < 1)):
+            raise ValueError(f"SplitParams: tile_min_tokens and norm_max_tokens >= 1 or None, tile_tokens >= 1; got {self}")
         if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:
             raise ValueError(f"SplitParams: token_group >= 1 or None, held_pages >= 1, page_bytes >= 16; got {self}")
 
@@ -250,8 +265,9 @@ def query_parts(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDe
     per_seq = shape.num_tokens // shape.num_seqs
     if per_seq <= 1:
         return 1
+    waves = p.waves if p.attn_query_waves is None else p.attn_query_waves
     return max(1, min(per_seq // MIN_TOKENS_PER_QUERY_PART,
-                      math.floor(p.waves * device.num_sms / (shape.num_seqs * d.n_kv))))
+                      math.floor(waves * device.num_sms / (shape.num_seqs * d.n_kv))))
 
 
 def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
@@ -362,7 +378,7 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     tiles = None
     if (not fused and p.tile_min_tokens is not None and shape.num_tokens >= p.tile_min_tokens
             and tiles_fit(d)):
-        tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens, p.tile_weight_major)
+        tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens, p.tile_weight_major, p.norm_max_tokens)
         if tiles.lm_rows:  # the LM head as tiles too: one block each (lm_max / lm_arg columns)
             lm_head = list(tiles.lm_rows)
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),

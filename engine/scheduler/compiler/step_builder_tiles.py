@@ -78,8 +78,9 @@ def tiles_fit(d: ModelDims) -> bool:
 
 
 def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int,
-              weight_major: bool = False) -> TilePlan:
-    """About `waves * num_sms` tiles per op and token chunk; tiles_fit(d) must hold."""
+              weight_major: bool = False, norm_max_tokens: int | None = None) -> TilePlan:
+    """About `waves * num_sms` tiles per op and token chunk; NORM tiles of at most `norm_max_tokens` tokens (None: no
+    cap); tiles_fit(d) must hold."""
     target = waves * device.num_sms
     chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
     per_chunk = max(1.0, target / len(chunks))
@@ -102,7 +103,10 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
         lm_rows = _cut(0, d.vocab, math.ceil(d.vocab / TILE_MAX_ROWS), TILE_ROW_UNIT)
     # A norm reads its tokens' hidden rows once: a quarter of the SMs share it (each range a few tokens), so the
     # tiles waiting for it start after one short hop.
-    norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, max(1, device.num_sms // 4)), 1)
+    norms = max(1, device.num_sms // 4)
+    if norm_max_tokens is not None:
+        norms = max(norms, math.ceil(shape.num_tokens / norm_max_tokens))
+    norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, norms), 1)
     o_tokens = [half for a, b in chunks for half in (_cut(a, b, 2, 1) if b - a > TILE_NARROW_TOKENS else [(a, b)])]
     return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
                     tuple(lm_rows), tuple(norm_tokens), weight_major, tuple(o_tokens) if o_tokens != chunks else ())
