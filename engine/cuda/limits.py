@@ -281,9 +281,8 @@ class InterpreterLimits:
         if int(a[0]) == TileKind.O:
             tok_pad = -(-tokens // 16) * 16
             return (2 * TILE_NARROW_TOKENS + 2 * TILE_X_STAGES_WANTED * tok_pad) * 128 // 4
-        if tokens > TILE_NARROW_TOKENS:
-            return max(TILE_X_STAGES_WANTED * 2 * TILE_NARROW_TOKENS * 128 // 4, tokens * (rows + 4))
-        return max(TILE_X_STAGES_WANTED * TILE_NARROW_TOKENS * 128 // 4, tokens * (rows + 4))
+        stage_tokens = 2 * TILE_NARROW_TOKENS if tokens > TILE_NARROW_TOKENS else TILE_NARROW_TOKENS
+        return max(TILE_X_STAGES_WANTED * stage_tokens * 128 // 4, tokens * (rows + 4))
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:
         """ATTN_O_PROJ (operands seq, kv_group, head_begin, head_end, row_begin, row_end) runs its attention
