@@ -161,14 +161,31 @@ def size_kv_cache(cfg: EngineConfig, model: LlamaConfig, device: torch.device,
 
 def check_tensor_parallel_setup(cfg: EngineConfig, backend: str, device_type: str, model: LlamaConfig) -> None:
     """A tensor_parallel_size the engine cannot run, refused before any weight loads (ValueError naming the reason or
-    the config field the ranks cannot split): the torch backend on CPUs only for now."""
-    if cfg.tensor_parallel_size == 1:
+    the config field the ranks cannot split): the torch reference's ranks on CPUs (gloo), the megakernel's on GPUs
+    (one each) or on the VM (in one process)."""
+    world = cfg.tensor_parallel_size
+    if world == 1:
         return
     from models.llama.tensor_parallel import check_tensor_parallel
 
-    if backend != "torch" or device_type != "cpu":
-        raise ValueError(f"tensor_parallel_size {cfg.tensor_parallel_size} runs the torch backend on CPUs for now (got "
-                         f"backend {backend!r} on {device_type}); the GPU ranks (NCCL, the megakernel per rank) are "
-                         "not built")
-    check_tensor_parallel(model, cfg.tensor_parallel_size)
+    if backend == "torch" and device_type != "cpu":
+        raise ValueError(f"tensor_parallel_size {world}: the torch backend's ranks run on CPUs (got {device_type}); "
+                         "on GPUs the megakernel's ranks run them (backend 'cuda')")
+    if backend == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < world:
+            raise ValueError(f"tensor_parallel_size {world} runs one megakernel rank per GPU; "
+                             f"{torch.cuda.device_count()} visible")
+    # the megakernel's ranks keep the whole vocabulary (models/llama/tensor_parallel.py megakernel_shard)
+    check_tensor_parallel(model, world, vocab_parallel=backend == "torch")
+
+
+def tensor_parallel_rank_bytes(model: LlamaConfig, world: int, dtype_bytes: int = 2) -> int:
+    """About what one megakernel rank's weights take on its GPU: its share of the layers, the whole embedding and LM
+    head (the KV cache is sized before they load)."""
+    H, I, L = model.hidden_size, model.intermediate_size, model.num_hidden_layers
+    q, kv = model.num_attention_heads * model.head_dim, model.num_key_value_heads * model.head_dim
+    layer = H * (2 * q + 2 * kv) + 3 * H * I
+    return dtype_bytes * (L * layer // world + 2 * model.vocab_size * H)
 

@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from engine.backends import create_backend, resolve_backend
+from engine.backends import create_backend, create_tensor_parallel_backend, resolve_backend
 from engine.cuda_build import cache_root
 from engine.decode_runs import DecodeRuns, Failed, Sampled, kernel_samples
 from engine.detokenizer import OutputText
-from engine.engine_config import EngineConfig, check_tensor_parallel_setup, size_kv_cache
+from engine.engine_config import (EngineConfig, check_tensor_parallel_setup, size_kv_cache,
+                                  tensor_parallel_rank_bytes)
 from engine.errors import EngineFatalError, RequestError
 from engine.instructions.head_padding import stored_head_dim
 from engine.lookahead import LookAhead, StepHooks
@@ -99,8 +100,11 @@ class LLMEngine:
                             **fp8_load_options(cfg, self.choice.name, model))
         # Several ranks read their shards themselves (the tensor-parallel backend), not the whole model here
         weights = load_weights(model, self.config, **load_options) if cfg.tensor_parallel_size == 1 else None
-        # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it.
+        # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it (a
+        # tensor-parallel rank: for its shard, loaded and packed after the cache is sized).
         reserve = weights.num_bytes() if weights is not None and self.choice.name == "cuda" else 0
+        if weights is None and self.choice.name == "cuda":
+            reserve = 2 * tensor_parallel_rank_bytes(self.config, cfg.tensor_parallel_size)
         # The instruction-stream backends store heads in the kernel's widths (engine/instructions/head_padding.py).
         stored = stored_head_dim(self.config.head_dim) if self.choice.name in ("vm", "cuda") else None
         self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve, stored)
@@ -113,10 +117,9 @@ class LLMEngine:
             from engine.cuda.backend_options import parse_kernel_options
             options.update(parse_kernel_options(cfg.kernel_options))
         if weights is None:
-            from engine.backends.tensor_parallel_backend import TensorParallelBackend
-            self.backend = TensorParallelBackend(model, self.config, load_options, self.num_pages, cfg.page_size,
-                                                 self.choice.device, cfg.tensor_parallel_size,
-                                                 **options)  # type: ignore[arg-type]
+            self.backend = create_tensor_parallel_backend(self.choice, model, self.config, load_options,
+                                                          self.num_pages, cfg.page_size, cfg.tensor_parallel_size,
+                                                          **options)
         else:
             self.backend = create_backend(self.choice, weights, self.num_pages, cfg.page_size, **options)
         budget = cfg.max_num_batched_tokens

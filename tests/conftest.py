@@ -15,13 +15,21 @@ def _gpu_available() -> bool:
     return major == 9
 
 
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _gpu_available():
-        return
+    gpu = _gpu_available()
     skip_gpu = pytest.mark.skip(reason="needs an sm_90 GPU (none here)")
+    skip_multi = pytest.mark.skip(reason="needs two or more sm_90 GPUs")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not gpu:
             item.add_marker(skip_gpu)
+        elif "multigpu" in item.keywords and (not gpu or _gpu_count() < 2):
+            item.add_marker(skip_multi)
 
 
 @pytest.fixture(scope="session")

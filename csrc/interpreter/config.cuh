@@ -52,6 +52,9 @@ inline constexpr int MAX_TOKEN_GROUP = 16;
 inline constexpr int MAX_TOKENS_PER_STEP = 16384;
 inline constexpr int X_ROW_SKEW = 8;  // extra bf16 elements between x rows on the tensor cores (activations.cuh x_pitch)
 inline constexpr int MAX_GQA = 8;
+// Ranks of a tensor-parallel group (Globals::tp_world): one GPU each on one host; TP_ALLREDUCE keeps one load per
+// rank in flight (ops/tp_allreduce.cuh). engine/instructions/tp_exchange.py MAX_TP_RANKS.
+inline constexpr int MAX_TP_RANKS = 8;
 
 inline constexpr int CONSUMER_BARRIER = 1;  // named barrier id for the consumer warps
 

@@ -72,6 +72,21 @@ struct Globals {
   // nullptr, or the stop state of the run of decode steps this launch belongs to (run_stop.cuh): the launch does
   // no work once the run stopped at an earlier step, and with advance_history ARGMAX_REDUCE checks its ids.
   int* run_stop;
+  // Tensor parallelism (TP_ALLREDUCE, ops/tp_allreduce.cuh): device arrays of tp_world pointers, rank q's exchange
+  // memory as mapped in this process (CUDA IPC over NVLink; engine/cuda/tp_peers.py), nullptr without tensor
+  // parallelism. tp_send[q]: rank q's send slots, float [2][tp_slot_tokens][hidden_size]; tp_flags[q]: rank q's
+  // publish counts, int [2 * layers * tp_flag_chunks * tp_world], zeroed by the host once and only ever raised.
+  float* const* tp_send;
+  int* const* tp_flags;
+  int tp_rank;         // this process's rank, 0 .. tp_world - 1
+  int tp_world;        // ranks in the group (1: no tensor parallelism), at most MAX_TP_RANKS
+  int tp_slot_tokens;  // rows of a send slot: a step's tokens at most
+  int tp_flag_chunks;  // column chunks of one all-reduce the flags have room for
+  // Steps of at most tp_ll_tokens tokens (decode) take the push path instead: tp_recv[q], rank q's receive slots,
+  // uint64 [2][tp_world][tp_ll_tokens][hidden_size], each word a value and the tag of the all-reduce that wrote it.
+  // 0 / nullptr: every step takes the send-slot path.
+  unsigned long long* const* tp_recv;
+  int tp_ll_tokens;
   // scalars
   int run_step;      // with run_stop: this launch's step in its run (0, 1, ...)
   int num_counters;  // entries of counters / counter_period (a skipped launch moves each one period on)

@@ -112,6 +112,16 @@ T scalar_field(const py::dict& d, const char* name) {
   return d[name].cast<T>();
 }
 
+// A field only some callers pass (tensor parallelism): absent, its value without the feature.
+template <typename T>
+T scalar_field_or(const py::dict& d, const char* name, T absent) {
+  return d.contains(name) ? d[name].cast<T>() : absent;
+}
+
+std::invalid_argument bad_field(const char* name, const char* rule) {
+  return std::invalid_argument(std::string("megakernel launch: '") + name + "' " + rule);
+}
+
 Globals globals_from_dict(const py::dict& d) {
   Globals g{};
 #define MK_PTR(field, type) g.field = ptr_field<type>(d, #field)
@@ -138,6 +148,15 @@ Globals globals_from_dict(const py::dict& d) {
   g.advance_history = ptr_field<int>(d, "advance_history", /*optional=*/true);
   g.run_stop = ptr_field<int>(d, "run_stop", /*optional=*/true);
   g.run_step = g.run_stop ? scalar_field<int>(d, "run_step") : 0;
+  // tensor parallelism (absent: one rank)
+  g.tp_send = ptr_field<float* const>(d, "tp_send", /*optional=*/true);
+  g.tp_flags = ptr_field<int* const>(d, "tp_flags", /*optional=*/true);
+  g.tp_rank = scalar_field_or<int>(d, "tp_rank", 0);
+  g.tp_world = scalar_field_or<int>(d, "tp_world", 1);
+  g.tp_slot_tokens = scalar_field_or<int>(d, "tp_slot_tokens", 0);
+  g.tp_flag_chunks = scalar_field_or<int>(d, "tp_flag_chunks", 0);
+  g.tp_recv = ptr_field<unsigned long long* const>(d, "tp_recv", /*optional=*/true);
+  g.tp_ll_tokens = g.tp_recv ? scalar_field_or<int>(d, "tp_ll_tokens", 0) : 0;
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(model_head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
@@ -161,6 +180,15 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
     throw std::invalid_argument("megakernel launch: 'ring_pages' must be in [MIN_RING_PAGES, MAX_RING_PAGES]");
   if (g.num_counters < 0) throw std::invalid_argument("megakernel launch: 'num_counters' must be >= 0");
   if (g.run_stop && g.run_step < 0) throw std::invalid_argument("megakernel launch: 'run_step' must be >= 0");
+  if (g.tp_world < 1 || g.tp_world > mk::vm::MAX_TP_RANKS) throw bad_field("tp_world", "must be in [1, MAX_TP_RANKS]");
+  if (g.tp_world > 1) {  // TP_ALLREDUCE's exchange (ops/tp_allreduce.cuh)
+    if (!g.tp_send) throw bad_field("tp_send", "must be set when tp_world > 1");
+    if (!g.tp_flags) throw bad_field("tp_flags", "must be set when tp_world > 1");
+    if (g.tp_rank < 0 || g.tp_rank >= g.tp_world) throw bad_field("tp_rank", "must be in [0, tp_world)");
+    if (g.tp_slot_tokens < 1) throw bad_field("tp_slot_tokens", "must be >= 1 when tp_world > 1");
+    if (g.tp_flag_chunks < 1) throw bad_field("tp_flag_chunks", "must be >= 1 when tp_world > 1");
+    if (g.tp_ll_tokens < 0) throw bad_field("tp_ll_tokens", "must be >= 0");
+  }
   const size_t smem = mk::vm::SharedPlan::total;
   using mk::vm::megakernel;
   using KernelFn = void (*)(const Globals);

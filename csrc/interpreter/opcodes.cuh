@@ -26,7 +26,8 @@ inline constexpr int WORDS = 32;
   X(DOWN_RESIDUAL, 7, STREAMED)       \
   X(LM_HEAD, 8, STREAMED)             \
   X(ARGMAX_REDUCE, 9, NONE)           \
-  X(TILE_MATMUL, 11, STREAMED)
+  X(TILE_MATMUL, 11, STREAMED)        \
+  X(TP_ALLREDUCE, 12, NONE)
 
 #define MK_OPCODE_CONSTANT(NAME, CODE, WEIGHTS) inline constexpr int OP_##NAME = CODE;
 MK_OPCODE_NOOP(MK_OPCODE_CONSTANT)
@@ -100,6 +101,10 @@ inline constexpr int ERR_PIPELINE_TIMEOUT = 3;  // an intra-SM mbarrier wait tim
 inline constexpr int ERR_QUEUE_EPOCH = 4;  // a dynamic claim fell before this launch's queue (bad epoch)
 inline constexpr int ERR_VARIANT = 5;  // an instruction outside the batch-1 kernel's paths (state.cuh)
 inline constexpr int ERR_RING_HOLD = 6;  // a token-grouped instruction streams more pages than the ring holds
+// TP_ALLREDUCE (ops/tp_allreduce.cuh): a peer rank never published its chunk (watchdog; counter = the rank, target =
+// the count awaited, observed = its count), or, with counter -1, a step of more tokens (observed) than the exchange's
+// send slots hold (target)
+inline constexpr int ERR_TP_PEER_TIMEOUT = 7;
 inline constexpr int ERR_WORDS = 16;  // kind, instr id, opcode, counter, target, observed, block, layer
 
 // Progress record per block: consumer instr id, consumer stage, consumer ring position, loader ring

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from engine.backends.base import Backend
 from engine.engine_config import BACKEND_NAMES
+from models.llama.config import LlamaConfig
 from models.llama.weights import LlamaWeights
 
 
@@ -54,4 +56,25 @@ def create_backend(choice: BackendChoice, weights: LlamaWeights, num_pages: int,
     if choice.name == "cuda":
         from engine.backends.cuda_backend import CudaBackend
         return CudaBackend(weights, num_pages=num_pages, page_size=page_size, **options)  # type: ignore[arg-type]
+    raise ValueError(f"unknown backend {choice.name!r}")
+
+
+def create_tensor_parallel_backend(choice: BackendChoice, checkpoint: str, config: LlamaConfig,
+                                   load_options: dict[str, Any], num_pages: int, page_size: int, world: int,
+                                   **options: Any) -> Backend:
+    """The chosen backend over `world` tensor-parallel ranks, each reading its shard of `checkpoint` itself: the
+    torch reference's ranks as processes on CPUs (gloo), the megakernel's as processes on GPUs (one each) or, on the
+    vm backend, every rank's VM in this process."""
+    if choice.name == "torch":
+        from engine.backends.tensor_parallel_backend import TensorParallelBackend
+        return TensorParallelBackend(checkpoint, config, load_options, num_pages, page_size, choice.device, world,
+                                     **options)
+    if choice.name == "cuda":
+        from engine.backends.cuda_tensor_parallel import TensorParallelCudaBackend
+        return TensorParallelCudaBackend(checkpoint, config, load_options, num_pages, page_size, world, **options)
+    if choice.name == "vm":
+        from engine.backends.vm_tensor_parallel import TensorParallelVMBackend
+        from models.llama.tensor_parallel import load_megakernel_shard
+        shards = [load_megakernel_shard(checkpoint, config, rank, world, **load_options) for rank in range(world)]
+        return TensorParallelVMBackend(shards, num_pages, page_size, **options)
     raise ValueError(f"unknown backend {choice.name!r}")

@@ -25,6 +25,7 @@ from engine.cuda.step_padding import pad_batch
 from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.cuda.tensor_maps import tile_maps, w_o_map
+from engine.cuda.tp_peers import TpPeers
 from engine.cuda.variant import kernel_variant
 from engine.cuda_build import cache_root, load_extension
 from engine.engine_config import DEFAULT_POLICY
@@ -68,7 +69,8 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
-                 background_builds: bool = False, stream_store: bool = True, **split_kw: object) -> None:
+                 background_builds: bool = False, stream_store: bool = True, tp_world: int = 1,
+                 **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
@@ -78,7 +80,10 @@ class CudaBackend(Backend):
         next step; off by default until serving is measured with the process worker (a worker thread measured slower:
         c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md); `stream_store`: compiled streams are kept on disk under
         $MEGAKERNEL_CACHE_DIR/streams and a later run loads them instead of compiling
-        (engine/scheduler/compiler/stream_store.py)."""
+        (engine/scheduler/compiler/stream_store.py); `tp_world`: the ranks of the tensor-parallel group this
+        backend is one rank of (`weights` its megakernel shard, models/llama/tensor_parallel.py; its streams all-reduce
+        the residual through the exchange memory `attach_tp` gives it before the first step:
+        engine/backends/cuda_tensor_parallel.py)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -97,8 +102,9 @@ class CudaBackend(Backend):
         self.sampling_kernel = self.module
         self.limits = InterpreterLimits.of(self.module)
         self.config = weights.config
-        self.dims = ModelDims.from_config(self.config)
+        self.dims = replace(ModelDims.from_config(self.config), tp_world=tp_world)
         self.limits.check_model(self.dims)
+        self._tp_fields: dict[str, int] = {}
         packed = pack_weights(weights, torch.bfloat16)
         check_fp8_dims(packed, self.dims)
         fp8 = any(is_fp8(packed, name) for name in STREAMED_MATRICES)
@@ -159,6 +165,9 @@ class CudaBackend(Backend):
                                         head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
         self._spare_page = num_pages
         self._pad_steps = pad_steps and self.max_tokens_per_step > self.limits.max_tokens_per_matvec
+        if background_builds and tp_world > 1:
+            raise ValueError("background_builds: a tensor-parallel rank compiles every stream itself (each rank would "
+                             "adopt a worker's stream at its own step)")
         self._hosting = (StreamHosting(self._spare_page, builds=BackgroundBuilds() if background_builds else None)
                          if self._pad_steps and host_steps else None)
         self.page_size = page_size
@@ -179,6 +188,14 @@ class CudaBackend(Backend):
 
     def stream_stats(self) -> StreamStats:
         return sum((c.stats() for c in self._caches), StreamStats())
+
+    def attach_tp(self, peers: TpPeers) -> None:
+        """The tensor-parallel exchange memory every launch passes (tp_world > 1)."""
+        if self.dims.tp_world != peers.world:
+            raise ValueError(f"exchange memory of {peers.world} ranks for a backend of {self.dims.tp_world}")
+        if peers.slot_tokens < self.max_tokens_per_step:
+            raise ValueError(f"exchange slots of {peers.slot_tokens} tokens for steps of {self.max_tokens_per_step}")
+        self._tp_fields = peers.fields()
 
     def close(self) -> None:
         """End the stream-build worker process, where there is one."""
@@ -211,6 +228,10 @@ class CudaBackend(Backend):
         fields["token_group"] = self.token_group
         # x rows the tensor cores take (csrc/interpreter/x_layout.cuh x_is_bf16): fp8 streams take one
         fields["mma_x_rows"] = self.limits.mma_group_cap if self._bf16_rows else 1
+        if self.dims.tp_world > 1:
+            if not self._tp_fields:
+                raise RuntimeError("a tensor-parallel rank's backend launched before attach_tp")
+            fields.update(self._tp_fields)
         return fields
 
     def _compiled(self, batch: StepBatch, step: StepBatch | None = None) -> tuple[CompiledStream, StepBatch]:

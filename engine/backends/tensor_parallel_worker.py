@@ -1,12 +1,15 @@
-"""One worker rank of a tensor-parallel engine (engine/backends/tensor_parallel_backend.py), as its own process:
-`python -m engine.backends.tensor_parallel_worker ARGS` with ARGS a pickle of `WorkerArgs`. A fresh interpreter rather
-than a multiprocessing child, so the caller's main module (a script without a `__main__` guard, `python -m
-engine.cli`, a notebook) is never imported again in the worker."""
+"""One worker rank of a tensor-parallel engine (engine/backends/rank_processes.py), as its own process:
+`python -m engine.backends.tensor_parallel_worker ARGS` with ARGS a pickle of `WorkerArgs`. It loads its shard, joins
+the group and runs what rank 0 broadcasts until rank 0 broadcasts None: a StepBatch for the torch reference
+(engine/backends/tensor_parallel_backend.py), or a backend call for the megakernel's ranks
+(engine/backends/cuda_tensor_parallel.py: `("forward" | "greedy", batch)`, `("decode_steps", batch, steps,
+page_size, stops)`, `("warm_up", max_tokens, max_seqs, max_table_pages)` then `("warmed_up",)`)."""
 from __future__ import annotations
 
 import pickle
 import sys
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -17,8 +20,11 @@ from models.llama.config import LlamaConfig
 from models.llama.kv_cache import FP8_KV, PagedKVCache
 from models.llama.kv_scales import kv_scales
 from models.llama.step_batch import StepBatch
-from models.llama.tensor_parallel import TensorParallelGroup, TensorParallelLlama, load_shard
+from models.llama.tensor_parallel import TensorParallelGroup, TensorParallelLlama, load_megakernel_shard, load_shard
 from models.llama.weights import LlamaWeights
+
+# How long a collective may wait for the other ranks before the step fails (a rank that died inside a step).
+DEFAULT_TP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class WorkerArgs:
     page_size: int
     kv_dtype: torch.dtype | None
     timeout_s: float
+    backend: str = "torch"  # or "cuda": the megakernel on GPU `rank`
+    options: dict[str, Any] = field(default_factory=dict)  # the cuda backend's keywords
 
 
 def rank_cache(shard: LlamaWeights, num_pages: int, page_size: int, kv_dtype: torch.dtype | None) -> PagedKVCache:
@@ -42,23 +50,79 @@ def rank_cache(shard: LlamaWeights, num_pages: int, page_size: int, kv_dtype: to
                                  scales=kv_scales(shard) if dtype == FP8_KV else None)
 
 
-def run_worker(a: WorkerArgs) -> None:
-    """Load this rank's shard, then run every batch rank 0 broadcasts until it broadcasts None."""
-    shard = load_shard(a.checkpoint, a.config, a.rank, a.world, **{**a.load_options, "progress": False})
+def _join(a: WorkerArgs) -> None:
     dist.init_process_group("gloo", init_method=a.init_method, rank=a.rank, world_size=a.world,
                             timeout=timedelta(seconds=a.timeout_s))
+
+
+def _next_command() -> Any:
+    box: list[Any] = [None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def run_torch_worker(a: WorkerArgs) -> None:
+    """The reference model's rank: every batch rank 0 broadcasts, until it broadcasts None."""
+    shard = load_shard(a.checkpoint, a.config, a.rank, a.world, **{**a.load_options, "progress": False})
+    _join(a)
     try:
         model = TensorParallelLlama(shard, TensorParallelGroup.current())
         kv = rank_cache(shard, a.num_pages, a.page_size, a.kv_dtype)
         with torch.inference_mode():
-            while True:
-                box: list[StepBatch | None] = [None]
-                dist.broadcast_object_list(box, src=0)
-                if box[0] is None:
-                    break
-                model(box[0], kv)
+            while (batch := _next_command()) is not None:
+                model(batch, kv)
     finally:
         dist.destroy_process_group()
+
+
+def run_cuda_worker(a: WorkerArgs) -> None:
+    """The megakernel's rank on GPU `a.rank`: the backend calls rank 0 makes, in its order, until None. Their results
+    stay here (every rank computes the same ids and logits); their all-reduces meet rank 0's on the GPUs."""
+    from engine.backends.cuda_backend import CudaBackend
+    from engine.cuda.tp_peers import TpPeers
+
+    torch.cuda.set_device(a.rank)
+    device = torch.device("cuda", a.rank)
+    shard = load_megakernel_shard(a.checkpoint, a.config, a.rank, a.world,
+                                  **{**a.load_options, "progress": False, "device": device})
+    _join(a)
+    peers = None
+    try:
+        backend = CudaBackend(shard, a.num_pages, a.page_size, tp_world=a.world, **a.options)
+        peers = TpPeers(a.rank, a.world, backend.dims, backend.max_tokens_per_step, backend.kernel.tp_ll_tokens,
+                        device, _all_gather)
+        backend.attach_tp(peers)
+        warm: AbstractContextManager[None] | None = None
+        while (cmd := _next_command()) is not None:
+            name, *args = cmd
+            if name in ("forward", "greedy"):
+                getattr(backend, name)(*args)
+            elif name == "decode_steps":
+                batch, steps, page_size, stops = args
+                backend.decode_steps(batch, steps, page_size, lambda records: True, None, stops)
+            elif name == "warm_up":
+                warm = backend.warming_up(*args)
+                warm.__enter__()
+            elif name == "warmed_up" and warm is not None:
+                warm.__exit__(None, None, None)
+                warm = None
+            else:
+                raise RuntimeError(f"tensor-parallel rank {a.rank}: unknown command {name!r}")
+        backend.close()
+    finally:
+        if peers is not None:
+            peers.close()
+        dist.destroy_process_group()
+
+
+def _all_gather(obj: Any) -> list[Any]:
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def run_worker(a: WorkerArgs) -> None:
+    (run_cuda_worker if a.backend == "cuda" else run_torch_worker)(a)
 
 
 if __name__ == "__main__":

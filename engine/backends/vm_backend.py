@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
@@ -13,6 +14,7 @@ from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.instructions.step_args import StepArgsView
+from engine.instructions.tp_exchange import TpExchange
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from engine.vm.buffers import GlobalBuffers
@@ -29,15 +31,18 @@ class VMBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int,
                  num_sms: int = DEFAULT_SIMULATED_SMS, policy: str = "rr", seed: int = 0, check_races: bool = True,
                  weight_dtype: torch.dtype | None = None, kv_dtype: torch.dtype | None = None,
-                 pad_over: int | None = None, **split_kw: object) -> None:
+                 pad_over: int | None = None, tp_world: int = 1, **split_kw: object) -> None:
         """num_sms: the SMs the VM simulates (the streams are compiled for them); weight_dtype: packed-weight
         and KV dtype (default: the checkpoint's dtype); kv_dtype: the KV cache's, where it differs (float8_e4m3fn:
         fp8 pages); math is fp32; pad_over: steps of more tokens than this run as the cuda backend runs them, padded
         to a bucketed shape or hosted in a compiled larger stream (engine/cuda/stream_hosting.py), their dummy
-        sequences on a spare KV page past `num_pages` (None: every step in its own shape's stream). The rest are
-        SplitParams fields."""
+        sequences on a spare KV page past `num_pages` (None: every step in its own shape's stream); tp_world: the
+        ranks of the tensor-parallel group this is one rank of (`weights` its megakernel shard; the group,
+        engine/backends/vm_tensor_parallel.py, sets `tp_exchange` and runs the steps). The rest are SplitParams
+        fields."""
         self.config = weights.config
-        self.dims = ModelDims.from_config(self.config)
+        self.dims = replace(ModelDims.from_config(self.config), tp_world=tp_world)
+        self.tp_exchange: TpExchange | None = None
         dtype = weight_dtype or weights.dtype
         self.packed = pack_weights(weights, dtype)
         kv_dtype = kv_dtype or dtype
@@ -63,6 +68,7 @@ class VMBackend(Backend):
                                           cs.stream.num_splits, cs.stream.lm_blocks, seed=self.vm_seed,
                                           kv_scales=(self.kv.k_scale, self.kv.v_scale)
                                           if self.kv.k_scale is not None and self.kv.v_scale is not None else None)
+            bufs.tp = self.tp_exchange
             cs.backend_state = (bufs, SyncState.fresh(cs.stream.counter_period))
         return cs.backend_state  # type: ignore[return-value]
 
@@ -90,17 +96,31 @@ class VMBackend(Backend):
         return hosted if hosted is not None else (self.cache.get(padded, key), padded)
 
     def _forward(self, batch: StepBatch) -> torch.Tensor:
+        cs, bufs, sync = self.prepare(batch)
+        vm = self.machine(bufs)
+        if cs.schedule.dynamic:
+            trace = vm.run_dynamic(cs.tensor, cs.schedule.num_sms, sync)
+        else:
+            trace = vm.run_static(cs.tensor, sync)
+        return self.finish(batch, cs, bufs, trace)
+
+    def prepare(self, batch: StepBatch) -> tuple[CompiledStream, GlobalBuffers, SyncState]:
+        """The stream `batch` runs in, its buffers with the step's args (and input rows, without EMBED) and counters."""
         cs, _ = self._placed(batch)
         bufs, sync = self._buffers(cs)
         bufs.args = StepArgsView.decode(cs.step_args)
         if not self.params.split.embed_in_stream:  # no EMBED in the stream: its input, as the cuda backend writes it
             T = bufs.args.num_tokens
             bufs.get("hidden")[:T] = bufs.w("embed")[bufs.args.token_ids[:T]].to(torch.float32)
-        vm = VM(bufs, seed=self.vm_seed + self.steps, check_races=self.check_races)
-        if cs.schedule.dynamic:
-            self.last_trace = vm.run_dynamic(cs.tensor, cs.schedule.num_sms, sync)
-        else:
-            self.last_trace = vm.run_static(cs.tensor, sync)
+        return cs, bufs, sync
+
+    def machine(self, bufs: GlobalBuffers) -> VM:
+        """The VM of this backend's next step (its interleaving seeded by the step's number)."""
+        return VM(bufs, seed=self.vm_seed + self.steps, check_races=self.check_races)
+
+    def finish(self, batch: StepBatch, cs: CompiledStream, bufs: GlobalBuffers, trace: StepTrace) -> torch.Tensor:
+        """The step's logits (its ids in last_tokens), once the VM ran it."""
+        self.last_trace = trace
         self.steps += 1
         self.last_stream = cs
         S = batch.num_seqs  # the rows of dummy sequences dropped

@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quantization", default=None, choices=["fp8"],
                    help="fp8 weights (one scale per output channel) in the megakernel rows, next to a same-run bf16 "
                         "row; the floor counts fp8 bytes")
+    p.add_argument("--tensor-parallel-size", type=int, default=BenchConfig.tensor_parallel_size, metavar="N",
+                   help="the megakernel row over N GPUs (one rank each), next to a same-run one-GPU row; the floor is "
+                        "one rank's bytes")
     add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
 
@@ -105,7 +108,8 @@ def run_cli(args: argparse.Namespace) -> int:
         batch=batch, skip_baselines=skip, dtype=args.dtype, device=device,
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
         kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len,
-        prompt_lens=args.prompt_lens, quantization=args.quantization)
+        prompt_lens=args.prompt_lens, quantization=args.quantization,
+        tensor_parallel_size=args.tensor_parallel_size)
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

@@ -51,6 +51,10 @@ class BenchConfig:
     # "fp8": the megakernel rows load the weights quantised (LLM(quantization=...)), next to a same-run bf16
     # `megakernel-bf16` row; the floor counts fp8 bytes. The PyTorch baselines stay bf16.
     quantization: str | None = None
+    # > 1: the megakernel's product row runs over this many GPUs (LLM(tensor_parallel_size=N)), next to a same-run
+    # one-GPU row `megakernel-1gpu`; the floor is one rank's bytes (its share of the layers, the whole LM head) over
+    # the copy bandwidth. Batch 1.
+    tensor_parallel_size: int = 1
 
     def lengths(self) -> tuple[int, ...]:
         """Every sequence's prompt length."""
@@ -84,6 +88,11 @@ class BenchConfig:
         if self.quantization not in (None, "fp8"):
             raise ValueError(f"quantization must be fp8 or unset, got {self.quantization!r}")
         parse_kernel_options(self.kernel_options)
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if self.tensor_parallel_size > 1 and (self.batch > 1 or self.prefill_len or self.quantization):
+            raise ValueError("--tensor-parallel-size benches batch-1 decode of bf16 weights (not with --batch > 1, "
+                             "--prefill-len or --quantization)")
 
     def skipped(self) -> set[str]:
         return {SKIP_ALIASES[s] for s in self.skip_baselines}

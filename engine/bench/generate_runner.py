@@ -49,16 +49,18 @@ SAMPLED_SETTINGS: dict[str, float | int] = {"temperature": 0.8, "top_p": 0.95, "
 
 def generate_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int],
                     new_tokens: int, backend: str = "cuda", sampled: bool = False,
-                    kernel_options: tuple[str, ...] = (), quantization: str | None = None) -> tuple[Sequence[int], float]:
+                    kernel_options: tuple[str, ...] = (), quantization: str | None = None,
+                    tensor_parallel_size: int = 1) -> tuple[Sequence[int], float]:
     """An engine runner (engine/bench/engines.py) over the public `LLM` API on `backend`; greedy, or with
-    SAMPLED_SETTINGS where `sampled`; `kernel_options` and `quantization` as `LLM(...)` takes them."""
+    SAMPLED_SETTINGS where `sampled`; `kernel_options`, `quantization` and `tensor_parallel_size` as `LLM(...)` takes
+    them."""
     if new_tokens < 2:
         raise ValueError("the generate row times decode tokens after the first: --new-tokens must be >= 2")
     params = bench_params(sampled, max_tokens=new_tokens)
     prompt = {"prompt_token_ids": list(prompt_ids)}
     max_len = min(config.max_position_embeddings, len(prompt_ids) + new_tokens + 1)
     with bench_llm(weights, backend, max_num_seqs=1, max_model_len=max_len, kernel_options=kernel_options,
-                   quantization=quantization) as llm:
+                   quantization=quantization, tensor_parallel_size=tensor_parallel_size) as llm:
         llm.generate(prompt, params)  # warm-up: compiles the streams of both shapes
         synchronize(weights.device)
         out = llm.generate(prompt, params)[0]
@@ -79,19 +81,21 @@ def bench_params(sampled: bool, max_tokens: int) -> Any:
 
 @contextmanager
 def bench_llm(weights: LlamaWeights, backend: str, max_num_seqs: int, max_model_len: int,
-              kernel_options: tuple[str, ...] = (), quantization: str | None = None) -> Iterator[Any]:
-    """An `LLM` on `weights` written as a checkpoint (the public API, as a user loads a model); its memory is
-    given back when the block ends, before the next runner."""
+              kernel_options: tuple[str, ...] = (), quantization: str | None = None,
+              tensor_parallel_size: int = 1) -> Iterator[Any]:
+    """An `LLM` on `weights` written as a checkpoint (the public API, as a user loads a model); its memory (and a
+    tensor-parallel engine's worker processes) given back when the block ends, before the next runner."""
     from engine import LLM
 
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
         model_dir = write_checkpoint(weights, Path(d))
         llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
                   max_num_seqs=max_num_seqs, max_model_len=max_model_len, kernel_options=kernel_options,
-                  quantization=quantization)
+                  quantization=quantization, tensor_parallel_size=tensor_parallel_size)
     try:
         yield llm
     finally:
+        llm.close()
         del llm
         gc.collect()
         if torch.cuda.is_available():

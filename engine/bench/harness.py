@@ -26,6 +26,7 @@ from engine.bench.model_source import load_bench_weights, parse_dtype
 from engine.bench.static_llama import StaticLlama
 from engine.bench.timing import synchronize
 from engine.cuda.backend_options import parse_kernel_options
+from models.llama.tensor_parallel import shard_config
 
 @dataclass(frozen=True)
 class BenchRow:
@@ -152,7 +153,8 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     if engines is None:
         engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch,
                                           config.prompt_lens if config.mixed_lengths() else (),
-                                          config.kernel_options, config.quantization))
+                                          config.kernel_options, config.quantization,
+                                          config.tensor_parallel_size))
         if config.batch == 1:
             engines.update(DEFAULT_REGISTRY.runners())
         elif DEFAULT_REGISTRY.runners():
@@ -176,7 +178,9 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     if longest + config.new_tokens > cfg.max_position_embeddings:
         raise ValueError(f"prompt_len + new_tokens = {longest + config.new_tokens} exceeds "
                          f"max_position_embeddings={cfg.max_position_embeddings}")
-    floor = decode_floor(cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
+    # one rank's bytes where the megakernel row runs over several GPUs (its share of the layers, the whole LM head)
+    floor_cfg = shard_config(cfg, config.tensor_parallel_size) if config.tensor_parallel_size > 1 else cfg
+    floor = decode_floor(floor_cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
                          bandwidth.gbps, config.batch, config.prompt_lens, fp8_weights=config.quantization is not None)
     gen = torch.Generator().manual_seed(config.seed + 1)
     prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()

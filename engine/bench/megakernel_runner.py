@@ -107,14 +107,16 @@ class MegakernelRunner:
 
 def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1,
                        lengths: tuple[int, ...] = (), option_texts: tuple[str, ...] = (),
-                       quantization: str | None = None) -> dict[str, EngineRunner]:
+                       quantization: str | None = None, tensor_parallel_size: int = 1) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
     engine/bench/generate_runner.py, with `option_texts` as `LLM(kernel_options=...)`), `megakernel-sampled`, the same
     with top-p / top-k / a penalty sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
     `options` (the same `--kernel-option`s, parsed), so the engine's overhead over the kernel shows. Elsewhere
     `engine-torch`: `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
     (engine/bench/batch_runner.py), of the prompt's length or of `lengths`. `quantization` ("fp8"): the batch-1
-    rows run fp8 weights, and `megakernel-bf16` is the product row without it, in the same run."""
+    rows run fp8 weights, and `megakernel-bf16` is the product row without it, in the same run.
+    `tensor_parallel_size` > 1: `megakernel` over that many GPUs and `megakernel-1gpu`, the product row on one, in the
+    same run."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:
@@ -125,6 +127,12 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
     if batch > 1 and quantization is not None:
         raise ValueError("--quantization benches batch 1 (the batched rows run bf16 weights)")
     q = quantization
+    if tensor_parallel_size > 1:
+        if not on_gpu:
+            raise ValueError("--tensor-parallel-size runs the megakernel's ranks: sm_90 GPUs")
+        return {"megakernel": partial(generate_runner, kernel_options=option_texts,
+                                      tensor_parallel_size=tensor_parallel_size),
+                "megakernel-1gpu": partial(generate_runner, kernel_options=option_texts)}
     if not on_gpu:  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch", quantization=q)}
     rows: dict[str, EngineRunner] = {

@@ -93,6 +93,11 @@ DEFAULT_BATCH1_KERNEL = True
 # instead of the token groups' passes over pages held in the ring. Host-side: it changes the instruction streams
 # (SplitParams.tile_min_tokens), so the VM runs the same tiles.
 DEFAULT_TILE_MATMUL = True
+# Tensor parallelism: steps of at most this many tokens (decode) all-reduce by pushing tagged 8-byte words straight into
+# every rank's receive slots (csrc/interpreter/ops/tp_allreduce.cuh, the push path: no fence, no remote load on the
+# way); larger steps through send slots and publish counts. 0: every step through the send slots. Host memory for it:
+# 2 x ranks x this many tokens x hidden x 8 bytes per rank (engine/cuda/tp_peers.py).
+DEFAULT_TP_LL_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,7 @@ class KernelOptions:
     fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
     tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
+    tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
@@ -127,6 +133,8 @@ class KernelOptions:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.mma_token_group <= 64:
             raise ValueError(f"mma_token_group must be in [1, 64], got {self.mma_token_group}")
+        if not 0 <= self.tp_ll_tokens <= 256:
+            raise ValueError(f"tp_ll_tokens must be in [0, 256], got {self.tp_ll_tokens}")
         if not 0 <= self.defer_free_pages <= MAX_DEFER_FREE_PAGES:
             raise ValueError(f"defer_free_pages must be in [0, {MAX_DEFER_FREE_PAGES}], got {self.defer_free_pages}")
         opcode_mask(self.l2_beyond_ring_ops)  # names an unknown opcode -> ValueError

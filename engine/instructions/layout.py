@@ -46,8 +46,14 @@ class ModelDims:
     vocab: int
     eps: float
     model_head_dim: int = 0
+    # Ranks of a tensor-parallel group running this model's shard each (models/llama/tensor_parallel.py
+    # megakernel_shard): the dims above are one rank's, and each layer's residual is averaged over the ranks
+    # after its O and down projections (TP_ALLREDUCE). 1: one GPU holds the whole model.
+    tp_world: int = 1
 
     def __post_init__(self) -> None:
+        if self.tp_world < 1:
+            raise ValueError(f"ModelDims: tp_world must be >= 1, got {self.tp_world}")
         if self.model_head_dim == 0:
             object.__setattr__(self, "model_head_dim", self.head_dim)
         if not 0 < self.model_head_dim <= self.head_dim:

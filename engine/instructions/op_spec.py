@@ -20,6 +20,7 @@ from engine.instructions.cost import CostInputs, InstrCost
 from engine.instructions.format import NUM_OPERANDS, Header, InstructionFormatError
 from engine.instructions.layout import ModelDims
 from engine.instructions.step_args import StepArgsView
+from engine.instructions.tp_exchange import TpExchange
 
 
 class Instruction(Protocol):
@@ -48,6 +49,8 @@ class Buffers(Protocol):
     rows: QkvRows
     k_cache: torch.Tensor
     v_cache: torch.Tensor
+    # This rank's tensor-parallel exchange (its send slots and flags, and its peers'); None: one rank.
+    tp: TpExchange | None
 
     def w(self, name: str) -> torch.Tensor: ...
 
@@ -63,6 +66,16 @@ class Buffers(Protocol):
 
 
 @dataclass(frozen=True)
+class CrossRank:
+    """An opcode whose instructions wait on other ranks as well as on counters (TP_ALLREDUCE): once its counter
+    waits are met it `publish`es what the other ranks read, and it runs (its `execute`) once `ready` says every rank
+    published. The VM of a rank group (engine/vm/rank_group.py) interleaves the two phases across ranks."""
+
+    publish: Callable[[Any, Buffers], None]
+    ready: Callable[[Any, Buffers], bool]
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """One opcode's Python side. `name` is its OP_<name> in csrc/interpreter/opcodes.cuh; its modules are
     engine/instructions/ops/<name in lower case>.py and csrc/interpreter/ops/<same>.cuh."""
@@ -75,6 +88,9 @@ class OpSpec:
     # (operand, value -> name) where the opcode's instructions do different work by one operand (TILE_MATMUL's kind):
     # profiles show each kind apart
     kinds: tuple[str, Mapping[int, str]] | None = None
+    # The two phases of an opcode that exchanges data with other tensor-parallel ranks (None: it only waits on
+    # counters of its own rank)
+    cross_rank: CrossRank | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name != self.name.upper():

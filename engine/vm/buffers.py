@@ -16,6 +16,7 @@ import torch
 from engine.instructions.fp8_packing import dequantized_rows
 from engine.instructions.layout import ModelDims, StepShape, activation_specs, qkv_row_map
 from engine.instructions.step_args import StepArgsView
+from engine.instructions.tp_exchange import TpExchange
 from models.llama.kv_cache import quantize_kv
 
 
@@ -43,6 +44,7 @@ class GlobalBuffers:
     rows: RowMaps
     args: StepArgsView | None = None
     kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None  # an fp8 cache's (k_scale, v_scale) [layers, kv_heads]
+    tp: TpExchange | None = None  # this rank's tensor-parallel exchange (engine/vm/rank_group.py); None: one rank
     _pending: dict[str, list[tuple[int, tuple[slice, ...], torch.Tensor]]] = field(default_factory=dict)
 
     @staticmethod

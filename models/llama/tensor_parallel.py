@@ -28,7 +28,7 @@ from models.llama.kv_cache import PagedKVCache
 from models.llama.model import check_batch, decoder_layer, embed, final_logits
 from models.llama.rope import rope_cos_sin
 from models.llama.step_batch import StepBatch
-from models.llama.weights import (LlamaWeights, MatrixPart, assemble_weights, load_weights, part_of,
+from models.llama.weights import (LlamaWeights, MatrixPart, assemble_weights, dense, load_weights, part_of,
                                   to_state_dict)
 
 # (field, why it must divide): checked in this order, the first that does not divide is named
@@ -38,11 +38,12 @@ DIVIDED_FIELDS = (("num_attention_heads", "query heads are split over the ranks"
                   ("vocab_size", "the embedding and LM head rows are split over the ranks"))
 
 
-def check_tensor_parallel(config: LlamaConfig, world: int) -> None:
-    """Raise ValueError naming the first config field `world` ranks cannot split evenly."""
+def check_tensor_parallel(config: LlamaConfig, world: int, vocab_parallel: bool = True) -> None:
+    """Raise ValueError naming the first config field `world` ranks cannot split evenly (the vocabulary only where
+    it is split)."""
     if world < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {world}")
-    for name, why in DIVIDED_FIELDS:
+    for name, why in DIVIDED_FIELDS[:None if vocab_parallel else -1]:
         value = getattr(config, name)
         if value % world:
             raise ValueError(f"tensor_parallel_size {world} does not divide {name}={value} ({why})")
@@ -51,15 +52,15 @@ def check_tensor_parallel(config: LlamaConfig, world: int) -> None:
 def shard_config(config: LlamaConfig, world: int) -> LlamaConfig:
     """One rank's config: heads, KV heads and intermediate size divided by `world` (the vocabulary stays whole: token
     ids are the model's)."""
-    check_tensor_parallel(config, world)
+    check_tensor_parallel(config, world, vocab_parallel=False)
     return replace(config, num_attention_heads=config.num_attention_heads // world,
                    num_key_value_heads=config.num_key_value_heads // world,
                    intermediate_size=config.intermediate_size // world)
 
 
-def shard_parts(config: LlamaConfig, rank: int, world: int) -> dict[str, MatrixPart]:
+def shard_parts(config: LlamaConfig, rank: int, world: int, vocab_parallel: bool = True) -> dict[str, MatrixPart]:
     """The parts of the checkpoint's matrices rank `rank` keeps (see the module docstring), by HF tensor name; the
-    norms it keeps whole."""
+    norms it keeps whole, and the embedding and LM head too unless `vocab_parallel`."""
     sc = shard_config(config, world)
     hd = config.head_dim
     q = (rank * sc.num_attention_heads * hd, (rank + 1) * sc.num_attention_heads * hd)
@@ -71,16 +72,19 @@ def shard_parts(config: LlamaConfig, rank: int, world: int) -> dict[str, MatrixP
              "self_attn.o_proj.weight": (1, *q), "mlp.gate_proj.weight": (0, *mlp), "mlp.up_proj.weight": (0, *mlp),
              "mlp.down_proj.weight": (1, *mlp)}
     parts = {f"model.layers.{i}.{suffix}": part for i in range(config.num_hidden_layers) for suffix, part in layer.items()}
-    parts["model.embed_tokens.weight"] = vocab
-    if not config.tie_word_embeddings:
-        parts["lm_head.weight"] = vocab
+    if vocab_parallel:
+        parts["model.embed_tokens.weight"] = vocab
+        if not config.tie_word_embeddings:
+            parts["lm_head.weight"] = vocab
     return parts
 
 
-def shard_weights(weights: LlamaWeights, rank: int, world: int) -> LlamaWeights:
-    """Rank `rank`'s shard of `weights` in memory (see the module docstring); its config is shard_config's."""
+def shard_weights(weights: LlamaWeights, rank: int, world: int, vocab_parallel: bool = True) -> LlamaWeights:
+    """Rank `rank`'s shard of `weights` in memory (see the module docstring; the embedding and LM head whole unless
+    `vocab_parallel`); its config is shard_config's."""
     cfg = weights.config
-    parts = shard_parts(cfg, rank, world)
+    check_tensor_parallel(cfg, world, vocab_parallel)
+    parts = shard_parts(cfg, rank, world, vocab_parallel)
     state = to_state_dict(weights, include_lm_head=not cfg.tie_word_embeddings, dequantize=False)
     shard = assemble_weights(shard_config(cfg, world),
                              {name: part_of(m, parts[name]) if name in parts else m for name, m in state.items()})
@@ -89,6 +93,27 @@ def shard_weights(weights: LlamaWeights, rank: int, world: int) -> LlamaWeights:
         return shard
     (k, v), (lo, hi) = weights.kv_scales, heads  # the rank's KV heads, as load_shard reads them
     return replace(shard, kv_scales=(k[:, lo:hi].clone(), v[:, lo:hi].clone()))
+
+
+def megakernel_shard(weights: LlamaWeights, world: int) -> LlamaWeights:
+    """A rank's shard with the whole vocabulary (`shard_parts(..., vocab_parallel=False)`) made into the model the
+    megakernel of one rank runs: its residual is hidden / N (engine/instructions/ops/tp_allreduce.py averages the
+    ranks'), so the embedding is scaled by 1 / N (exact for powers of two) and the RMSNorm epsilon by 1 / N^2
+    (RMSNorm(h / N) with eps / N^2 is RMSNorm(h) with eps); the LM head stays the unscaled whole matrix (every rank
+    computes all logits: no gather, and the in-kernel argmax agrees on every rank)."""
+    cfg = weights.config
+    scaled = (dense(weights.embed_tokens, torch.float32) / world).to(weights.dtype)
+    config = replace(cfg, rms_norm_eps=cfg.rms_norm_eps / world ** 2, tie_word_embeddings=False)
+    return replace(weights, config=config, embed_tokens=scaled, lm_head=weights.lm_head)
+
+
+def load_megakernel_shard(model_dir: str | Path, config: LlamaConfig, rank: int, world: int,
+                          **load_kw: Any) -> LlamaWeights:
+    """Rank `rank`'s megakernel shard (megakernel_shard) read from the checkpoint: its part of each layer matrix,
+    the embedding and LM head whole."""
+    check_tensor_parallel(config, world, vocab_parallel=False)
+    weights = load_weights(model_dir, config, parts=shard_parts(config, rank, world, vocab_parallel=False), **load_kw)
+    return megakernel_shard(replace(weights, config=shard_config(config, world)), world)
 
 
 def load_shard(model_dir: str | Path, config: LlamaConfig, rank: int, world: int, **load_kw: Any) -> LlamaWeights:

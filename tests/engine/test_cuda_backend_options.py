@@ -45,8 +45,9 @@ def test_errors_name_the_option(item: str, message: str) -> None:
 def test_names_are_the_backends_keywords() -> None:
     """Every option is a keyword CudaBackend takes: its own, a KernelOptions field or a SplitParams field (the
     backend forwards the rest of its keywords to SplitParams)."""
+    # tp_world: set by the tensor-parallel backend for its ranks (engine/backends/cuda_tensor_parallel.py), not an option
     own = set(inspect.signature(CudaBackend.__init__).parameters) - {"self", "weights", "num_pages", "page_size",
-                                                                     "kernel", "split_kw"}
+                                                                     "kernel", "split_kw", "tp_world"}
     assert set(BACKEND_KEYWORDS) == own
     split = {name for name in inspect.signature(SplitParams).parameters}
     assert set(option_types()) == own | KernelOptions.names() | split

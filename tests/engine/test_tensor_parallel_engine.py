@@ -1,6 +1,7 @@
-"""`LLM(..., tensor_parallel_size=N)` on the torch backend over CPU worker processes (gloo): the same greedy tokens and
-logprobs (<= 1e-4, fp32) as one process; sizes the ranks cannot split and backends without ranks refused before any
-weight loads; a worker that dies makes the next step fail naming it, instead of hanging."""
+"""`LLM(..., tensor_parallel_size=N)` on the torch backend over CPU worker processes (gloo) and on the vm backend (the
+megakernel's ranks' streams): the same greedy tokens and logprobs (<= 1e-4, fp32) as one process; sizes the ranks
+cannot split refused before any weight loads; a worker that dies makes the next step fail naming it, instead of
+hanging."""
 from __future__ import annotations
 
 import os
@@ -43,15 +44,21 @@ def test_sizes_the_ranks_cannot_split_are_refused_naming_the_field(tiny_checkpoi
         LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, tensor_parallel_size=4)
 
 
-def test_backends_without_ranks_are_refused(tiny_checkpoint: str) -> None:
-    with pytest.raises(ValueError, match="tensor_parallel_size 2 runs the torch backend on CPUs"):
-        LLM(tiny_checkpoint, backend="vm", progress=False, tensor_parallel_size=2)
+def test_the_megakernels_ranks_on_the_vm_decode_what_one_process_decodes(tiny_checkpoint: str) -> None:
+    """backend vm: every rank's instruction streams (TP_ALLREDUCE inside) in one process, as the GPUs run them."""
+    want = _run(LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=16))
+    llm = LLM(tiny_checkpoint, backend="vm", dtype="float32", progress=False, num_pages=16, tensor_parallel_size=2)
+    got = _run(llm)
+    assert len(llm.engine.backend.ranks) == 2
+    for (tokens, lps), (want_tokens, want_lps) in zip(got, want):
+        assert tokens == want_tokens
+        assert max(abs(a - b) for a, b in zip(lps, want_lps)) <= 1e-4
 
 
 def test_a_dead_rank_fails_the_next_step_naming_it(tiny_checkpoint: str) -> None:
     llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=16, tensor_parallel_size=2)
     try:
-        worker = llm.engine.backend._workers[0]
+        worker = llm.engine.backend.ranks.workers[0]
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(timeout=10)
         with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):
@@ -63,7 +70,7 @@ def test_a_dead_rank_fails_the_next_step_naming_it(tiny_checkpoint: str) -> None
 def test_a_rank_lost_inside_a_run_fails_it_naming_the_rank_at_once(tiny_checkpoint: str) -> None:
     llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=64, tensor_parallel_size=2)
     try:
-        worker = llm.engine.backend._workers[0]
+        worker = llm.engine.backend.ranks.workers[0]
         threading.Timer(0.5, lambda: os.kill(worker.pid, signal.SIGKILL)).start()
         t0 = time.monotonic()
         with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):

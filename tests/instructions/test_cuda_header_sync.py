@@ -67,3 +67,10 @@ def test_every_stall_site_and_error_kind_has_a_host_description() -> None:
     assert sites and sites == set(errors.SITES)
     kinds = {v for k, v in _constants("opcodes.cuh").items() if k.startswith("ERR_") and k != "ERR_WORDS" and v}
     assert kinds <= set(errors.KINDS)
+
+
+def test_tensor_parallel_constants_match_the_exchange() -> None:
+    from engine.instructions import tp_exchange
+
+    assert _constants("config.cuh")["MAX_TP_RANKS"] == tp_exchange.MAX_TP_RANKS
+    assert _constants("opcodes.cuh")["ERR_TP_PEER_TIMEOUT"] == errors.ERR_TP_PEER_TIMEOUT

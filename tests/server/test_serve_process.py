@@ -146,7 +146,7 @@ def test_ctrl_c_ends_streams_at_once_quietly(serve_process: Any) -> None:
     (["--port", "70000"], "--port"),
     (["--tensor-parallel-size", "0"], "--tensor-parallel-size"),
     (["--tensor-parallel-size", "4"], "--tensor-parallel-size 4 does not divide num_key_value_heads"),
-    (["--tensor-parallel-size", "2", "--backend", "vm"], "--tensor-parallel-size 2 runs the torch backend on CPUs"),
+    (["--tensor-parallel-size", "3", "--backend", "vm"], "--tensor-parallel-size 3 does not divide num_attention_heads"),
 ])
 def test_bad_flags_exit_2(tiny_dir: Path, flags: list[str], names: str, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser(prog="megakernel")

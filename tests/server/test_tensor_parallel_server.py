@@ -22,7 +22,7 @@ def _complete(url: str) -> dict:
 def test_two_ranks_serve_what_one_process_serves(tiny_dir: Path, base_url: str) -> None:
     want = _complete(base_url)
     engine = make_engine(tiny_dir, tensor_parallel_size=2)
-    workers = list(engine.backend._workers)
+    workers = list(engine.backend.ranks.workers)
     with ServerThread(build_app(engine, served_model_name=MODEL_NAME)) as srv:
         wait_ready(srv.async_engine)
         got = _complete(srv.url)

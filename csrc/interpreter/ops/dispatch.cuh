@@ -20,6 +20,7 @@
 #include "rms_gate_up_silu.cuh"
 #include "rms_qkv_rope_append.cuh"
 #include "tile_matmul.cuh"
+#include "tp_allreduce.cuh"
 
 namespace mk::vm {
 

@@ -9,6 +9,10 @@ next layer's QKV waits all downs, LM head waits the last layer, argmax waits LM 
 Steps of many tokens (`plan.tiles`) run each layer's linear maps as TILE_MATMUL tiles: QKV tiles signal the same
 per-group counters, O tiles wait the layer's attention, GATE_UP tiles all O tiles, DOWN tiles all GATE_UP tiles.
 
+Tensor parallelism (`plan.tp_chunks`): the residual after each O projection (all of them: O_PROJ_RESIDUAL,
+ATTN_O_PROJ or O tiles) and after each layer's downs is averaged over the ranks by TP_ALLREDUCE chunks, which wait
+for all of them; what waited for them waits for every chunk instead.
+
 Fused layers (`plan.fused`: opt-in, batch 1, short context) replace attention + O-proj with ATTN_O_PROJ:
 every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
 into hidden, which every QKV block reads, and into mid, which their copies initialise, besides reading
@@ -35,6 +39,7 @@ from engine.instructions.ops.o_proj_residual import OProjResidual
 from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
 from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
 from engine.instructions.ops.tile_matmul import NormOf, TileKind, TileMatmul
+from engine.instructions.ops.tp_allreduce import TpAllreduce
 from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.step_builder_splits import Plan
 from engine.scheduler.compiler.step_builder_tiles import TilePlan
@@ -180,6 +185,19 @@ def _attention_split(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Pl
     return c_o, len(plan.o_proj)
 
 
+def _all_reduced(emit: _Emitter, plan: Plan, layer: int, after_mlp: bool, wait: tuple[int, int]) -> tuple[int, int]:
+    """The wait for the residual behind `wait` averaged over the tensor-parallel ranks (TP_ALLREDUCE chunks), or
+    `wait` itself with one rank. mid too after the O projection, where the matvec MLP reads it."""
+    if not plan.tp_chunks:
+        return wait
+    c_ar = emit.ctr(f"TP_ALLREDUCE[{layer}][{'MLP' if after_mlp else 'ATTN'}]")
+    write_mid = int(not after_mlp and plan.tiles is None)
+    for k, (a, b) in enumerate(plan.tp_chunks):
+        emit(TpAllreduce, layer, [wait], c_ar, index=2 * layer + after_mlp, chunk=k, col_begin=a, col_end=b,
+             write_mid=write_mid)
+    return c_ar, len(plan.tp_chunks)
+
+
 def _tile_norm(emit: _Emitter, tp: TilePlan, layer: int, which: NormOf, waits: Waits) -> tuple[int, int]:
     """One norm's NORM tiles (x_bf16 for the tiles after them); returns the wait for all of them."""
     counter = emit.ctr(f"NORM_{which.name}[{layer}]")
@@ -211,11 +229,12 @@ def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, l
                   ((kind, a, b, k0, k1, t0, t1, 0) for (a, b, k0, k1), (t0, t1) in tp.ordered(blocks, chunks)))
         return counter, len(chunks) * len(rows) * len(ks)
 
-    o_done = tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ", tp.o_chunks)
+    o_done = _all_reduced(emit, plan, layer, False, tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ",
+                                                          tp.o_chunks))
     mlp_norm = _tile_norm(emit, tp, layer, NormOf.MLP, [o_done])
     gu_rows = tuple((2 * a, 2 * b) for a, b in tp.gate_up)
     gu_done = tiles(TileKind.GATE_UP, gu_rows, ((0, dims.hidden),), [mlp_norm], "GATE_UP")
-    return tiles(TileKind.DOWN, tp.down_rows, tp.down_k, [gu_done], "DOWN")
+    return _all_reduced(emit, plan, layer, True, tiles(TileKind.DOWN, tp.down_rows, tp.down_k, [gu_done], "DOWN"))
 
 
 def _attention_fused(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
@@ -263,8 +282,8 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
         if plan.tiles is not None:
             prev_waits = [_tile_layer(emit, dims, shape, plan, layer, prev_waits)]
             continue
-        gu_wait = attention(emit, dims, shape, plan, layer, prev_waits)
-        prev_waits = [_mlp(emit, plan, layer, gu_wait)]
+        gu_wait = _all_reduced(emit, plan, layer, False, attention(emit, dims, shape, plan, layer, prev_waits))
+        prev_waits = [_all_reduced(emit, plan, layer, True, _mlp(emit, plan, layer, gu_wait))]
     c_lm = emit.ctr("LM_HEAD")
     lm_tiles = plan.tiles.lm_rows if plan.tiles is not None else ()
     n_lm = len(plan.lm_head)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from engine.instructions.layout import ModelDims, StepShape, pow2_align
+from engine.instructions.tp_exchange import TP_FLAG_CHUNKS
 from engine.scheduler.compiler.step_builder_tiles import TilePlan, tile_plan, tiles_fit
 from engine.scheduler.compiler.target import TargetDevice
 
@@ -105,6 +106,9 @@ class SplitParams:
     # another (about 1 us each on an H100): a 2 048-token prompt's 33 NORM tiles of 62 tokens took 67 us each, twice
     # a layer, with most SMs idle behind them; at 16 tokens 20 us (H200; the layer 1 493 against 1 599 us alone).
     norm_max_tokens: int | None = 16
+    # Tensor parallelism (ModelDims.tp_world > 1): each all-reduce of the residual is cut into column chunks about
+    # this wide (at most TP_FLAG_CHUNKS), one TP_ALLREDUCE each, spread over as many SMs
+    tp_chunk_cols: int = 128
     held_pages: int = 9
     page_bytes: int = 16384
 
@@ -169,6 +173,8 @@ class Plan:
     seq_splits: tuple[int, ...] = ()  # each sequence's KV splits (empty: num_splits for every sequence)
     # The step's linear layers as TILE_MATMUL tiles (None: the matvec opcodes above)
     tiles: TilePlan | None = None
+    # Column ranges of hidden, one TP_ALLREDUCE each, after every O and down projection (empty: one rank)
+    tp_chunks: tuple[tuple[int, int], ...] = ()
 
     def splits_of(self, seq: int) -> int:
         return self.seq_splits[seq] if self.seq_splits else self.num_splits
@@ -383,4 +389,15 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
             lm_head = list(tiles.lm_rows)
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
-                tuple(rows), tuple(copy), seq_splits, tiles)
+                tuple(rows), tuple(copy), seq_splits, tiles, tp_chunk_cut(d, p))
+
+
+def tp_chunk_cut(d: ModelDims, p: SplitParams) -> tuple[tuple[int, int], ...]:
+    """The column chunks of a tensor-parallel all-reduce (whole 16-byte vectors; none for one rank)."""
+    if d.tp_world == 1:
+        return ()
+    if d.hidden % 4:
+        raise ValueError(f"tensor parallelism: hidden_size {d.hidden} is not a multiple of 4 (the all-reduce moves "
+                         "16-byte vectors)")
+    chunks = max(1, min(TP_FLAG_CHUNKS, d.hidden // 4, round(d.hidden / p.tp_chunk_cols)))
+    return tuple(partition(0, d.hidden, chunks, 4))

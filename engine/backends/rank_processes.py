@@ -1,0 +1,67 @@
+"""The worker processes of a tensor-parallel backend (ranks 1..N-1; this process is rank 0): one fresh interpreter
+each (`python -m engine.backends.tensor_parallel_worker ARGS`, ARGS a pickle of its WorkerArgs), so a caller's main
+module (a script without a `__main__` guard, `python -m engine.cli`, a notebook) is never imported again there;
+the group's rendezvous in a temporary directory; every step's command broadcast to them over the group; a worker
+that exited named before the next command, never a hang."""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from engine.errors import EngineFatalError
+
+
+class RankProcesses:
+    def __init__(self, world: int, worker_args: Callable[[int, str], Any]) -> None:
+        """Start ranks 1..world-1; `worker_args(rank, init_method)` is what each is given (a WorkerArgs)."""
+        self._rendezvous = tempfile.mkdtemp(prefix="megakernel-tp-")
+        self.init_method = "file://" + os.path.join(self._rendezvous, "store")
+        # The workers import this very code, wherever it is imported from here (an installed package or a checkout)
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        self.workers: list[subprocess.Popen[bytes]] = []
+        for rank in range(1, world):
+            args_path = os.path.join(self._rendezvous, f"rank{rank}.pkl")
+            with open(args_path, "wb") as f:
+                pickle.dump(worker_args(rank, self.init_method), f)
+            self.workers.append(subprocess.Popen(
+                [sys.executable, "-m", "engine.backends.tensor_parallel_worker", args_path], env=env))
+
+    def check(self, grace_s: float = 0.0) -> None:
+        """EngineFatalError naming the first worker that exited; `grace_s`: how long to give a worker seen failing
+        (a collective's lost connection) to be seen exited, which may come a moment after."""
+        deadline = time.monotonic() + grace_s
+        while grace_s > 0 and self.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for rank, proc in enumerate(self.workers, start=1):
+            if proc.poll() is not None:
+                raise EngineFatalError(f"tensor-parallel rank {rank} exited (exit code {proc.returncode}); "
+                                       "the engine cannot run without it")
+
+    def command(self, cmd: object) -> None:
+        """Send every worker `cmd` (they run it as this process does its part); None ends them."""
+        self.check()
+        dist.broadcast_object_list([cmd], src=0)
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.workers)
+
+    def stop(self) -> None:
+        """Wait for the workers to end (a few seconds), killing any that does not; the rendezvous removed."""
+        for proc in self.workers:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self._rendezvous, ignore_errors=True)
