@@ -66,8 +66,9 @@ class EngineConfig:
     quantization_skip: tuple[str, ...] = ()
     # "fp8": KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory.
     kv_cache_dtype: str = "auto"
-    # Ranks the weights are split over (Megatron-style, engine/backends/tensor_parallel_backend.py): this process and
-    # one worker process per other rank; 1: one process. The torch backend on CPUs for now.
+    # Ranks the weights are split over (Megatron-style; engine/backends/__init__.py create_tensor_parallel_backend): the
+    # cuda backend's one process and megakernel per GPU, the vm backend's ranks in this process, the torch backend's
+    # gloo processes on CPUs; 1: one process, one device.
     tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:

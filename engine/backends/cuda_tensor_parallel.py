@@ -119,6 +119,17 @@ class TensorParallelCudaBackend(Backend):
         return self._call(("decode_steps", batch, steps, page_size, stops), lambda: self.rank0.decode_steps(
             batch, steps, page_size, lambda records: on_records(records) or True, None, stops))
 
+    @property
+    def timing(self) -> bool:
+        return self.rank0.timing
+
+    @timing.setter
+    def timing(self, on: bool) -> None:
+        """The kernel's timing records on every rank (each then runs its steps one launch at a time, as rank 0 does):
+        rank 0's are `rank0.last`'s (profiles)."""
+        self._command("timing", on)
+        self.rank0.timing = on
+
     def stream_stats(self) -> StreamStats:
         return self.rank0.stream_stats()
 
@@ -139,12 +150,9 @@ class TensorParallelCudaBackend(Backend):
         if self._closed:
             return
         self._closed = True
-        try:
-            if self.ranks.alive():
-                dist.broadcast_object_list([None], src=0)
-            self.rank0.close()
-            if self._peers is not None:
-                self._peers.close()
-        finally:
-            dist.destroy_process_group()
-            self.ranks.stop()
+        self.ranks.end(self._release)
+
+    def _release(self) -> None:
+        self.rank0.close()
+        if self._peers is not None:
+            self._peers.close()

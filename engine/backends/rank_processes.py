@@ -53,6 +53,17 @@ class RankProcesses:
         self.check()
         dist.broadcast_object_list([cmd], src=0)
 
+    def end(self, release: Callable[[], None] = lambda: None) -> None:
+        """Tell the workers to end (after their current command), run `release` (this rank's own resources), leave
+        the group and wait for them."""
+        try:
+            if self.alive():
+                dist.broadcast_object_list([None], src=0)
+            release()
+        finally:
+            dist.destroy_process_group()
+            self.stop()
+
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.workers)
 

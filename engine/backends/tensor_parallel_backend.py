@@ -76,9 +76,4 @@ class TensorParallelBackend(Backend):
         if self._closed:
             return
         self._closed = True
-        try:
-            if self.ranks.alive():
-                dist.broadcast_object_list([None], src=0)
-        finally:
-            dist.destroy_process_group()
-            self.ranks.stop()
+        self.ranks.end()

@@ -3,7 +3,8 @@
 the group and runs what rank 0 broadcasts until rank 0 broadcasts None: a StepBatch for the torch reference
 (engine/backends/tensor_parallel_backend.py), or a backend call for the megakernel's ranks
 (engine/backends/cuda_tensor_parallel.py: `("forward" | "greedy", batch)`, `("decode_steps", batch, steps,
-page_size, stops)`, `("warm_up", max_tokens, max_seqs, max_table_pages)` then `("warmed_up",)`)."""
+page_size, stops)`, `("warm_up", max_tokens, max_seqs, max_table_pages)` then `("warmed_up",)`,
+`("timing", on)`)."""
 from __future__ import annotations
 
 import pickle
@@ -19,7 +20,6 @@ import torch.distributed as dist
 from models.llama.config import LlamaConfig
 from models.llama.kv_cache import FP8_KV, PagedKVCache
 from models.llama.kv_scales import kv_scales
-from models.llama.step_batch import StepBatch
 from models.llama.tensor_parallel import TensorParallelGroup, TensorParallelLlama, load_megakernel_shard, load_shard
 from models.llama.weights import LlamaWeights
 
@@ -100,6 +100,8 @@ def run_cuda_worker(a: WorkerArgs) -> None:
             elif name == "decode_steps":
                 batch, steps, page_size, stops = args
                 backend.decode_steps(batch, steps, page_size, lambda records: True, None, stops)
+            elif name == "timing":  # the kernel's timing records on (profiles: rank 0's record, every rank's path)
+                backend.timing = bool(args[0])
             elif name == "warm_up":
                 warm = backend.warming_up(*args)
                 warm.__enter__()

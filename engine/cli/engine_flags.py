@@ -41,8 +41,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="fp8: KV pages in e4m3 with a scale per layer and KV head, twice the tokens in the same memory "
                         "(the torch and vm backends)")
     p.add_argument("--tensor-parallel-size", type=int, default=EngineConfig.tensor_parallel_size,
-                   help="processes the weights are split over (Megatron-style; one worker process per rank beyond "
-                        "this one): the torch backend on CPUs for now")
+                   help="ranks the weights are split over (Megatron-style): on the cuda backend one process and one "
+                        "megakernel per GPU, on the vm backend every rank in this process, on the torch backend gloo "
+                        "processes on CPUs")
     add_kernel_option_argument(p)
 
 

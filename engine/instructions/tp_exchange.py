@@ -6,7 +6,8 @@ Flags: `flags[(index * TP_FLAG_CHUNKS + chunk) * world + src]` on rank x holds h
 chunk `chunk` of all-reduce `index` (2 layer + 0 after O, + 1 after down) to x. Each rank publishes each (index,
 chunk) once per step, so counts stay equal across ranks whatever streams the steps run in, and no reset is needed.
 Two send slots (index & 1) suffice: a rank writes slot s of all-reduce k + 2 only after its own all-reduce k + 1,
-which waited for every rank's k + 1, which each rank published after it had read every slot of k.
+which waited for every rank's k + 1, which each rank published after it had read every slot of k. (The GPU's push path for small steps adds receive
+slots of tagged words, csrc/interpreter/ops/tp_allreduce.cuh: the same data, the same sum, so the VM models both.)
 """
 from __future__ import annotations
 

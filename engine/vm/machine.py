@@ -45,7 +45,8 @@ class StepTrace:
     sm_of: list[int]  # SM that ran each flat index
 
 
-def _decode_static(queues: np.ndarray, table: OpcodeTable) -> list[list[Instruction]]:
+def decode_static(queues: np.ndarray, table: OpcodeTable) -> list[list[Instruction]]:
+    """Each SM's queue as instructions, up to its first NOOP."""
     if queues.ndim != 3 or queues.shape[2] != WORDS:
         raise ValueError(f"static queues: expected int32 [num_sms, max_len, {WORDS}], got {queues.shape}")
     out = []
@@ -67,11 +68,13 @@ class VM:
         self.check_races = check_races
         self.table = table
 
-    def _ready(self, ins: Instruction, sync: SyncState) -> bool:
+    def ready(self, ins: Instruction, sync: SyncState) -> bool:
+        """Whether every counter `ins` waits on reached its target this step."""
         return all(sync.counters[w.counter] >= sync.epoch * sync.period[w.counter] + w.target
                    for w in ins.header.waits)
 
-    def _run(self, idx: int, ins: Instruction, sync: SyncState, det: RaceDetector | None) -> None:
+    def run_one(self, idx: int, ins: Instruction, sync: SyncState, det: RaceDetector | None) -> None:
+        """Execute instruction `idx` (its accesses to the race detector first) and signal its counter."""
         if det is not None:
             det.record(idx, self.table.accesses(ins, self.bufs))
         self.table.execute(ins, self.bufs)
@@ -82,17 +85,17 @@ class VM:
         lines = []
         for sm, idx, ins in blocked[:20]:
             unmet = [f"counter {w.counter} = {sync.counters[w.counter] - sync.epoch * sync.period[w.counter]}"
-                     f" (this step) < target {w.target}" for w in ins.header.waits if not self._ready_one(w, sync)]
+                     f" (this step) < target {w.target}" for w in ins.header.waits if not self.ready_one(w, sync)]
             lines.append(f"  SM {sm}: {describe(idx, ins, self.table)} waits on " + "; ".join(unmet))
         more = f"\n  ... and {len(blocked) - 20} more" if len(blocked) > 20 else ""
         return DeadlockError(f"deadlock: no SM can run, {len(blocked)} blocked:\n" + "\n".join(lines) + more)
 
-    def _ready_one(self, w, sync: SyncState) -> bool:  # noqa: ANN001
+    def ready_one(self, w, sync: SyncState) -> bool:  # noqa: ANN001
         return bool(sync.counters[w.counter] >= sync.epoch * sync.period[w.counter] + w.target)
 
     @torch.inference_mode()
     def run_static(self, queues: np.ndarray, sync: SyncState) -> StepTrace:
-        per_sm = _decode_static(queues, self.table)
+        per_sm = decode_static(queues, self.table)
         flat = [ins for q in per_sm for ins in q]
         base = np.cumsum([0] + [len(q) for q in per_sm])
         det = RaceDetector(flat, self.table) if self.check_races else None
@@ -102,12 +105,12 @@ class VM:
             live = [s for s in range(len(per_sm)) if cursor[s] < len(per_sm[s])]
             if not live:
                 break
-            runnable = [s for s in live if self._ready(per_sm[s][cursor[s]], sync)]
+            runnable = [s for s in live if self.ready(per_sm[s][cursor[s]], sync)]
             if not runnable:
                 raise self._deadlock([(s, int(base[s]) + cursor[s], per_sm[s][cursor[s]]) for s in live], sync)
             s = self.rng.choice(runnable)
             idx = int(base[s]) + cursor[s]
-            self._run(idx, per_sm[s][cursor[s]], sync, det)
+            self.run_one(idx, per_sm[s][cursor[s]], sync, det)
             trace.order.append(idx)
             trace.sm_of.append(s)
             cursor[s] += 1
@@ -124,7 +127,7 @@ class VM:
         trace = StepTrace([], [])
         while not all(done):
             actions = [s for s in range(num_sms) if not done[s] and
-                       (held[s] is None or self._ready(flat[held[s]], sync))]
+                       (held[s] is None or self.ready(flat[held[s]], sync))]
             if not actions:
                 raise self._deadlock([(s, held[s], flat[held[s]]) for s in range(num_sms)
                                       if not done[s] and held[s] is not None], sync)
@@ -138,7 +141,7 @@ class VM:
                     held[s] = idx
                 continue
             idx = held[s]
-            self._run(idx, flat[idx], sync, det)
+            self.run_one(idx, flat[idx], sync, det)
             trace.order.append(idx)
             trace.sm_of.append(s)
             held[s] = None

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from engine.vm.machine import VM, DeadlockError, StepTrace, SyncState, _decode_static
+from engine.vm.machine import VM, DeadlockError, StepTrace, SyncState, decode_static
 from engine.vm.race import RaceDetector, describe
 
 
@@ -31,7 +31,7 @@ class RankGroupVM:
         """One step of every rank: rank r runs `queues[r]` (static per-SM queues) with `syncs[r]`."""
         if not len(queues) == len(syncs) == len(self.vms):
             raise ValueError(f"RankGroupVM: {len(self.vms)} ranks, {len(queues)} queues, {len(syncs)} sync states")
-        per_rank = [_decode_static(q, vm.table) for q, vm in zip(queues, self.vms)]
+        per_rank = [decode_static(q, vm.table) for q, vm in zip(queues, self.vms)]
         bases = [np.cumsum([0] + [len(q) for q in per_sm]) for per_sm in per_rank]
         dets = [RaceDetector([i for q in per_sm for i in q], vm.table) if vm.check_races else None
                 for per_sm, vm in zip(per_rank, self.vms)]
@@ -56,7 +56,7 @@ class RankGroupVM:
                 continue
             published.discard((r, s))
             idx = int(bases[r][s]) + cursors[r][s]
-            vm._run(idx, ins, syncs[r], dets[r])
+            vm.run_one(idx, ins, syncs[r], dets[r])
             traces[r].order.append(idx)
             traces[r].sm_of.append(s)
             cursors[r][s] += 1
@@ -66,7 +66,7 @@ class RankGroupVM:
 
     def _can_move(self, rank: int, ins: object, sync: SyncState, published: bool) -> bool:
         vm = self.vms[rank]
-        if not vm._ready(ins, sync):  # type: ignore[arg-type]
+        if not vm.ready(ins, sync):  # type: ignore[arg-type]
             return False
         cross = vm.table.spec_of(ins).cross_rank  # type: ignore[arg-type]
         return cross is None or not published or cross.ready(ins, vm.bufs)
@@ -79,7 +79,7 @@ class RankGroupVM:
             idx = int(bases[r][s]) + cursors[r][s]
             why = ("waits for the other ranks to publish" if (r, s) in published else
                    "waits on " + "; ".join(f"counter {w.counter} < target {w.target}" for w in ins.header.waits
-                                           if not vm._ready_one(w, syncs[r])))
+                                           if not vm.ready_one(w, syncs[r])))
             lines.append(f"  rank {r} SM {s}: {describe(idx, ins, vm.table)} {why}")
         more = f"\n  ... and {len(live) - 20} more" if len(live) > 20 else ""
         return DeadlockError(f"deadlock: no rank can move, {len(live)} blocked:\n" + "\n".join(lines) + more)
