@@ -65,7 +65,8 @@ class TensorParallelCudaBackend(Backend):
         self._peers: TpPeers | None = None
         try:
             torch.cuda.set_device(0)
-            shard = load_megakernel_shard(checkpoint, config, 0, world, **{**load_options, "device": torch.device("cuda", 0)})
+            shard = load_megakernel_shard(checkpoint, config, 0, world,
+                                          **{**load_options, "device": torch.device("cuda", 0)})
             dist.init_process_group("gloo", init_method=self.ranks.init_method, rank=0, world_size=world,
                                     timeout=timedelta(seconds=timeout_s))
             self.rank0 = CudaBackend(shard, num_pages, page_size, tp_world=world, **cuda_options)

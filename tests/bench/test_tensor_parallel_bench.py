@@ -1,0 +1,31 @@
+"""`megakernel bench --tensor-parallel-size N`: batch-1 bf16 decode only, the megakernel's ranks only (sm_90 GPUs), and
+its floor one rank's bytes (its share of the layers, the whole LM head)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.bench.config import BenchConfig
+from engine.bench.floor import weight_params_read_per_token
+from engine.bench.megakernel_runner import megakernel_runners
+from models.llama.presets import preset_config
+from models.llama.tensor_parallel import shard_config
+
+
+@pytest.mark.parametrize("kw", [{"batch": 4}, {"prefill_len": 128}, {"quantization": "fp8"}])
+def test_other_benches_are_refused(kw: dict) -> None:
+    with pytest.raises(ValueError, match="--tensor-parallel-size benches batch-1 decode"):
+        BenchConfig(tensor_parallel_size=2, **kw).validate()
+
+
+def test_the_ranks_need_gpus() -> None:
+    with pytest.raises(ValueError, match="sm_90 GPUs"):
+        megakernel_runners({}, torch.device("cpu"), tensor_parallel_size=2)
+
+
+def test_one_ranks_floor_is_half_the_layers_and_the_whole_lm_head() -> None:
+    cfg = preset_config("llama-3.1-8b")
+    whole, rank = weight_params_read_per_token(cfg), weight_params_read_per_token(shard_config(cfg, 2))
+    lm_head = cfg.vocab_size * cfg.hidden_size
+    norms = (2 * cfg.num_hidden_layers + 1) * cfg.hidden_size
+    assert rank == (whole - lm_head - norms) // 2 + lm_head + norms
