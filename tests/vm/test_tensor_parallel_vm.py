@@ -90,3 +90,19 @@ def test_a_dropped_all_reduce_dependency_is_a_race(which: str) -> None:
     with pytest.raises(RaceError):
         for seed in range(8):  # some interleaving runs the racing pair unordered
             RankGroupVM(vms, seed=seed).run_static([queues] * 2, [sync for _, _, sync in prepared])
+
+
+def test_fp8_weights_match_one_rank() -> None:
+    """fp8 matrices with per-channel scales: each rank keeps its rows' scales (the embedding dequantised, scaled)."""
+    from engine.backends.vm_backend import VMBackend
+    from models.llama.fp8 import Fp8Scheme
+    from models.llama.weights import quantize_weights
+
+    w = quantize_weights(random_weights(CFG, seed=3), Fp8Scheme("channel"))
+    one = VMBackend(w, PAGES, PAGE, num_sms=12, policy="lpt")
+    shards = [megakernel_shard(shard_weights(w, r, 2, vocab_parallel=False), 2) for r in range(2)]
+    group = TensorParallelVMBackend(shards, PAGES, PAGE, num_sms=12, policy="lpt", tp_chunk_cols=16)
+    batch, _ = Scenario(CFG, [9, 4], PAGE, PAGES, seed=1).batch([None, None])
+    want, got = one.forward(batch), group.forward(batch)
+    assert (want - got).abs().max().item() < 1e-4 * max(1.0, want.abs().max().item())
+    assert group.ranks[0].last_tokens.tolist() == one.last_tokens.tolist()
