@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from engine.backends.base import Backend, OnRecords
 from engine.backends.cuda_backend import CudaBackend
-from engine.backends.rank_processes import RankProcesses
+from engine.backends.rank_processes import RankProcesses, all_gather_objects
 from engine.backends.tensor_parallel_worker import DEFAULT_TP_TIMEOUT_S, WorkerArgs
 from engine.cuda.tp_peers import TpPeers
 from engine.errors import EngineFatalError
@@ -36,12 +36,6 @@ from models.llama.step_batch import StepBatch
 from models.llama.tensor_parallel import check_tensor_parallel, load_megakernel_shard
 
 T = TypeVar("T")
-
-
-def _all_gather(obj: Any) -> list[Any]:
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
 
 
 class TensorParallelCudaBackend(Backend):
@@ -72,7 +66,7 @@ class TensorParallelCudaBackend(Backend):
             self.rank0 = CudaBackend(shard, num_pages, page_size, tp_world=world, **cuda_options)
             del shard  # the backend keeps its packed copy
             self._peers = TpPeers(0, world, self.rank0.dims, self.rank0.max_tokens_per_step,
-                                  self.rank0.kernel.tp_ll_tokens, self.rank0.device, _all_gather)
+                                  self.rank0.kernel.tp_ll_tokens, self.rank0.device, all_gather_objects)
             self.rank0.attach_tp(self._peers)
         except BaseException:
             self.ranks.stop()
@@ -91,11 +85,8 @@ class TensorParallelCudaBackend(Backend):
     def _command(self, *cmd: object) -> None:
         if self._closed:
             raise EngineFatalError("the tensor-parallel backend is closed")
-        try:
+        with self.ranks.collective():
             self.ranks.command(cmd)
-        except (RuntimeError, dist.DistBackendError) as exc:
-            self.ranks.check(grace_s=2.0)  # a rank that died mid-step: name it
-            raise EngineFatalError(f"tensor-parallel step failed: {exc}") from exc
 
     def _call(self, cmd: tuple[object, ...], run: Callable[[], T]) -> T:
         """`cmd` to the workers, then rank 0's part of it (`run`); a failure there names a worker that exited."""

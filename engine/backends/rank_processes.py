@@ -12,13 +12,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
 from engine.errors import EngineFatalError
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order (over the default group)."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 class RankProcesses:
@@ -52,6 +60,16 @@ class RankProcesses:
         """Send every worker `cmd` (they run it as this process does its part); None ends them."""
         self.check()
         dist.broadcast_object_list([cmd], src=0)
+
+    @contextmanager
+    def collective(self) -> Iterator[None]:
+        """A step's collectives with the workers: one that fails (a rank lost mid-step) raises EngineFatalError,
+        naming the rank where it exited."""
+        try:
+            yield
+        except (RuntimeError, dist.DistBackendError) as exc:
+            self.check(grace_s=2.0)
+            raise EngineFatalError(f"tensor-parallel step failed: {exc}") from exc
 
     def end(self, release: Callable[[], None] = lambda: None) -> None:
         """Tell the workers to end (after their current command), run `release` (this rank's own resources), leave

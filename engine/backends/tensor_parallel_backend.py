@@ -64,12 +64,9 @@ class TensorParallelBackend(Backend):
     def forward(self, batch: StepBatch) -> torch.Tensor:
         if self._closed:
             raise EngineFatalError("the tensor-parallel backend is closed")
-        try:
+        with self.ranks.collective():
             self.ranks.command(batch)
             return self.model(batch, self.kv)
-        except (RuntimeError, dist.DistBackendError) as exc:
-            self.ranks.check(grace_s=2.0)  # a rank that died mid-step: name it
-            raise EngineFatalError(f"tensor-parallel step failed: {exc}") from exc
 
     def close(self) -> None:
         """End the workers (after their current step) and this process's group."""

@@ -79,6 +79,7 @@ def run_cuda_worker(a: WorkerArgs) -> None:
     """The megakernel's rank on GPU `a.rank`: the backend calls rank 0 makes, in its order, until None. Their results
     stay here (every rank computes the same ids and logits); their all-reduces meet rank 0's on the GPUs."""
     from engine.backends.cuda_backend import CudaBackend
+    from engine.backends.rank_processes import all_gather_objects
     from engine.cuda.tp_peers import TpPeers
 
     torch.cuda.set_device(a.rank)
@@ -90,7 +91,7 @@ def run_cuda_worker(a: WorkerArgs) -> None:
     try:
         backend = CudaBackend(shard, a.num_pages, a.page_size, tp_world=a.world, **a.options)
         peers = TpPeers(a.rank, a.world, backend.dims, backend.max_tokens_per_step, backend.kernel.tp_ll_tokens,
-                        device, _all_gather)
+                        device, all_gather_objects)
         backend.attach_tp(peers)
         warm: AbstractContextManager[None] | None = None
         while (cmd := _next_command()) is not None:
@@ -115,12 +116,6 @@ def run_cuda_worker(a: WorkerArgs) -> None:
         if peers is not None:
             peers.close()
         dist.destroy_process_group()
-
-
-def _all_gather(obj: Any) -> list[Any]:
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
 
 
 def run_worker(a: WorkerArgs) -> None:
