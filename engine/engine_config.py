@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from models.llama.config import LlamaConfig
+from models.llama.dummy_weights import check_load_format
 
 if TYPE_CHECKING:
     import torch
@@ -70,6 +71,9 @@ class EngineConfig:
     # cuda backend's one process and megakernel per GPU, the vm backend's ranks in this process, the torch backend's
     # gloo processes on CPUs; 1: one process, one device.
     tensor_parallel_size: int = 1
+    # "dummy": read no weights, make random ones of the checkpoint's config on the device (each tensor-parallel rank
+    # its shard): shapes too big to write out, benchmarked; "auto": the checkpoint's safetensors.
+    load_format: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -95,6 +99,7 @@ class EngineConfig:
                 raise ValueError(f"quantization_skip: {bad[0]!r} is not one of {list(SKIPPABLE)}")
             if self.quantization is None:
                 raise ValueError("quantization_skip needs quantization")
+        check_load_format(self.load_format)
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
         if self.max_model_len is not None and self.max_model_len < 2:

@@ -97,7 +97,7 @@ class LLMEngine:
         # sizes the ranks cannot split fail here too, naming the field
         check_tensor_parallel_setup(cfg, self.choice.name, self.choice.device.type, self.config)
         load_options = dict(dtype=cfg.torch_dtype, device=weights_device, progress=cfg.progress,
-                            **fp8_load_options(cfg, self.choice.name, model))
+                            load_format=cfg.load_format, **fp8_load_options(cfg, self.choice.name, model))
         # Several ranks read their shards themselves (the tensor-parallel backend), not the whole model here
         weights = load_weights(model, self.config, **load_options) if cfg.tensor_parallel_size == 1 else None
         # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it (a

@@ -10,6 +10,7 @@ from engine.bench.batch_sweep import parse_batches
 from engine.bench.config import COMPILE_FALLBACK, BenchConfig, parse_prompt_lens
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import DTYPE_NAMES
+from models.llama.dummy_weights import LOAD_FORMATS
 from models.llama.presets import CPU_PRESET, DEFAULT_GPU_PRESET
 
 if TYPE_CHECKING:
@@ -58,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tensor-parallel-size", type=int, default=BenchConfig.tensor_parallel_size, metavar="N",
                    help="the megakernel row over N GPUs (one rank each), next to a same-run one-GPU row; the floor is "
                         "one rank's bytes")
+    p.add_argument("--load-format", default=BenchConfig.load_format, choices=LOAD_FORMATS,
+                   help="dummy: the megakernel rows' engines make their own random weights (each rank its shard on its "
+                        "GPU), for shapes too big to make here (--preset llama-3.1-70b --tensor-parallel-size 4); no "
+                        "PyTorch baselines, no logprob check")
     add_kernel_option_argument(p)
     p.set_defaults(func=run_cli)
 
@@ -109,7 +114,8 @@ def run_cli(args: argparse.Namespace) -> int:
         compile_modes=(args.compile_mode, COMPILE_FALLBACK), repeats=args.repeats, seed=args.seed,
         kernel_options=tuple(args.kernel_option), logprob_check=args.logprob_check, prefill_len=args.prefill_len,
         prompt_lens=args.prompt_lens, quantization=args.quantization,
-        tensor_parallel_size=args.tensor_parallel_size)
+        tensor_parallel_size=args.tensor_parallel_size, load_format=args.load_format)
+
     def progress(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

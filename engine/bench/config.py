@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from models.llama.dummy_weights import check_load_format
 from models.llama.presets import DEFAULT_GPU_PRESET
 
 COMPILE_FALLBACK = "default"  # torch.compile mode tried when the requested one fails
@@ -55,6 +56,10 @@ class BenchConfig:
     # one-GPU row `megakernel-1gpu`; the floor is one rank's bytes (its share of the layers, the whole LM head) over
     # the copy bandwidth. Batch 1.
     tensor_parallel_size: int = 1
+    # "dummy": the product rows' engines make their own random weights (LLM(load_format="dummy"), each rank its
+    # shard on its GPU): a shape too big to make here and write out (70B over several GPUs); no PyTorch baselines,
+    # no logprob check.
+    load_format: str = "auto"
 
     def lengths(self) -> tuple[int, ...]:
         """Every sequence's prompt length."""
@@ -92,6 +97,10 @@ class BenchConfig:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if self.tensor_parallel_size > 1 and (self.batch > 1 or self.prefill_len or self.quantization):
             raise ValueError("--tensor-parallel-size benches batch-1 decode of bf16 weights (not with --batch > 1, "
+                             "--prefill-len or --quantization)")
+        check_load_format(self.load_format)
+        if self.load_format == "dummy" and (self.batch > 1 or self.prefill_len or self.quantization):
+            raise ValueError("--load-format dummy benches batch-1 decode of bf16 weights (not with --batch > 1, "
                              "--prefill-len or --quantization)")
 
     def skipped(self) -> set[str]:

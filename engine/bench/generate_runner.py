@@ -29,12 +29,18 @@ from models.llama.tokenizer_builder import write_tokenizer
 from models.llama.weights import LlamaWeights, to_state_dict
 
 
+def write_config(config: LlamaConfig, dtype: torch.dtype, out_dir: Path) -> Path:
+    """A checkpoint directory without weights: config.json and a generated vocab-exact tokenizer."""
+    config = with_tokenizer_ids(config)
+    (out_dir / "config.json").write_text(json.dumps(config.to_hf_dict(torch_dtype=str(dtype).removeprefix("torch."))))
+    write_tokenizer(out_dir, config.vocab_size, config.max_position_embeddings)
+    return out_dir
+
+
 def write_checkpoint(weights: LlamaWeights, out_dir: Path) -> Path:
     """`weights` as a Hugging Face-layout checkpoint in out_dir, with a generated vocab-exact tokenizer."""
     config = with_tokenizer_ids(weights.config)
-    dtype = str(weights.dtype).removeprefix("torch.")
-    (out_dir / "config.json").write_text(json.dumps(config.to_hf_dict(torch_dtype=dtype)))
-    write_tokenizer(out_dir, config.vocab_size, config.max_position_embeddings)
+    write_config(weights.config, weights.dtype, out_dir)
     tensors = {name: t.detach().contiguous().cpu()
                for name, t in to_state_dict(weights, include_lm_head=not config.tie_word_embeddings).items()}
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -87,11 +93,15 @@ def bench_llm(weights: LlamaWeights, backend: str, max_num_seqs: int, max_model_
     tensor-parallel engine's worker processes) given back when the block ends, before the next runner."""
     from engine import LLM
 
+    # Weights without data (the bench's --load-format dummy): a checkpoint of config and tokenizer, the engine makes
+    # its own random weights
+    dummy = weights.embed_tokens.is_meta
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
-        model_dir = write_checkpoint(weights, Path(d))
+        model_dir = write_config(weights.config, weights.dtype, Path(d)) if dummy else write_checkpoint(weights, Path(d))
         llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
                   max_num_seqs=max_num_seqs, max_model_len=max_model_len, kernel_options=kernel_options,
-                  quantization=quantization, tensor_parallel_size=tensor_parallel_size)
+                  quantization=quantization, tensor_parallel_size=tensor_parallel_size,
+                  load_format="dummy" if dummy else "auto")
     try:
         yield llm
     finally:

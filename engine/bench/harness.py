@@ -21,8 +21,8 @@ from engine.bench.config import BenchConfig
 from engine.bench.engines import DEFAULT_REGISTRY, SAMPLED_SUFFIX, EngineRunner
 from engine.bench.floor import Floor, decode_floor
 from engine.bench.logprob_error import logprob_errors
-from engine.bench.megakernel_runner import megakernel_runners
-from engine.bench.model_source import load_bench_weights, parse_dtype
+from engine.bench.megakernel_runner import ONE_GPU_ROW, megakernel_runners
+from engine.bench.model_source import fits_one_device, load_bench_weights, parse_dtype
 from engine.bench.static_llama import StaticLlama
 from engine.bench.timing import synchronize
 from engine.cuda.backend_options import parse_kernel_options
@@ -150,12 +150,13 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {config.device!r} requested but CUDA is not available")
+    dummy = config.load_format == "dummy"
     if engines is None:
         engines = dict(megakernel_runners(parse_kernel_options(config.kernel_options), device, config.batch,
                                           config.prompt_lens if config.mixed_lengths() else (),
                                           config.kernel_options, config.quantization,
-                                          config.tensor_parallel_size))
-        if config.batch == 1:
+                                          config.tensor_parallel_size, dummy))
+        if config.batch == 1 and not dummy:
             engines.update(DEFAULT_REGISTRY.runners())
         elif DEFAULT_REGISTRY.runners():
             messages = (*messages, "registered engine runners decode batch 1: not run at --batch "
@@ -172,7 +173,13 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     progress(f"measuring copy bandwidth on {device_name(device)}")
     bandwidth = measure_copy_bandwidth(device, config.bandwidth_bytes)
     progress(f"copy bandwidth {bandwidth.gbps:.0f} GB/s; preparing weights")
-    weights, model_desc = load_bench_weights(config.model_dir, config.preset, dtype, device, config.seed)
+    weights, model_desc = load_bench_weights(config.model_dir, config.preset, dtype, device, config.seed,
+                                             config.load_format)
+    runs: list[RunResult] = []
+    if dummy and ONE_GPU_ROW in engines and not fits_one_device(weights, device):
+        del engines[ONE_GPU_ROW]  # the whole model on one GPU: more than its memory
+        runs.append(RunResult(ONE_GPU_ROW, "skipped", reason=f"the whole model ({weights.num_bytes() / 1e9:.0f} GB) "
+                                                             "does not fit one GPU"))
     cfg = weights.config
     longest = max(config.lengths())
     if longest + config.new_tokens > cfg.max_position_embeddings:
@@ -187,12 +194,13 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     # Sequence 0 decodes the prompt itself; at --batch N the others its rotations (as the engine rows do).
     prompt = torch.tensor(rotations(prompt_ids, config.batch), dtype=torch.int64, device=device)
 
-    runs: list[RunResult] = []
     skipped = config.skipped()
     model: StaticLlama | None = None  # built on first use: it holds fused copies of the weights
     for name in BASELINES:
-        if name in skipped or config.mixed_lengths():
-            reason = "skipped by request" if name in skipped else "the PyTorch baselines decode equal-length batches"
+        if name in skipped or config.mixed_lengths() or dummy:
+            reason = ("skipped by request" if name in skipped else
+                      "--load-format dummy: the engines make their own weights" if dummy else
+                      "the PyTorch baselines decode equal-length batches")
             runs.append(RunResult(name, "skipped", reason=reason))
             continue
         if model is None:
@@ -226,7 +234,9 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
 
     errors: dict[str, float] = {}
     regrets: dict[str, float] = {}
-    if config.logprob_check:
+    if config.logprob_check and dummy:
+        messages = (*messages, "logprob check: not run (--load-format dummy: the bench holds no weights)")
+    elif config.logprob_check:
         try:
             errors = logprob_errors(weights, prompt_ids, runs, progress, regrets)
         except Exception as e:  # noqa: BLE001 - the check failing is reported, the timings stand

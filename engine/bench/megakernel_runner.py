@@ -105,9 +105,14 @@ class MegakernelRunner:
         return decode_on_device(backend, list(prompt_ids), new_tokens)
 
 
+# The same-run one-GPU product row next to a tensor-parallel `megakernel` row
+ONE_GPU_ROW = "megakernel-1gpu"
+
+
 def megakernel_runners(options: Mapping[str, object], device: torch.device, batch: int = 1,
                        lengths: tuple[int, ...] = (), option_texts: tuple[str, ...] = (),
-                       quantization: str | None = None, tensor_parallel_size: int = 1) -> dict[str, EngineRunner]:
+                       quantization: str | None = None, tensor_parallel_size: int = 1,
+                       dummy: bool = False) -> dict[str, EngineRunner]:
     """The bench's own engine rows on an sm_90 GPU: `megakernel`, what `LLM.generate` delivers (the product path,
     engine/bench/generate_runner.py, with `option_texts` as `LLM(kernel_options=...)`), `megakernel-sampled`, the same
     with top-p / top-k / a penalty sampled on the GPU, and `megakernel-kernel-only`, this module's loop with
@@ -116,7 +121,7 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
     (engine/bench/batch_runner.py), of the prompt's length or of `lengths`. `quantization` ("fp8"): the batch-1
     rows run fp8 weights, and `megakernel-bf16` is the product row without it, in the same run.
     `tensor_parallel_size` > 1: `megakernel` over that many GPUs and `megakernel-1gpu`, the product row on one, in the
-    same run."""
+    same run. `dummy` (weights without data: the engines make their own): the product rows only."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:
@@ -132,7 +137,7 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
             raise ValueError("--tensor-parallel-size runs the megakernel's ranks: sm_90 GPUs")
         return {"megakernel": partial(generate_runner, kernel_options=option_texts,
                                       tensor_parallel_size=tensor_parallel_size),
-                "megakernel-1gpu": partial(generate_runner, kernel_options=option_texts)}
+                ONE_GPU_ROW: partial(generate_runner, kernel_options=option_texts)}
     if not on_gpu:  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch", quantization=q)}
     rows: dict[str, EngineRunner] = {
@@ -140,6 +145,8 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
         "megakernel" + SAMPLED_SUFFIX: partial(generate_runner, sampled=True, kernel_options=option_texts,
                                                quantization=q),
         "megakernel-kernel-only": MegakernelRunner(dict(options), q)}
+    if dummy:
+        del rows["megakernel-kernel-only"]
     if q is not None:
         rows["megakernel-bf16"] = partial(generate_runner, kernel_options=option_texts)
     return rows

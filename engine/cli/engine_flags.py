@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.engine_config import BACKEND_NAMES, DTYPE_NAMES, KV_CACHE_DTYPES, QUANTIZATION_NAMES, EngineConfig
+from models.llama.dummy_weights import LOAD_FORMATS
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -44,6 +45,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="ranks the weights are split over (Megatron-style): on the cuda backend one process and one "
                         "megakernel per GPU, on the vm backend every rank in this process, on the torch backend gloo "
                         "processes on CPUs")
+    p.add_argument("--load-format", default=EngineConfig.load_format, choices=LOAD_FORMATS,
+                   help="dummy: read no weights, make random ones of the checkpoint's config.json on the device (each "
+                        "tensor-parallel rank its shard), to benchmark shapes too big to write out; the text is noise")
     add_kernel_option_argument(p)
 
 
@@ -59,4 +63,4 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
                 kernel_options=tuple(args.kernel_option), quantization=args.quantization,
                 quantization_skip=tuple(args.quantization_skip), kv_cache_dtype=args.kv_cache_dtype,
-                tensor_parallel_size=args.tensor_parallel_size)
+                tensor_parallel_size=args.tensor_parallel_size, load_format=args.load_format)

@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
                             top_k=args.top_k, min_tokens=args.min_tokens, ignore_eos=args.ignore_eos)
     # A bad checkpoint fails here, from config.json and the safetensors headers, in milliseconds:
     # before the tokenizer, the backend and the weights are loaded.
-    check_checkpoint(args.model, LlamaConfig.from_dir(args.model))
+    config = LlamaConfig.from_dir(args.model)
+    if args.load_format == "auto":
+        check_checkpoint(args.model, config)
     llm = LLM(args.model, **engine_kwargs(args))
     start = time.perf_counter()
     if args.chat:

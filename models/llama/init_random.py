@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from models.llama.config import LlamaConfig
+from models.llama.dummy_weights import NORM_NOISE_STD, WEIGHT_STD
 from models.llama.presets import preset_config, preset_names
 from models.llama.tokenizer_builder import BOS, llama3_eos_ids, special_token_ids, write_tokenizer
 from models.llama.weights import INDEX_FILE, SINGLE_FILE, expected_shapes
@@ -26,8 +27,6 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 DEFAULT_DTYPE = "bfloat16"
 DEFAULT_SEED = 0
 DEFAULT_MAX_SHARD_BYTES = 2 * 1000**3
-WEIGHT_STD = 0.02
-NORM_NOISE_STD = 0.05
 
 
 def random_tensor(name: str, shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:

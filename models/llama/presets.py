@@ -1,4 +1,4 @@
-"""Named Llama configurations: the real Llama 3.x shapes, SmolLM2-135M's, plus a "tiny" one for fast tests.
+"""Named Llama configurations: the real Llama 3.x shapes (1B to 70B), SmolLM2-135M's, plus a "tiny" one for fast tests.
 
 The special-token ids follow the Llama 3 layout (a block of special tokens at the top of the
 vocabulary, see `tokenizer_builder.special_token_ids`), so random checkpoints written by
@@ -47,6 +47,14 @@ PRESETS: Mapping[str, LlamaConfig] = MappingProxyType({
     "llama-3.1-8b": LlamaConfig(
         vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
+        rope_scaling=_llama3_rope(8.0), rms_norm_eps=1e-5, tie_word_embeddings=False,
+        bos_token_id=128000, eos_token_ids=_LLAMA3_EOS, max_position_embeddings=131072,
+    ),
+    # Llama-3.1-70B's shape: 140 GB in bf16, more than one GPU holds (run it with --tensor-parallel-size and
+    # --load-format dummy for random weights made on each rank's GPU)
+    "llama-3.1-70b": LlamaConfig(
+        vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
         rope_scaling=_llama3_rope(8.0), rms_norm_eps=1e-5, tie_word_embeddings=False,
         bos_token_id=128000, eos_token_ids=_LLAMA3_EOS, max_position_embeddings=131072,
     ),

@@ -5,7 +5,8 @@
 host memory stays around one tensor. Before any data is read, `check_checkpoint` validates the
 headers alone (names, shapes, dtypes, file sizes); every problem (missing or corrupt file, missing /
 unexpected / mis-shaped / non-float tensor) raises `WeightLoadError` naming the tensor and the file.
-Never touches the network.
+Never touches the network. `load_format="dummy"` reads no file: random weights of the config
+(models/llama/dummy_weights.py).
 
 FP8: a pre-quantized checkpoint (models/llama/fp8_checkpoint.py) loads its e4m3 matrices as `Fp8Matrix`es, and
 `quantize=` quantises a bf16 checkpoint's matrices tensor by tensor as they load (models/llama/fp8.py). A matrix
@@ -26,6 +27,7 @@ from models.llama.checkpoint_kv_scales import kv_head_range, read_kv_scales
 from models.llama.checkpoint_plan import (CheckpointPlan, check_checkpoint, expected_shapes, ignorable, plan_checkpoint,
                                          quantizable)
 from models.llama.config import LlamaConfig
+from models.llama.dummy_weights import check_load_format, dummy_tensors
 from models.llama.fp8 import Fp8Matrix, Fp8Scheme, quantize_fp8
 
 __all__ = ["INDEX_FILE", "SINGLE_FILE", "LayerWeights", "LlamaWeights", "Matrix", "WeightLoadError",
@@ -155,13 +157,22 @@ def load_weights(
     quantization_skip: frozenset[str] = frozenset(),
     dequantize_fp8: bool = False,
     parts: Mapping[str, MatrixPart] | None = None,
+    load_format: str = "auto",
 ) -> LlamaWeights:
     """Load and validate a safetensors checkpoint (single file or sharded) into `dtype` on `device`.
     `quantize`: store every matrix but those `quantization_skip` names (SKIPPABLE) as fp8 with that scheme (a
     pre-quantized checkpoint's fp8 matrices stay as they are). `dequantize_fp8`: a pre-quantized checkpoint's fp8
     matrices become `dtype` tensors instead (a backend that runs no fp8). `parts`: keep only that part of the named
     matrices (a tensor-parallel rank's shard), read as a slice of the file; a matrix quantised on load is quantised
-    whole first, so its scales are those of the whole model."""
+    whole first, so its scales are those of the whole model. `load_format` "dummy": no file is read, the weights
+    (the parts `parts` names) are random, made on `device` (models/llama/dummy_weights.py)."""
+    check_load_format(load_format)
+    if load_format == "dummy":
+        made: dict[str, Matrix] = dict(dummy_tensors(config, dtype, device, parts))
+        if quantize is not None:
+            kept = frozenset(n for n in made if not quantizable(n) or _skipped(n, config, quantization_skip))
+            made = {name: m if name in kept else quantize_fp8(m, quantize) for name, m in made.items()}
+        return assemble_weights(config, made)
     plan = plan_checkpoint(Path(model_dir), config)
     tensors: dict[str, Matrix] = {}
     by_file: dict[Path, list[str]] = {}

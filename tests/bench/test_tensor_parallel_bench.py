@@ -29,3 +29,21 @@ def test_one_ranks_floor_is_half_the_layers_and_the_whole_lm_head() -> None:
     lm_head = cfg.vocab_size * cfg.hidden_size
     norms = (2 * cfg.num_hidden_layers + 1) * cfg.hidden_size
     assert rank == (whole - lm_head - norms) // 2 + lm_head + norms
+
+
+@pytest.mark.parametrize("kw", [{"batch": 4}, {"prefill_len": 128}, {"quantization": "fp8"}])
+def test_dummy_weights_bench_batch_one_decode(kw: dict) -> None:
+    with pytest.raises(ValueError, match="--load-format dummy benches batch-1 decode"):
+        BenchConfig(load_format="dummy", **kw).validate()
+
+
+def test_a_dummy_bench_runs_the_engine_rows_alone() -> None:
+    from engine.bench.harness import run_bench
+
+    result = run_bench(BenchConfig(preset="tiny", device="cpu", new_tokens=4, prompt_len=5, repeats=1,
+                                   load_format="dummy"))
+    rows = {r.name: r for r in result.rows}
+    assert rows["engine-torch"].status == "ok"
+    assert all(rows[b].status == "skipped" and "dummy" in (rows[b].reason or "") for b in ("eager", "compile_graph"))
+    assert any("logprob check: not run" in m for m in result.messages)
+    assert "random weights the engine makes" in result.model

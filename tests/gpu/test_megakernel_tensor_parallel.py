@@ -1,4 +1,4 @@
-"""The megakernel over two GPUs (LLM(tensor_parallel_size=2), backend cuda: one process and one megakernel per GPU,
+"""The megakernel over two (and four) GPUs (LLM(tensor_parallel_size=2), backend cuda: one process and one megakernel per GPU,
 the residual averaged inside the kernels by TP_ALLREDUCE over NVLink): 64 greedy steps of prompts of several lengths
 (prefill through tiles and token groups, batched decode runs on the device) follow the fp32 reference at every step and
 mostly equal one GPU's tokens; sampled runs (step by step) return their tokens; a worker that dies fails the next call
@@ -43,6 +43,35 @@ def test_two_gpus_follow_the_reference_for_64_steps(tiny_checkpoint: str) -> Non
     same = sum(a == b for t1, t2 in zip(one, two) for a, b in zip(t1, t2))
     assert same >= 0.8 * 64 * len(PROMPTS), (same, one, two)
     assert [len(t) for t in sampled] == [12] * len(PROMPTS)
+
+
+@pytest.fixture(scope="module")
+def four_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny preset widened so four ranks divide its heads: 8 query heads over 4 KV heads, hidden 512."""
+    from dataclasses import replace
+
+    from models.llama.init_random import init_random_checkpoint
+    from models.llama.presets import preset_config
+
+    config = replace(preset_config("tiny"), hidden_size=512, num_attention_heads=8, num_key_value_heads=4,
+                     intermediate_size=1024)
+    out = tmp_path_factory.mktemp("tp4_ckpt")
+    init_random_checkpoint(config, out, seed=4321, dtype="float32", progress=False)
+    return str(out)
+
+
+def test_four_gpus_follow_the_reference_for_64_steps(four_rank_checkpoint: str) -> None:
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs 4 GPUs")
+    llm = LLM(four_rank_checkpoint, backend="cuda", dtype="bfloat16", progress=False, tensor_parallel_size=4)
+    try:
+        four = _tokens(llm, GREEDY)
+    finally:
+        llm.close()
+    weights = load_weights(four_rank_checkpoint, LlamaConfig.from_dir(four_rank_checkpoint), dtype=torch.float32)
+    for prompt, tokens in zip(PROMPTS, four):
+        assert len(tokens) == 64
+        follows_reference(weights, prompt, tokens, label="4 GPUs")
 
 
 def test_a_dead_rank_fails_the_next_call_naming_it(tiny_checkpoint: str) -> None:
