@@ -75,7 +75,8 @@ struct Globals {
   // Tensor parallelism (TP_ALLREDUCE, ops/tp_allreduce.cuh): device arrays of tp_world pointers, rank q's exchange
   // memory as mapped in this process (CUDA IPC over NVLink; engine/cuda/tp_peers.py), nullptr without tensor
   // parallelism. tp_send[q]: rank q's send slots, float [2][tp_slot_tokens][hidden_size]; tp_flags[q]: rank q's
-  // publish counts, int [2 * layers * tp_flag_chunks * tp_world], zeroed by the host once and only ever raised.
+  // publish counts, int [(2 * layers + 1) * tp_flag_chunks * tp_world] (the last index: TP_ARGMAX's), zeroed by the
+  // host once and only ever raised.
   float* const* tp_send;
   int* const* tp_flags;
   int tp_rank;         // this process's rank, 0 .. tp_world - 1
@@ -87,6 +88,9 @@ struct Globals {
   // 0 / nullptr: every step takes the send-slot path.
   unsigned long long* const* tp_recv;
   int tp_ll_tokens;
+  // TP_ARGMAX (ops/tp_argmax.cuh): tp_best[q], rank q's rows of every rank's best logit and id per sequence, uint64
+  // [tp_world][tp_slot_tokens][2], each word a value and the tag of the step that wrote it.
+  unsigned long long* const* tp_best;
   // scalars
   int run_step;      // with run_stop: this launch's step in its run (0, 1, ...)
   int num_counters;  // entries of counters / counter_period (a skipped launch moves each one period on)

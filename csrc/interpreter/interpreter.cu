@@ -157,6 +157,7 @@ Globals globals_from_dict(const py::dict& d) {
   g.tp_flag_chunks = scalar_field_or<int>(d, "tp_flag_chunks", 0);
   g.tp_recv = ptr_field<unsigned long long* const>(d, "tp_recv", /*optional=*/true);
   g.tp_ll_tokens = g.tp_recv ? scalar_field_or<int>(d, "tp_ll_tokens", 0) : 0;
+  g.tp_best = ptr_field<unsigned long long* const>(d, "tp_best", /*optional=*/true);
 #define MK_INT(field) g.field = scalar_field<int>(d, #field)
   MK_INT(queue_len); MK_INT(dynamic_queue); MK_INT(epoch); MK_INT(hidden_size); MK_INT(intermediate);
   MK_INT(layers); MK_INT(n_heads); MK_INT(n_kv); MK_INT(head_dim); MK_INT(model_head_dim); MK_INT(vocab); MK_INT(kv_num_pages);
@@ -181,9 +182,10 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   if (g.num_counters < 0) throw std::invalid_argument("megakernel launch: 'num_counters' must be >= 0");
   if (g.run_stop && g.run_step < 0) throw std::invalid_argument("megakernel launch: 'run_step' must be >= 0");
   if (g.tp_world < 1 || g.tp_world > mk::vm::MAX_TP_RANKS) throw bad_field("tp_world", "must be in [1, MAX_TP_RANKS]");
-  if (g.tp_world > 1) {  // TP_ALLREDUCE's exchange (ops/tp_allreduce.cuh)
+  if (g.tp_world > 1) {  // TP_ALLREDUCE's and TP_ARGMAX's exchange (ops/tp_allreduce.cuh, ops/tp_argmax.cuh)
     if (!g.tp_send) throw bad_field("tp_send", "must be set when tp_world > 1");
     if (!g.tp_flags) throw bad_field("tp_flags", "must be set when tp_world > 1");
+    if (!g.tp_best) throw bad_field("tp_best", "must be set when tp_world > 1");
     if (g.tp_rank < 0 || g.tp_rank >= g.tp_world) throw bad_field("tp_rank", "must be in [0, tp_world)");
     if (g.tp_slot_tokens < 1) throw bad_field("tp_slot_tokens", "must be >= 1 when tp_world > 1");
     if (g.tp_flag_chunks < 1) throw bad_field("tp_flag_chunks", "must be >= 1 when tp_world > 1");

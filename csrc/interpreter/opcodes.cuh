@@ -27,7 +27,8 @@ inline constexpr int WORDS = 32;
   X(LM_HEAD, 8, STREAMED)             \
   X(ARGMAX_REDUCE, 9, NONE)           \
   X(TILE_MATMUL, 11, STREAMED)        \
-  X(TP_ALLREDUCE, 12, NONE)
+  X(TP_ALLREDUCE, 12, NONE)           \
+  X(TP_ARGMAX, 13, NONE)
 
 #define MK_OPCODE_CONSTANT(NAME, CODE, WEIGHTS) inline constexpr int OP_##NAME = CODE;
 MK_OPCODE_NOOP(MK_OPCODE_CONSTANT)
@@ -103,7 +104,8 @@ inline constexpr int ERR_VARIANT = 5;  // an instruction outside the batch-1 ker
 inline constexpr int ERR_RING_HOLD = 6;  // a token-grouped instruction streams more pages than the ring holds
 // TP_ALLREDUCE (ops/tp_allreduce.cuh): a peer rank never published its chunk (watchdog; counter = the rank, target =
 // the count awaited, observed = its count), or, with counter -1, a step of more tokens (observed) than the exchange's
-// send slots hold (target)
+// send slots hold (target); TP_ARGMAX's too (ops/tp_argmax.cuh: counter = the rank, target = its tag, observed = the
+// word's)
 inline constexpr int ERR_TP_PEER_TIMEOUT = 7;
 inline constexpr int ERR_WORDS = 16;  // kind, instr id, opcode, counter, target, observed, block, layer
 

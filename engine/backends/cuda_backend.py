@@ -69,7 +69,7 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
-                 background_builds: bool = False, stream_store: bool = True, tp_world: int = 1,
+                 background_builds: bool = False, stream_store: bool = True, tp_world: int = 1, tp_rank: int = 0,
                  **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
@@ -81,9 +81,10 @@ class CudaBackend(Backend):
         c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md); `stream_store`: compiled streams are kept on disk under
         $MEGAKERNEL_CACHE_DIR/streams and a later run loads them instead of compiling
         (engine/scheduler/compiler/stream_store.py); `tp_world`: the ranks of the tensor-parallel group this
-        backend is one rank of (`weights` its megakernel shard, models/llama/tensor_parallel.py; its streams all-reduce
-        the residual through the exchange memory `attach_tp` gives it before the first step:
-        engine/backends/cuda_tensor_parallel.py)."""
+        backend is rank `tp_rank` of (`weights` its megakernel shard, models/llama/tensor_parallel.py; its streams
+        all-reduce the residual through the exchange memory `attach_tp` gives it before the first step:
+        engine/backends/cuda_tensor_parallel.py; its greedy steps compute its share of the LM head,
+        KernelOptions.tp_vocab_argmax)."""
         opts = {k: split_kw.pop(k) for k in list(split_kw) if k in KernelOptions.names()}
         self.kernel = replace(kernel or KernelOptions(), **opts)  # type: ignore[arg-type]
         split_kw.setdefault("min_pages_per_split", DEFAULT_MIN_PAGES_PER_SPLIT)
@@ -174,6 +175,11 @@ class CudaBackend(Backend):
         self._split_kw = split_kw
         params = [BuildParams(policy, SplitParams(waves=waves * w, **split_kw)) for w in WAVES_LADDER]  # type: ignore
         self._caches = [self._stream_cache(p, stream_store) for p in params]
+        # A tensor-parallel rank's streams for steps whose logits nobody reads: its share of the LM head (TP_ARGMAX)
+        self._argmax_caches = self._caches
+        if tp_world > 1 and self.kernel.tp_vocab_argmax:
+            self._argmax_caches = [self._stream_cache(replace(p, split=replace(p.split, tp_vocab_rank=tp_rank)),
+                                                      stream_store) for p in params]
         self._arena = ActivationArena(self._device)  # the streams' activations, shared
         self.timing = False
         self.last: DeviceStream | None = None
@@ -187,7 +193,8 @@ class CudaBackend(Backend):
         return StreamCache(self.dims, self.page_size, params, device, capacity=STREAM_CACHE_CAPACITY, store=store)
 
     def stream_stats(self) -> StreamStats:
-        return sum((c.stats() for c in self._caches), StreamStats())
+        caches = self._caches + (self._argmax_caches if self._argmax_caches is not self._caches else [])
+        return sum((c.stats() for c in caches), StreamStats())
 
     def attach_tp(self, peers: TpPeers) -> None:
         """The tensor-parallel exchange memory every launch passes (tp_world > 1)."""
@@ -234,12 +241,14 @@ class CudaBackend(Backend):
             fields.update(self._tp_fields)
         return fields
 
-    def _compiled(self, batch: StepBatch, step: StepBatch | None = None) -> tuple[CompiledStream, StepBatch]:
+    def _compiled(self, batch: StepBatch, step: StepBatch | None = None,
+                  argmax_only: bool = False) -> tuple[CompiledStream, StepBatch]:
         """The stream `batch` runs in, and `batch` as it runs there: `step` (the step before padding, where it may
         be hosted) padded into a fitted stream of a larger shape while `batch`'s own is not compiled
-        (stream_hosting.py), else `batch` in its own shape's stream, compiled now if it is not."""
+        (stream_hosting.py), else `batch` in its own shape's stream, compiled now if it is not. `argmax_only`: no
+        logits are read (a tensor-parallel rank's stream then computes its share of them)."""
         last_error: Exception | None = None
-        for cache in self._caches:
+        for cache in self._argmax_caches if argmax_only else self._caches:
             key = cache.key(batch)
             if step is not None and self._hosting is not None:
                 hosted = self._hosting.place(cache, key, step, batch,
@@ -274,13 +283,14 @@ class CudaBackend(Backend):
         raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
                          + (f": {last_error}" if last_error else ""))
 
-    def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None, step: StepBatch | None = None) -> DeviceStream:
-        """The compiled stream of `batch`'s shape (or of a host's, for `step`: _compiled) with `batch`'s inputs on the
-        device (`feed`'s slots from the previous step's ids there), ready to launch."""
+    def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None, step: StepBatch | None = None,
+                 argmax_only: bool = False) -> DeviceStream:
+        """The compiled stream of `batch`'s shape (or of a host's, for `step`; `argmax_only`: _compiled) with `batch`'s
+        inputs on the device (`feed`'s slots from the previous step's ids there), ready to launch."""
         if batch.num_tokens > self.max_tokens_per_step:
             raise ValueError(f"step of {batch.num_tokens} tokens exceeds the megakernel's "
                              f"{self.max_tokens_per_step} tokens per step (the engine caps its token budget)")
-        cs, batch = self._compiled(batch, step)
+        cs, batch = self._compiled(batch, step, argmax_only)
         ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
@@ -307,10 +317,10 @@ class CudaBackend(Backend):
         launch(self.module, ds, fields)
         ds.after_launch()
 
-    def run(self, batch: StepBatch, step: StepBatch | None = None) -> DeviceStream:
-        """Launch one step (`step` padded to `batch`, where it may run hosted: _compiled); returns the stream state
-        whose buffers hold logits and out_tokens."""
-        ds = self._prepare(batch, step=step)
+    def run(self, batch: StepBatch, step: StepBatch | None = None, argmax_only: bool = False) -> DeviceStream:
+        """Launch one step (`step` padded to `batch`, where it may run hosted; `argmax_only`: _compiled); returns the
+        stream state whose buffers hold logits (unless `argmax_only`) and out_tokens."""
+        ds = self._prepare(batch, step=step, argmax_only=argmax_only)
         self._launch(ds)
         return ds
 
@@ -352,7 +362,7 @@ class CudaBackend(Backend):
 
     @torch.inference_mode()
     def greedy(self, batch: StepBatch) -> torch.Tensor:
-        return self._finish(self.run(self._padded(batch), self._step(batch)))[:batch.num_seqs]
+        return self._finish(self.run(self._padded(batch), self._step(batch), argmax_only=True))[:batch.num_seqs]
 
     @torch.inference_mode()
     def launch_step(self, batch: StepBatch, greedy: bool, feed: TokenFeed | None = None) -> StepHandle:
@@ -363,7 +373,7 @@ class CudaBackend(Backend):
         if self.timing or feed is not None and feed.ids.device != self._device:
             return super().launch_step(batch, greedy, feed)
         # padding (or a host's) appends dummy rows: the fed slots stay where they are
-        ds = self._prepare(self._padded(batch), feed, self._step(batch))
+        ds = self._prepare(self._padded(batch), feed, self._step(batch), argmax_only=greedy)
         self._launch(ds)
         return LaunchedStep(ds, batch.num_seqs, greedy)
 
@@ -384,7 +394,7 @@ class CudaBackend(Backend):
             raise ValueError(f"stop rules for {len(stops.rows)} rows in a run of {S} sequences")
         batch = self._padded(batch, whole_table=True)
         rows = batch.num_seqs  # S, or S and the dummy rows
-        ds = self._prepare(batch)
+        ds = self._prepare(batch, argmax_only=sampler is None)
         # The run's stop state on the device (built once per run)
         state = torch.tensor(stops.words(rows), dtype=torch.int32).to(self._device) if stops is not None else None
         self.last_run_stop = state

@@ -63,7 +63,7 @@ class TensorParallelCudaBackend(Backend):
                                           **{**load_options, "device": torch.device("cuda", 0)})
             dist.init_process_group("gloo", init_method=self.ranks.init_method, rank=0, world_size=world,
                                     timeout=timedelta(seconds=timeout_s))
-            self.rank0 = CudaBackend(shard, num_pages, page_size, tp_world=world, **cuda_options)
+            self.rank0 = CudaBackend(shard, num_pages, page_size, tp_world=world, tp_rank=0, **cuda_options)
             del shard  # the backend keeps its packed copy
             self._peers = TpPeers(0, world, self.rank0.dims, self.rank0.max_tokens_per_step,
                                   self.rank0.kernel.tp_ll_tokens, self.rank0.device, all_gather_objects)

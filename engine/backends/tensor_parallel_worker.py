@@ -89,7 +89,7 @@ def run_cuda_worker(a: WorkerArgs) -> None:
     _join(a)
     peers = None
     try:
-        backend = CudaBackend(shard, a.num_pages, a.page_size, tp_world=a.world, **a.options)
+        backend = CudaBackend(shard, a.num_pages, a.page_size, tp_world=a.world, tp_rank=a.rank, **a.options)
         peers = TpPeers(a.rank, a.world, backend.dims, backend.max_tokens_per_step, backend.kernel.tp_ll_tokens,
                         device, all_gather_objects)
         backend.attach_tp(peers)

@@ -31,15 +31,15 @@ class VMBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int,
                  num_sms: int = DEFAULT_SIMULATED_SMS, policy: str = "rr", seed: int = 0, check_races: bool = True,
                  weight_dtype: torch.dtype | None = None, kv_dtype: torch.dtype | None = None,
-                 pad_over: int | None = None, tp_world: int = 1, **split_kw: object) -> None:
+                 pad_over: int | None = None, tp_world: int = 1, tp_rank: int = 0, **split_kw: object) -> None:
         """num_sms: the SMs the VM simulates (the streams are compiled for them); weight_dtype: packed-weight
         and KV dtype (default: the checkpoint's dtype); kv_dtype: the KV cache's, where it differs (float8_e4m3fn:
         fp8 pages); math is fp32; pad_over: steps of more tokens than this run as the cuda backend runs them, padded
         to a bucketed shape or hosted in a compiled larger stream (engine/cuda/stream_hosting.py), their dummy
         sequences on a spare KV page past `num_pages` (None: every step in its own shape's stream); tp_world: the
-        ranks of the tensor-parallel group this is one rank of (`weights` its megakernel shard; the group,
-        engine/backends/vm_tensor_parallel.py, sets `tp_exchange` and runs the steps). The rest are SplitParams
-        fields."""
+        ranks of the tensor-parallel group this is rank `tp_rank` of (`weights` its megakernel shard; the group,
+        engine/backends/vm_tensor_parallel.py, sets `tp_exchange` and runs the steps; its argmax-only steps compute
+        this rank's share of the LM head, SplitParams.tp_vocab_rank). The rest are SplitParams fields."""
         self.config = weights.config
         self.dims = replace(ModelDims.from_config(self.config), tp_world=tp_world)
         self.tp_exchange: TpExchange | None = None
@@ -55,6 +55,10 @@ class VMBackend(Backend):
         self.target = TargetDevice(num_sms=num_sms)
         self.params = BuildParams.of(policy, **split_kw)
         self.cache = StreamCache(self.dims, page_size, self.params, self.target)
+        # A tensor-parallel rank's streams for steps whose logits nobody reads (greedy): a share of the LM head
+        self.argmax_cache = (StreamCache(self.dims, page_size, BuildParams.of(policy, **{**split_kw,
+                                                                                     "tp_vocab_rank": tp_rank}),
+                                         self.target) if tp_world > 1 else self.cache)
         self.vm_seed = seed
         self.check_races = check_races
         self.steps = 0
@@ -82,8 +86,10 @@ class VMBackend(Backend):
         finally:
             torch.set_num_threads(threads)
 
-    def _placed(self, batch: StepBatch) -> tuple[CompiledStream, StepBatch]:
+    def _placed(self, batch: StepBatch, argmax_only: bool = False) -> tuple[CompiledStream, StepBatch]:
         """The stream `batch` runs in and `batch` as it runs there (padded, where pad_over says)."""
+        if argmax_only:  # a tensor-parallel rank (no hosting there: engine/backends/vm_tensor_parallel.py)
+            return self.argmax_cache.get(batch), batch
         if self.hosting is None or self.pad_over is None:
             return self.cache.get(batch), batch
         # as the cuda backend: steps of more tokens padded, and those may_host hosted
@@ -104,9 +110,10 @@ class VMBackend(Backend):
             trace = vm.run_static(cs.tensor, sync)
         return self.finish(batch, cs, bufs, trace)
 
-    def prepare(self, batch: StepBatch) -> tuple[CompiledStream, GlobalBuffers, SyncState]:
-        """The stream `batch` runs in, its buffers with the step's args (and input rows, without EMBED) and counters."""
-        cs, _ = self._placed(batch)
+    def prepare(self, batch: StepBatch, argmax_only: bool = False) -> tuple[CompiledStream, GlobalBuffers, SyncState]:
+        """The stream `batch` runs in, its buffers with the step's args (and input rows, without EMBED) and counters;
+        `argmax_only`: a step whose logits are not read (a tensor-parallel rank then computes its share of them)."""
+        cs, _ = self._placed(batch, argmax_only)
         bufs, sync = self._buffers(cs)
         bufs.args = StepArgsView.decode(cs.step_args)
         if not self.params.split.embed_in_stream:  # no EMBED in the stream: its input, as the cuda backend writes it

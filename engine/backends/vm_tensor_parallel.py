@@ -27,8 +27,8 @@ class TensorParallelVMBackend(Backend):
             raise ValueError("tensor_parallel_size > 1 on the vm backend runs every step in its own shape's stream "
                              "(pad_over unset)")
         world = len(shards)
-        self.ranks = [VMBackend(w, num_pages=num_pages, page_size=page_size, seed=seed, tp_world=world,
-                                **vm_options) for w in shards]  # type: ignore[arg-type]
+        self.ranks = [VMBackend(w, num_pages=num_pages, page_size=page_size, seed=seed, tp_world=world, tp_rank=r,
+                                **vm_options) for r, w in enumerate(shards)]  # type: ignore[arg-type]
         if self.ranks[0].params.policy == "dynamic":
             raise ValueError("tensor_parallel_size > 1 on the vm backend runs static queues: policy 'rr' or 'lpt'")
         dims = self.ranks[0].dims
@@ -39,10 +39,14 @@ class TensorParallelVMBackend(Backend):
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
+        return self._step(batch, argmax_only=False)
+
+    def _step(self, batch: StepBatch, argmax_only: bool) -> torch.Tensor:
+        """One step on every rank; rank 0's logits (`argmax_only`: its share of the vocabulary's only)."""
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as VMBackend.forward: each opcode is a handful of tiny tensor ops
         try:
-            prepared = [rank.prepare(batch) for rank in self.ranks]
+            prepared = [rank.prepare(batch, argmax_only) for rank in self.ranks]
             for rank, (cs, _, _) in zip(self.ranks, prepared):
                 assert rank.tp_exchange is not None
                 rank.tp_exchange.ensure_tokens(cs.shape.num_tokens)
@@ -56,9 +60,11 @@ class TensorParallelVMBackend(Backend):
         finally:
             torch.set_num_threads(threads)
 
+    @torch.inference_mode()
     def greedy(self, batch: StepBatch) -> torch.Tensor:
-        """Rank 0's in-stream argmax ids (every rank computes the same), int64 [S]."""
-        self.forward(batch)
+        """Rank 0's in-stream argmax ids (every rank computes the same), int64 [S]: each rank's LM head over its share
+        of the vocabulary, the argmax across the ranks (TP_ARGMAX)."""
+        self._step(batch, argmax_only=True)
         return self.ranks[0].last_tokens
 
     def stream_stats(self) -> StreamStats:

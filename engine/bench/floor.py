@@ -11,9 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from models.llama.config import LlamaConfig
+from models.llama.tensor_parallel import shard_config
 
 
-def weight_params_read_per_token(config: LlamaConfig) -> int:
+def weight_params_read_per_token(config: LlamaConfig, tp_world: int = 1) -> int:
+    """Parameters a decode step reads; of one of `tp_world` tensor-parallel ranks: its share of the layers
+    (shard_config) and of the LM head's rows (a greedy step of a rank computes only those: TP_ARGMAX)."""
+    lm_head = -(-config.vocab_size // tp_world) * config.hidden_size  # tied or not, the full matrix is read once
+    if tp_world > 1:
+        config = shard_config(config, tp_world)
     h, i = config.hidden_size, config.intermediate_size
     per_layer = (
         2 * h * config.q_size  # q_proj, o_proj
@@ -21,7 +27,6 @@ def weight_params_read_per_token(config: LlamaConfig) -> int:
         + 3 * h * i  # gate, up, down
         + 2 * h  # input / post-attention RMSNorm weights
     )
-    lm_head = config.vocab_size * h  # tied or not, the full matrix is read once for the logits
     return config.num_hidden_layers * per_layer + h + lm_head  # + final norm
 
 
@@ -70,13 +75,16 @@ class Floor:
 
 def decode_floor(config: LlamaConfig, dtype_bytes: int, prompt_len: int, new_tokens: int,
                  bandwidth_gbps: float, batch: int = 1, prompt_lens: tuple[int, ...] = (),
-                 fp8_weights: bool = False) -> Floor:
+                 fp8_weights: bool = False, tp_world: int = 1) -> Floor:
     """The floor of one decode step of `batch` sequences of `prompt_len` tokens (or of sequences of `prompt_lens`):
-    the weights once, every sequence's KV (its `seconds_per_token` is then per step)."""
+    the weights once, every sequence's KV (its `seconds_per_token` is then per step); with `tp_world` > 1, one
+    tensor-parallel rank's (its share of the weights and of the KV heads; bf16 weights)."""
     if bandwidth_gbps <= 0:
         raise ValueError(f"decode_floor: bandwidth_gbps must be > 0, got {bandwidth_gbps}")
     weight = (fp8_weight_bytes_read_per_token(config, dtype_bytes) if fp8_weights
-              else weight_params_read_per_token(config) * dtype_bytes)
+              else weight_params_read_per_token(config, tp_world) * dtype_bytes)
+    if tp_world > 1:
+        config = shard_config(config, tp_world)  # its KV heads
     contexts = sum(mean_decode_context(p, new_tokens) for p in (prompt_lens or (prompt_len,) * batch))
     kv = kv_bytes_per_context_token(config, dtype_bytes) * contexts
     return Floor(weight_bytes=weight, kv_bytes=kv, bandwidth_gbps=bandwidth_gbps)

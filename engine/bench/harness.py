@@ -26,7 +26,6 @@ from engine.bench.model_source import fits_one_device, load_bench_weights, parse
 from engine.bench.static_llama import StaticLlama
 from engine.bench.timing import synchronize
 from engine.cuda.backend_options import parse_kernel_options
-from models.llama.tensor_parallel import shard_config
 
 @dataclass(frozen=True)
 class BenchRow:
@@ -185,10 +184,10 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     if longest + config.new_tokens > cfg.max_position_embeddings:
         raise ValueError(f"prompt_len + new_tokens = {longest + config.new_tokens} exceeds "
                          f"max_position_embeddings={cfg.max_position_embeddings}")
-    # one rank's bytes where the megakernel row runs over several GPUs (its share of the layers, the whole LM head)
-    floor_cfg = shard_config(cfg, config.tensor_parallel_size) if config.tensor_parallel_size > 1 else cfg
-    floor = decode_floor(floor_cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
-                         bandwidth.gbps, config.batch, config.prompt_lens, fp8_weights=config.quantization is not None)
+    # one rank's bytes where the megakernel row runs over several GPUs (its share of the layers and of the LM head)
+    floor = decode_floor(cfg, weights.embed_tokens.element_size(), config.prompt_len, config.new_tokens,
+                         bandwidth.gbps, config.batch, config.prompt_lens, fp8_weights=config.quantization is not None,
+                         tp_world=config.tensor_parallel_size)
     gen = torch.Generator().manual_seed(config.seed + 1)
     prompt_ids = torch.randint(0, cfg.vocab_size, (config.prompt_len,), generator=gen).tolist()
     # Sequence 0 decodes the prompt itself; at --batch N the others its rotations (as the engine rows do).

@@ -24,13 +24,17 @@ FLAG_TEXTS = {"0": False, "1": True}  # only these: a typo such as "ture" must n
 NONE_TEXT = "none"
 
 
+# SplitParams fields the backend sets itself, never options: a tensor-parallel rank's share of the vocabulary
+BACKEND_SET_FIELDS = ("tp_vocab_rank",)
+
+
 def option_types() -> dict[str, object]:
     """Every option name and its type; CudaBackend's own keywords win over SplitParams' of the same name (it
     passes num_sms and waves to SplitParams itself)."""
     types_: dict[str, object] = {}
     for cls in (SplitParams, KernelOptions):
         hints = typing.get_type_hints(cls)
-        types_.update({f.name: hints[f.name] for f in fields(cls)})
+        types_.update({f.name: hints[f.name] for f in fields(cls) if f.name not in BACKEND_SET_FIELDS})
     types_.update(BACKEND_KEYWORDS)
     return types_
 

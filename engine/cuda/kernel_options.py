@@ -98,6 +98,9 @@ DEFAULT_TILE_MATMUL = True
 # way); larger steps through send slots and publish counts. 0: every step through the send slots. Host memory for it:
 # 2 x ranks x this many tokens x hidden x 8 bytes per rank (engine/cuda/tp_peers.py).
 DEFAULT_TP_LL_TOKENS = 16
+# Tensor parallelism: a step whose logits nobody reads (greedy) computes each rank's share of the LM head's vocabulary
+# and takes the argmax across the ranks (TP_ARGMAX), so a rank reads 1 / N of the LM head; 0: every rank the whole.
+DEFAULT_TP_VOCAB_ARGMAX = True
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class KernelOptions:
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
     tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
     tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
+    tp_vocab_argmax: bool = DEFAULT_TP_VOCAB_ARGMAX  # host-side: a tensor-parallel rank's greedy streams
 
     def __post_init__(self) -> None:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):

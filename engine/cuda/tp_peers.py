@@ -1,5 +1,6 @@
 """A tensor-parallel rank's exchange memory on its GPU (engine/instructions/tp_exchange.py: two send slots of
-the residual's rows and the publish counts; and the push path's receive slots, csrc/interpreter/ops/tp_allreduce.cuh),
+the residual's rows and the publish counts; the push path's receive slots, csrc/interpreter/ops/tp_allreduce.cuh;
+TP_ARGMAX's rows, csrc/interpreter/ops/tp_argmax.cuh),
 allocated for CUDA IPC (csrc/interpreter/peer_memory.cu) and mapped by
 every other rank of the group, and the megakernel's launch fields for it (csrc/interpreter/ops/tp_allreduce.cuh)."""
 from __future__ import annotations
@@ -28,8 +29,9 @@ class TpPeers:
         taking the push path has (KernelOptions.tp_ll_tokens; 0: none)."""
         self.rank, self.world, self.slot_tokens, self.ll_tokens = rank, world, slot_tokens, ll_tokens
         self._module = load_extension("mk_peer_memory")
+        # send slots, counts, receive slots, TP_ARGMAX's rows (csrc/interpreter/globals.cuh)
         sizes = [SEND_SLOTS * slot_tokens * dims.hidden * 4, flag_words(dims.layers, world) * 4,
-                 SEND_SLOTS * world * max(1, ll_tokens) * dims.hidden * 8]  # send slots, counts, receive slots
+                 SEND_SLOTS * world * max(1, ll_tokens) * dims.hidden * 8, world * slot_tokens * 2 * 8]
         self._own = [self._module.alloc_zeroed(n) for n in sizes]
         handles = exchange([self._module.export_handle(p) for p in self._own])
         self._opened: list[int] = []
@@ -42,13 +44,13 @@ class TpPeers:
                     address = self._module.open_handle(handle)
                     self._opened.append(address)
                 mapped[kind].append(address)
-        self.send_ptrs, self.flag_ptrs, self.recv_ptrs = (torch.tensor(m, dtype=torch.int64, device=device)
-                                                          for m in mapped)
+        self.send_ptrs, self.flag_ptrs, self.recv_ptrs, self.best_ptrs = (
+            torch.tensor(m, dtype=torch.int64, device=device) for m in mapped)
 
     def fields(self) -> dict[str, int]:
-        """The kernel's Globals for TP_ALLREDUCE (csrc/interpreter/globals.cuh)."""
+        """The kernel's Globals for TP_ALLREDUCE and TP_ARGMAX (csrc/interpreter/globals.cuh)."""
         return {"tp_send": self.send_ptrs.data_ptr(), "tp_flags": self.flag_ptrs.data_ptr(),
-                "tp_recv": self.recv_ptrs.data_ptr(), "tp_ll_tokens": self.ll_tokens, "tp_rank": self.rank,
+                "tp_recv": self.recv_ptrs.data_ptr(), "tp_best": self.best_ptrs.data_ptr(), "tp_ll_tokens": self.ll_tokens, "tp_rank": self.rank,
                 "tp_world": self.world, "tp_slot_tokens": self.slot_tokens, "tp_flag_chunks": TP_FLAG_CHUNKS}
 
     def close(self) -> None:

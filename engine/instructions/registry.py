@@ -25,7 +25,7 @@ from engine.instructions.format import (
 from engine.instructions.op_spec import Buffers, Instruction, OpSpec
 from engine.instructions.ops import (
     argmax_reduce, attn_o_proj, attn_partial, attn_reduce, down_residual, embed, lm_head, noop,
-    o_proj_residual, rms_gate_up_silu, rms_qkv_rope_append, tile_matmul, tp_allreduce,
+    o_proj_residual, rms_gate_up_silu, rms_qkv_rope_append, tile_matmul, tp_allreduce, tp_argmax,
 )
 
 
@@ -185,6 +185,7 @@ OPCODES = OpcodeTable({
     10: attn_o_proj.SPEC,
     11: tile_matmul.SPEC,
     12: tp_allreduce.SPEC,
+    13: tp_argmax.SPEC,
 })
 
 # The product table's opcodes by name (Opcode.LM_HEAD == 8), as csrc/interpreter/opcodes.cuh numbers them.

@@ -8,6 +8,8 @@ chunk) once per step, so counts stay equal across ranks whatever streams the ste
 Two send slots (index & 1) suffice: a rank writes slot s of all-reduce k + 2 only after its own all-reduce k + 1,
 which waited for every rank's k + 1, which each rank published after it had read every slot of k. (The GPU's push path for small steps adds receive
 slots of tagged words, csrc/interpreter/ops/tp_allreduce.cuh: the same data, the same sum, so the VM models both.)
+TP_ARGMAX (engine/instructions/ops/tp_argmax.py) exchanges each rank's best logit per sequence through `best_value` /
+`best_id` (the GPU: tagged words, one row per rank) and counts at index 2 layers.
 """
 from __future__ import annotations
 
@@ -24,12 +26,17 @@ SEND_SLOTS = 2
 
 
 def flag_words(layers: int, world: int) -> int:
-    """Length of one rank's flag array."""
-    return 2 * layers * TP_FLAG_CHUNKS * world
+    """Length of one rank's flag array: the all-reduces' (2 per layer) and TP_ARGMAX's (one more index)."""
+    return (2 * layers + 1) * TP_FLAG_CHUNKS * world
 
 
 def flag_index(index: int, chunk: int, src: int, world: int) -> int:
     return (index * TP_FLAG_CHUNKS + chunk) * world + src
+
+
+def argmax_flag_index(layers: int, src: int, world: int) -> int:
+    """TP_ARGMAX's publish count of rank `src`: index 2 layers, chunk 0."""
+    return flag_index(2 * layers, 0, src, world)
 
 
 @dataclass
@@ -40,6 +47,9 @@ class TpExchange:
     world: int
     send: torch.Tensor  # float32 [SEND_SLOTS, slot tokens, hidden]: this rank's
     flags: np.ndarray  # int64 [flag_words]: this rank's
+    # TP_ARGMAX's: every rank's best logit and its vocab id per sequence, [world, slot tokens], written by that rank
+    best_value: torch.Tensor = field(default_factory=lambda: torch.empty(0, 0))
+    best_id: torch.Tensor = field(default_factory=lambda: torch.empty(0, 0, dtype=torch.int64))
     peers: list[TpExchange] = field(default_factory=list, repr=False)  # every rank's, in rank order (self included)
 
     @staticmethod
@@ -48,7 +58,8 @@ class TpExchange:
         if not 1 <= world <= MAX_TP_RANKS:
             raise ValueError(f"tensor-parallel group of {world} ranks: 1..{MAX_TP_RANKS} supported")
         ranks = [TpExchange(r, world, torch.full((SEND_SLOTS, slot_tokens, hidden), float("nan")),
-                            np.zeros(flag_words(layers, world), np.int64)) for r in range(world)]
+                            np.zeros(flag_words(layers, world), np.int64), *_best(world, slot_tokens))
+                 for r in range(world)]
         for ex in ranks:
             ex.peers = ranks
         return ranks
@@ -57,3 +68,9 @@ class TpExchange:
         """Send slots of at least `tokens` rows (the VM sizes them by the steps it meets)."""
         if self.send.shape[1] < tokens:
             self.send = torch.full((SEND_SLOTS, tokens, self.send.shape[2]), float("nan"))
+            self.best_value, self.best_id = _best(self.world, tokens)
+
+
+def _best(world: int, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """TP_ARGMAX's exchange rows, poisoned (a row read before its rank wrote it shows)."""
+    return torch.full((world, slots), float("nan")), torch.full((world, slots), -1, dtype=torch.int64)

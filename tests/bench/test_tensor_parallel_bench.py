@@ -1,5 +1,5 @@
 """`megakernel bench --tensor-parallel-size N`: batch-1 bf16 decode only, the megakernel's ranks only (sm_90 GPUs), and
-its floor one rank's bytes (its share of the layers, the whole LM head)."""
+its floor one rank's bytes (its share of the layers and of the LM head)."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,6 @@ from engine.bench.config import BenchConfig
 from engine.bench.floor import weight_params_read_per_token
 from engine.bench.megakernel_runner import megakernel_runners
 from models.llama.presets import preset_config
-from models.llama.tensor_parallel import shard_config
 
 
 @pytest.mark.parametrize("kw", [{"batch": 4}, {"prefill_len": 128}, {"quantization": "fp8"}])
@@ -23,12 +22,12 @@ def test_the_ranks_need_gpus() -> None:
         megakernel_runners({}, torch.device("cpu"), tensor_parallel_size=2)
 
 
-def test_one_ranks_floor_is_half_the_layers_and_the_whole_lm_head() -> None:
+def test_one_ranks_floor_is_half_the_layers_and_half_the_lm_head() -> None:
     cfg = preset_config("llama-3.1-8b")
-    whole, rank = weight_params_read_per_token(cfg), weight_params_read_per_token(shard_config(cfg, 2))
+    whole, rank = weight_params_read_per_token(cfg), weight_params_read_per_token(cfg, tp_world=2)
     lm_head = cfg.vocab_size * cfg.hidden_size
     norms = (2 * cfg.num_hidden_layers + 1) * cfg.hidden_size
-    assert rank == (whole - lm_head - norms) // 2 + lm_head + norms
+    assert rank == (whole - lm_head - norms) // 2 + lm_head // 2 + norms
 
 
 @pytest.mark.parametrize("kw", [{"batch": 4}, {"prefill_len": 128}, {"quantization": "fp8"}])

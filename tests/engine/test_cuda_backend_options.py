@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from engine.backends.cuda_backend import CudaBackend
-from engine.cuda.backend_options import BACKEND_KEYWORDS, option_types, parse_kernel_options
+from engine.cuda.backend_options import BACKEND_KEYWORDS, BACKEND_SET_FIELDS, option_types, parse_kernel_options
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.cuda.kernel_options import KernelOptions
 from engine.scheduler.compiler.step_builder_splits import SplitParams
@@ -45,11 +45,12 @@ def test_errors_name_the_option(item: str, message: str) -> None:
 def test_names_are_the_backends_keywords() -> None:
     """Every option is a keyword CudaBackend takes: its own, a KernelOptions field or a SplitParams field (the
     backend forwards the rest of its keywords to SplitParams)."""
-    # tp_world: set by the tensor-parallel backend for its ranks (engine/backends/cuda_tensor_parallel.py), not an option
+    # tp_world, tp_rank: set by the tensor-parallel backend for its ranks (engine/backends/cuda_tensor_parallel.py),
+    # not options; so is the SplitParams field that follows from the rank (BACKEND_SET_FIELDS)
     own = set(inspect.signature(CudaBackend.__init__).parameters) - {"self", "weights", "num_pages", "page_size",
-                                                                     "kernel", "split_kw", "tp_world"}
+                                                                     "kernel", "split_kw", "tp_world", "tp_rank"}
     assert set(BACKEND_KEYWORDS) == own
-    split = {name for name in inspect.signature(SplitParams).parameters}
+    split = {name for name in inspect.signature(SplitParams).parameters} - set(BACKEND_SET_FIELDS)
     assert set(option_types()) == own | KernelOptions.names() | split
 
 

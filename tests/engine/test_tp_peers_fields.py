@@ -15,7 +15,7 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc" / "interpreter"
 def _peers() -> TpPeers:
     peers = object.__new__(TpPeers)  # the fields only: no GPU memory
     peers.rank, peers.world, peers.slot_tokens, peers.ll_tokens = 1, 2, 64, 16
-    peers.send_ptrs = peers.flag_ptrs = peers.recv_ptrs = torch.zeros(2, dtype=torch.int64)
+    peers.send_ptrs = peers.flag_ptrs = peers.recv_ptrs = peers.best_ptrs = torch.zeros(2, dtype=torch.int64)
     return peers
 
 

@@ -31,34 +31,46 @@ __device__ __forceinline__ void write_next_embeddings(const Globals& g, const Sh
   }
 }
 
-// ARGMAX_REDUCE: operand num_blocks. out_tokens[s] = argmax over the LM-head blocks (ties: smallest id).
-__device__ void op_argmax(const Globals& g, const Shared& sm, const int* w) {
-  const StepArgs sa(g);
-  const int S = sa.num_seqs(), nb = w[3], warp = tk::warp_id(), lane = tk::lane_id();
-  for (int s = warp; s < S; s += NUM_CONSUMER_WARPS) {
-    tk::value_index best{-INFINITY, 0x7fffffff};
-    for (int b = lane; b < nb; b += 32) {
-      const tk::value_index c{load_cg(g.lm_max + s * g.lm_blocks + b), __ldcg(g.lm_arg + s * g.lm_blocks + b)};
-      if (tk::beats(c, best)) best = c;
-    }
-    best = tk::warp_argmax(best);
-    if (lane == 0) {
-      g.out_tokens[s] = best.index;
-      // The on-device decode loop's next inputs: every reader of step_args in this step is an ancestor. In a run
-      // with device stop checks, the id is checked too, so the run's launches after its last row stopped do no work.
-      if (g.advance_history) {
-        advance_sequence(const_cast<int*>(g.step_args), s, best.index, g.advance_history, g.error);
-        if (g.run_stop) note_run_token(g.run_stop, s, best.index, g.run_step);
-      }
-      reinterpret_cast<int*>(sm.out)[s] = best.index;  // for the embedding rows below (S <= tokens <= OUT_FLOATS)
-    }
+// Sequence s's best over the LM-head blocks (every lane of the calling warp receives it; ties: smallest id).
+__device__ __forceinline__ tk::value_index blocks_argmax(const Globals& g, int s, int nb) {
+  tk::value_index best{-INFINITY, 0x7fffffff};
+  for (int b = tk::lane_id(); b < nb; b += 32) {
+    const tk::value_index c{load_cg(g.lm_max + s * g.lm_blocks + b), __ldcg(g.lm_arg + s * g.lm_blocks + b)};
+    if (tk::beats(c, best)) best = c;
   }
-  // ... and their embedding rows, where the next step has no EMBED: every reader of hidden in this step (the LM
-  // head's norm) is an ancestor too.
+  return tk::warp_argmax(best);
+}
+
+// One thread per sequence s: its greedy token `id` into out_tokens and, in the on-device decode loop, into the next
+// step's inputs: every reader of step_args in this step is an ancestor. In a run with device stop checks, the id is
+// checked too, so the run's launches after its last row stopped do no work.
+__device__ __forceinline__ void take_token(const Globals& g, const Shared& sm, int s, int id) {
+  g.out_tokens[s] = id;
+  if (g.advance_history) {
+    advance_sequence(const_cast<int*>(g.step_args), s, id, g.advance_history, g.error);
+    if (g.run_stop) note_run_token(g.run_stop, s, id, g.run_step);
+  }
+  reinterpret_cast<int*>(sm.out)[s] = id;  // for the embedding rows below (S <= tokens <= OUT_FLOATS)
+}
+
+// After every sequence's take_token: their embedding rows, where the next step has no EMBED: every reader of
+// hidden in this step (the LM head's norm) is an ancestor too.
+__device__ __forceinline__ void take_tokens_done(const Globals& g, const Shared& sm, int S) {
   if (g.advance_history && g.embed_next) {
     consumer_sync();
     write_next_embeddings(g, sm, S);
   }
+}
+
+// ARGMAX_REDUCE: operand num_blocks. out_tokens[s] = argmax over the LM-head blocks (ties: smallest id).
+__device__ void op_argmax(const Globals& g, const Shared& sm, const int* w) {
+  const StepArgs sa(g);
+  const int S = sa.num_seqs(), nb = w[3];
+  for (int s = tk::warp_id(); s < S; s += NUM_CONSUMER_WARPS) {
+    const tk::value_index best = blocks_argmax(g, s, nb);
+    if (tk::lane_id() == 0) take_token(g, sm, s, best.index);
+  }
+  take_tokens_done(g, sm, S);
 }
 
 template <>

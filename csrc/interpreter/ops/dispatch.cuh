@@ -21,6 +21,7 @@
 #include "rms_qkv_rope_append.cuh"
 #include "tile_matmul.cuh"
 #include "tp_allreduce.cuh"
+#include "tp_argmax.cuh"
 
 namespace mk::vm {
 

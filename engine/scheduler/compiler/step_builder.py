@@ -40,6 +40,7 @@ from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
 from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
 from engine.instructions.ops.tile_matmul import NormOf, TileKind, TileMatmul
 from engine.instructions.ops.tp_allreduce import TpAllreduce
+from engine.instructions.ops.tp_argmax import TpArgmax
 from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.step_builder_splits import Plan
 from engine.scheduler.compiler.step_builder_tiles import TilePlan
@@ -297,5 +298,6 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
     else:
         for blk, (a, b) in enumerate(plan.lm_head):
             emit(LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)
-    emit(ArgmaxReduce, -1, [(c_lm, n_lm)], emit.ctr("DONE"), num_blocks=len(plan.lm_head))
+    emit(TpArgmax if plan.tp_vocab else ArgmaxReduce, -1, [(c_lm, n_lm)], emit.ctr("DONE"),
+         num_blocks=len(plan.lm_head))
     return Stream(dims, shape, plan, emit.out, emit.period(), list(emit.ctr.names))

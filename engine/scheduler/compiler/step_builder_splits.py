@@ -109,6 +109,10 @@ class SplitParams:
     # Tensor parallelism (ModelDims.tp_world > 1): each all-reduce of the residual is cut into column chunks about
     # this wide (at most TP_FLAG_CHUNKS), one TP_ALLREDUCE each, spread over as many SMs
     tp_chunk_cols: int = 128
+    # >= 0: a tensor-parallel rank's argmax-only step (greedy: no logits leave it) computes the LM head over this
+    # rank's share of the vocabulary only (tp_vocab_rows) and takes the argmax across the ranks (TP_ARGMAX); -1: the
+    # whole vocabulary on every rank (its logits are the model's).
+    tp_vocab_rank: int = -1
     held_pages: int = 9
     page_bytes: int = 16384
 
@@ -130,6 +134,8 @@ class SplitParams:
         if ((self.tile_min_tokens is not None and self.tile_min_tokens < 1) or self.tile_tokens < 1
                 or (self.norm_max_tokens is not None and self.norm_max_tokens < 1)):
             raise ValueError(f"SplitParams: tile_min_tokens and norm_max_tokens >= 1 or None, tile_tokens >= 1; got {self}")
+        if self.tp_vocab_rank < -1:
+            raise ValueError(f"SplitParams.tp_vocab_rank must be >= -1, got {self.tp_vocab_rank}")
         if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:
             raise ValueError(f"SplitParams: token_group >= 1 or None, held_pages >= 1, page_bytes >= 16; got {self}")
 
@@ -175,6 +181,8 @@ class Plan:
     tiles: TilePlan | None = None
     # Column ranges of hidden, one TP_ALLREDUCE each, after every O and down projection (empty: one rank)
     tp_chunks: tuple[tuple[int, int], ...] = ()
+    # The LM head covers this rank's share of the vocabulary (SplitParams.tp_vocab_rank): TP_ARGMAX, not ARGMAX_REDUCE
+    tp_vocab: bool = False
 
     def splits_of(self, seq: int) -> int:
         return self.seq_splits[seq] if self.seq_splits else self.num_splits
@@ -364,15 +372,17 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     down_rows = partition(0, d.hidden, blocks(d.hidden // ha, share, d.hidden, ha, widest), ha)
 
     va = pow2_align(d.vocab)
-    lm_blocks = _count(d.vocab // va, target)
+    v_lo, v_hi = tp_vocab_rows(d, p.tp_vocab_rank, va)
+    v_units = (v_hi - v_lo) // va
+    lm_blocks = _count(v_units, target)
     # rows x sequences within the out buffer (a token group of them when they run in groups): more blocks
     rows_out = p.token_group if p.grouped(shape.num_seqs) and p.token_group else shape.num_seqs
     if p.max_out_floats is not None and not p.lm_head_uncapped(shape.num_seqs):
         units_per_block = max(1, p.max_out_floats // (rows_out * va))
-        lm_blocks = min(d.vocab // va, max(lm_blocks, -(-(d.vocab // va) // units_per_block)))
+        lm_blocks = min(v_units, max(lm_blocks, -(-v_units // units_per_block)))
     if p.grouped(shape.num_seqs):
-        lm_blocks = min(d.vocab // va, max(lm_blocks, p.held_blocks(d.vocab, va, d.hidden)))
-    lm_head = partition(0, d.vocab, lm_blocks, va)
+        lm_blocks = min(v_units, max(lm_blocks, p.held_blocks(v_hi - v_lo, va, d.hidden)))
+    lm_head = partition(v_lo, v_hi, lm_blocks, va)
     ns = num_attn_splits(d, shape, p, device, max_context_pages)
     fused = fuses_o_proj(shape, p, max_context_pages)
     seq_splits = () if fused else step_seq_splits(d, shape, p, device, seq_pages)
@@ -385,11 +395,22 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     if (not fused and p.tile_min_tokens is not None and shape.num_tokens >= p.tile_min_tokens
             and tiles_fit(d)):
         tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens, p.tile_weight_major, p.norm_max_tokens)
-        if tiles.lm_rows:  # the LM head as tiles too: one block each (lm_max / lm_arg columns)
+        if tiles.lm_rows:  # the LM head as tiles too, over the whole vocabulary: one block each (lm_max / lm_arg)
             lm_head = list(tiles.lm_rows)
+            v_lo, v_hi = 0, d.vocab
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
-                tuple(rows), tuple(copy), seq_splits, tiles, tp_chunk_cut(d, p))
+                tuple(rows), tuple(copy), seq_splits, tiles, tp_chunk_cut(d, p), (v_hi - v_lo) < d.vocab)
+
+
+def tp_vocab_rows(d: ModelDims, rank: int, unit: int) -> tuple[int, int]:
+    """The LM head rows a tensor-parallel rank's argmax-only steps compute (SplitParams.tp_vocab_rank): its share of
+    the vocabulary in whole `unit`s, the ranks' shares ascending; the whole vocabulary for rank -1 or one rank."""
+    if rank < 0 or d.tp_world == 1:
+        return 0, d.vocab
+    if rank >= d.tp_world:
+        raise ValueError(f"SplitParams.tp_vocab_rank {rank} is not a rank of {d.tp_world}")
+    return partition(0, d.vocab, d.tp_world, unit)[rank]
 
 
 def tp_chunk_cut(d: ModelDims, p: SplitParams) -> tuple[tuple[int, int], ...]:
