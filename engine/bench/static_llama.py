@@ -15,6 +15,8 @@ through torch._scaled_mm (engine/bench/fp8_linear.py).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,6 +27,8 @@ from models.llama.fp8 import FP8_DTYPE, Fp8Scheme, quantize_fp8
 from models.llama.model import rms_norm
 from models.llama.rope import apply_rope, inv_freq
 from models.llama.weights import LayerWeights, LlamaWeights
+
+Collective = Callable[[torch.Tensor], torch.Tensor]
 
 
 def _add_matrix(module: nn.Module, name: str, w: torch.Tensor, fp8: bool) -> None:
@@ -61,8 +65,14 @@ class StaticLlama(nn.Module):
     """Greedy decoder of `batch` sequences at the same position (prompts of one length) over a static KV cache
     of `max_len` positions each; `fp8`: the matrices in e4m3 (the module's docstring)."""
 
-    def __init__(self, weights: LlamaWeights, max_len: int, batch: int = 1, fp8: bool = False) -> None:
+    def __init__(self, weights: LlamaWeights, max_len: int, batch: int = 1, fp8: bool = False,
+                 reduce: Collective | None = None, gather: Collective | None = None) -> None:
+        """`reduce`, `gather`: a tensor-parallel rank's collectives (engine/bench/tensor_parallel_baseline.py):
+        `weights` is then its shard (a rank's heads, MLP rows, its share of the LM head's rows, the whole embedding),
+        `reduce` sums the O and down projections' partial outputs over the ranks and `gather` concatenates the
+        ranks' logits along the vocabulary."""
         super().__init__()
+        self.reduce, self.gather = reduce, gather
         cfg = weights.config
         if max_len <= 0 or max_len > cfg.max_position_embeddings:
             raise ValueError(f"StaticLlama: max_len={max_len} must be in [1, max_position_embeddings="
@@ -122,12 +132,16 @@ class StaticLlama(nn.Module):
             k = apply_rope(k.view(B, cfg.num_key_value_heads, cfg.head_dim), cos, sin)
             self.kv[i, 0].index_copy_(1, pos, k[:, None])
             self.kv[i, 1].index_copy_(1, pos, v.view(B, 1, cfg.num_key_value_heads, cfg.head_dim))
-            h = h + _linear(layer, "o", self._attend(q, self.kv[i, 0], self.kv[i, 1], valid))
+            h = h + self._reduced(_linear(layer, "o", self._attend(q, self.kv[i, 0], self.kv[i, 1], valid)))
             x = rms_norm(h, layer.ln2, cfg.rms_norm_eps)
             gate, up = _linear(layer, "gate_up", x).chunk(2, dim=-1)
-            h = h + _linear(layer, "down", F.silu(gate) * up)
+            h = h + self._reduced(_linear(layer, "down", F.silu(gate) * up))
         x = rms_norm(h, self.norm, cfg.rms_norm_eps)
-        return _linear(self, "lm_head", x).to(torch.float32)
+        logits = _linear(self, "lm_head", x).to(torch.float32)
+        return logits if self.gather is None else self.gather(logits)
+
+    def _reduced(self, partial: torch.Tensor) -> torch.Tensor:
+        return partial if self.reduce is None else self.reduce(partial)
 
     def forward(self) -> None:
         """One greedy decode step, entirely on the device (no host sync, graph capturable)."""

@@ -1,0 +1,134 @@
+"""The tensor-parallel bench's PyTorch baseline, `torch-tp-graph`: the static decoder of the baselines
+(engine/bench/static_llama.py) sharded Megatron-style over N GPUs, one process each, its O and down projections'
+partial sums all-reduced with NCCL and the LM head's vocabulary split with its logits all-gathered, every decode step
+one CUDA graph per rank (the collectives captured in it). This is what "the kernel split at the all-reduces, NCCL
+between launches" amounts to when each launch is a CUDA graph of cuBLAS kernels: the design the megakernel's in-kernel
+all-reduce is measured against.
+
+Not a row of `megakernel bench` yet: its one GPU run (4x H200, 8B) did not finish within the run's time limit.
+The ranks are fresh interpreters (`python -m engine.bench.tensor_parallel_baseline ARGS`, as the engine's workers:
+engine/backends/rank_processes.py), each reading its shard from the bench's checkpoint (or making random ones,
+`load_format="dummy"`) onto its GPU; rank 0 writes the result. On CPUs (tests) the same runs eagerly over gloo.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from engine.bench.baselines import RunResult, capture_cuda_graph, timed_runs
+from models.llama.config import LlamaConfig
+from models.llama.tensor_parallel import check_tensor_parallel, shard_config, shard_parts
+from models.llama.weights import dense, load_weights
+
+NAME = "torch-tp-graph"
+RANK_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class RankArgs:
+    rank: int
+    world: int
+    init_method: str
+    model_dir: str
+    load_format: str
+    dtype: str
+    prompt: list[int]
+    new_tokens: int
+    repeats: int
+    cuda: bool
+    out: str  # rank 0's result (a pickled RunResult)
+
+
+def _collectives(world: int, cuda: bool):  # noqa: ANN202 - (reduce, gather)
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x)
+        return x
+
+    def gather(x: torch.Tensor) -> torch.Tensor:  # [B, V / N] on each rank -> [B, V], rank order
+        if cuda:
+            out = torch.empty((world, *x.shape), dtype=x.dtype, device=x.device)
+            dist.all_gather_into_tensor(out, x.contiguous())
+            parts = out.unbind(0)
+        else:
+            parts = [torch.empty_like(x) for _ in range(world)]
+            dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=-1)
+
+    return reduce, gather
+
+
+def run_rank(a: RankArgs) -> None:
+    from engine.bench.static_llama import StaticLlama
+
+    device = torch.device("cuda", a.rank) if a.cuda else torch.device("cpu")
+    if a.cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if a.cuda else "gloo", init_method=a.init_method, rank=a.rank,
+                            world_size=a.world)
+    try:
+        config = LlamaConfig.from_dir(a.model_dir)
+        weights = load_weights(a.model_dir, config, dtype=getattr(torch, a.dtype), device=device, progress=False,
+                               parts=shard_parts(config, a.rank, a.world, vocab_parallel=False),
+                               load_format=a.load_format)
+        per = config.vocab_size // a.world  # the rank's LM head rows (the embedding stays whole: one row a token)
+        head = dense(weights.lm_head, weights.dtype)[a.rank * per:(a.rank + 1) * per].contiguous()
+        shard = replace(weights, config=shard_config(config, a.world), lm_head=head)
+        reduce, gather = _collectives(a.world, a.cuda)
+        model = StaticLlama(shard, len(a.prompt) + a.new_tokens, reduce=reduce, gather=gather)
+        prompt = torch.tensor(a.prompt, dtype=torch.int64, device=device)
+        with torch.no_grad():
+            step = model.forward
+            if a.cuda:
+                model.reset()
+                step = capture_cuda_graph(model.forward)
+            result = timed_runs(NAME, model, step, prompt, a.new_tokens, a.repeats,
+                                {"ranks": a.world, "collectives": "NCCL" if a.cuda else "gloo",
+                                 "step": "one CUDA graph per rank" if a.cuda else "eager"})
+        if a.rank == 0:
+            Path(a.out).write_bytes(pickle.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_tensor_parallel_baseline(model_dir: str, prompt: list[int], new_tokens: int, world: int, repeats: int = 3,
+                                 load_format: str = "auto", dtype: str = "bfloat16",
+                                 cuda: bool = True) -> RunResult:
+    """The `torch-tp-graph` row over `world` ranks (GPUs 0..world-1, or gloo processes on CPUs): every rank's decode
+    steps replayed as CUDA graphs; a rank that fails makes it a failed row naming the error."""
+    check_tensor_parallel(LlamaConfig.from_dir(model_dir), world)  # the vocabulary too: the LM head is split
+    with tempfile.TemporaryDirectory(prefix="megakernel-tp-baseline-") as d:
+        out = os.path.join(d, "result.pkl")
+        procs = []
+        for rank in range(world):
+            args = RankArgs(rank, world, "file://" + os.path.join(d, "store"), model_dir, load_format, dtype,
+                            list(prompt), new_tokens, repeats, cuda, out)
+            path = os.path.join(d, f"rank{rank}.pkl")
+            Path(path).write_bytes(pickle.dumps(args))
+            procs.append(subprocess.Popen([sys.executable, "-m", "engine.bench.tensor_parallel_baseline", path],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        failures = []
+        for rank, p in enumerate(procs):
+            try:
+                text, _ = p.communicate(timeout=RANK_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                text, _ = p.communicate()
+            if p.returncode != 0:
+                last = [line for line in (text or "").splitlines() if line.strip()][-1:] or ["no output"]
+                failures.append(f"rank {rank} exited with {p.returncode}: {last[0][:300]}")
+        if failures:
+            return RunResult(NAME, "failed", reason="; ".join(failures))
+        return pickle.loads(Path(out).read_bytes())
+
+
+if __name__ == "__main__":
+    run_rank(pickle.loads(Path(sys.argv[1]).read_bytes()))
