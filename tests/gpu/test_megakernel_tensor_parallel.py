@@ -27,6 +27,14 @@ def _tokens(llm: LLM, params: SamplingParams) -> list[list[int]]:
     return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params)]
 
 
+def _follow_the_reference(checkpoint: str, outputs: list[list[int]], label: str) -> None:
+    """Every prompt's 64 greedy tokens follow the fp32 reference (mk_helpers.follows_reference)."""
+    weights = load_weights(checkpoint, LlamaConfig.from_dir(checkpoint), dtype=torch.float32)
+    for prompt, tokens in zip(PROMPTS, outputs):
+        assert len(tokens) == 64
+        follows_reference(weights, prompt, tokens, label=label)
+
+
 def test_two_gpus_follow_the_reference_for_64_steps(tiny_checkpoint: str) -> None:
     one = _tokens(LLM(tiny_checkpoint, backend="cuda", dtype="bfloat16", progress=False), GREEDY)
     llm = LLM(tiny_checkpoint, backend="cuda", dtype="bfloat16", progress=False, tensor_parallel_size=2)
@@ -35,10 +43,7 @@ def test_two_gpus_follow_the_reference_for_64_steps(tiny_checkpoint: str) -> Non
         sampled = _tokens(llm, SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=12, ignore_eos=True))
     finally:
         llm.close()
-    weights = load_weights(tiny_checkpoint, LlamaConfig.from_dir(tiny_checkpoint), dtype=torch.float32)
-    for prompt, tokens in zip(PROMPTS, two):
-        assert len(tokens) == 64
-        follows_reference(weights, prompt, tokens, label="2 GPUs")
+    _follow_the_reference(tiny_checkpoint, two, "2 GPUs")
     # bf16 partial sums in another order than one GPU's: a near tie may go the other way, rarely
     same = sum(a == b for t1, t2 in zip(one, two) for a, b in zip(t1, t2))
     assert same >= 0.8 * 64 * len(PROMPTS), (same, one, two)
@@ -68,10 +73,7 @@ def test_four_gpus_follow_the_reference_for_64_steps(four_rank_checkpoint: str) 
         four = _tokens(llm, GREEDY)
     finally:
         llm.close()
-    weights = load_weights(four_rank_checkpoint, LlamaConfig.from_dir(four_rank_checkpoint), dtype=torch.float32)
-    for prompt, tokens in zip(PROMPTS, four):
-        assert len(tokens) == 64
-        follows_reference(weights, prompt, tokens, label="4 GPUs")
+    _follow_the_reference(four_rank_checkpoint, four, "4 GPUs")
 
 
 def test_a_dead_rank_fails_the_next_call_naming_it(tiny_checkpoint: str) -> None:
