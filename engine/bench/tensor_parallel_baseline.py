@@ -5,7 +5,8 @@ one CUDA graph per rank (the collectives captured in it). This is what "the kern
 between launches" amounts to when each launch is a CUDA graph of cuBLAS kernels: the design the megakernel's in-kernel
 all-reduce is measured against.
 
-Not a row of `megakernel bench` yet: its one GPU run (4x H200, 8B) did not finish within the run's time limit.
+Not a row of `megakernel bench` yet: its one GPU run (4x H200, 8B) did not finish in the ~140 s its run had left
+(writing the 16 GB checkpoint included; slow or hung, not told apart).
 The ranks are fresh interpreters (`python -m engine.bench.tensor_parallel_baseline ARGS`, as the engine's workers:
 engine/backends/rank_processes.py), each reading its shard from the bench's checkpoint (or making random ones,
 `load_format="dummy"`) onto its GPU; rank 0 writes the result. On CPUs (tests) the same runs eagerly over gloo.
