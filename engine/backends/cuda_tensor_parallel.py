@@ -5,7 +5,9 @@ process per GPU, this one rank 0 on GPU 0 with the engine, its scheduler and its
 Every rank runs its megakernel shard (models/llama/tensor_parallel.py megakernel_shard: its heads and MLP rows, the
 whole embedding and LM head) in a CudaBackend, and its streams average the residual over the ranks inside the kernel
 (TP_ALLREDUCE: peer memory over NVLink, engine/cuda/tp_peers.py), so the kernel never leaves the GPU for a
-collective. Every rank computes the same logits and ids; rank 0's are the engine's. Rank 0 sends each backend call
+collective. Every rank computes the same ids (a greedy step's LM head over each rank's share of the vocabulary, the
+argmax taken across the ranks: TP_ARGMAX) and, in steps that return them, the same logits; rank 0's are the
+engine's. Rank 0 sends each backend call
 to the workers over the gloo group before making it itself (their launches meet on the GPUs): single steps, and
 runs of greedy decode steps whole (the device feeds each step's ids to the next on every rank). A run is never ended
 early by the host here (a rank's launches must match the others'): it ends when the device sees every row stop or

@@ -77,7 +77,8 @@ def run_torch_worker(a: WorkerArgs) -> None:
 
 def run_cuda_worker(a: WorkerArgs) -> None:
     """The megakernel's rank on GPU `a.rank`: the backend calls rank 0 makes, in its order, until None. Their results
-    stay here (every rank computes the same ids and logits); their all-reduces meet rank 0's on the GPUs."""
+    stay here (every rank computes the same ids, and logits where a call returns them); their all-reduces and
+    cross-rank argmaxes meet rank 0's on the GPUs."""
     from engine.backends.cuda_backend import CudaBackend
     from engine.backends.rank_processes import all_gather_objects
     from engine.cuda.tp_peers import TpPeers

@@ -88,7 +88,8 @@ class VMBackend(Backend):
 
     def _placed(self, batch: StepBatch, argmax_only: bool = False) -> tuple[CompiledStream, StepBatch]:
         """The stream `batch` runs in and `batch` as it runs there (padded, where pad_over says)."""
-        if argmax_only:  # a tensor-parallel rank (no hosting there: engine/backends/vm_tensor_parallel.py)
+        if argmax_only and self.argmax_cache is not self.cache:  # a tensor-parallel rank: no hosting there
+            # (engine/backends/vm_tensor_parallel.py)
             return self.argmax_cache.get(batch), batch
         if self.hosting is None or self.pad_over is None:
             return self.cache.get(batch), batch

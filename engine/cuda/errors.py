@@ -11,8 +11,9 @@ KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "int
          5: "instruction outside the batch-1 kernel variant's paths (engine/cuda/variant.py picked it wrongly)",
          6: "instruction of several token groups streams more weight pages (observed) than the ring holds (target): "
             "engine/cuda/limits.py fit_stream let it through",
-         7: "tensor-parallel all-reduce: a peer rank never published its chunk (watchdog); counter = the peer rank, "
-            "target = the count awaited (on the push path: the tag), observed = its count (the tag seen)",
+         7: "tensor-parallel exchange (TP_ALLREDUCE, TP_ARGMAX): a peer rank never published (watchdog); counter = "
+            "the peer rank, target = the count awaited (on the push path and TP_ARGMAX: the tag), observed = its "
+            "count (the tag seen)",
          -1: "error record incomplete"}
 ERR_TP_PEER_TIMEOUT = 7  # csrc/interpreter/opcodes.cuh
 
@@ -39,12 +40,12 @@ def describe_failure(err: list[int], cs: CompiledStream) -> str:
     if 0 <= instr_id < len(cs.stream.instrs):
         operands = f" {cs.stream.instrs[instr_id]}"
     msg = f"megakernel: {what}: instruction #{instr_id} {name} (layer {layer}) on block {block}{operands}"
-    if kind == ERR_TP_PEER_TIMEOUT:  # TP_ALLREDUCE's words: a rank, or -1 for a step its slots cannot hold
+    if kind == ERR_TP_PEER_TIMEOUT:  # TP_ALLREDUCE's / TP_ARGMAX's words: a rank, or -1 for a step too large
         if counter >= 0:
             msg += (f"; waited for rank {counter} to publish count (or push tag) {target}, it stayed at {observed} "
                     "(a rank that stopped, or ranks running different steps)")
         else:
-            msg += f"; step of {observed} tokens, the exchange buffers hold {target}"
+            msg += f"; step of {observed} tokens (TP_ARGMAX: sequences), the exchange buffers hold {target}"
     elif counter >= 0:
         names = cs.stream.counter_names
         cname = names[counter] if counter < len(names) else "?"

@@ -67,9 +67,9 @@ class Buffers(Protocol):
 
 @dataclass(frozen=True)
 class CrossRank:
-    """An opcode whose instructions wait on other ranks as well as on counters (TP_ALLREDUCE): once its counter
-    waits are met it `publish`es what the other ranks read, and it runs (its `execute`) once `ready` says every rank
-    published. The VM of a rank group (engine/vm/rank_group.py) interleaves the two phases across ranks."""
+    """An opcode whose instructions wait on other ranks as well as on counters (TP_ALLREDUCE, TP_ARGMAX): once its
+    counter waits are met it `publish`es what the other ranks read, and it runs (its `execute`) once `ready` says every
+    rank published. The VM of a rank group (engine/vm/rank_group.py) interleaves the two phases across ranks."""
 
     publish: Callable[[Any, Buffers], None]
     ready: Callable[[Any, Buffers], bool]

@@ -99,8 +99,9 @@ def megakernel_shard(weights: LlamaWeights, world: int) -> LlamaWeights:
     """A rank's shard with the whole vocabulary (`shard_parts(..., vocab_parallel=False)`) made into the model the
     megakernel of one rank runs: its residual is hidden / N (engine/instructions/ops/tp_allreduce.py averages the
     ranks'), so the embedding is scaled by 1 / N (exact for powers of two) and the RMSNorm epsilon by 1 / N^2
-    (RMSNorm(h / N) with eps / N^2 is RMSNorm(h) with eps); the LM head stays the unscaled whole matrix (every rank
-    computes all logits: no gather, and the in-kernel argmax agrees on every rank)."""
+    (RMSNorm(h / N) with eps / N^2 is RMSNorm(h) with eps); the LM head stays the unscaled whole matrix: a step that
+    returns logits computes them all on every rank (no gather), a greedy step only its share of the rows
+    (engine/instructions/ops/tp_argmax.py takes the argmax across the ranks)."""
     cfg = weights.config
     scaled = (dense(weights.embed_tokens, torch.float32) / world).to(weights.dtype)
     config = replace(cfg, rms_norm_eps=cfg.rms_norm_eps / world ** 2, tie_word_embeddings=False)

@@ -16,6 +16,7 @@ import pytest
 
 from engine import LLM, SamplingParams
 from engine.errors import EngineFatalError
+from tests.tp_helpers import assert_a_dead_worker_fails_the_next_call
 
 PROMPTS = [[5, 17, 200, 42, 9, 77, 100, 3], [11, 13, 2]]
 PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)
@@ -57,14 +58,7 @@ def test_the_megakernels_ranks_on_the_vm_decode_what_one_process_decodes(tiny_ch
 
 def test_a_dead_rank_fails_the_next_step_naming_it(tiny_checkpoint: str) -> None:
     llm = LLM(tiny_checkpoint, backend="torch", dtype="float32", progress=False, num_pages=16, tensor_parallel_size=2)
-    try:
-        worker = llm.engine.backend.ranks.workers[0]
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=10)
-        with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):
-            llm.generate({"prompt_token_ids": PROMPTS[0]}, PARAMS)
-    finally:
-        llm.close()
+    assert_a_dead_worker_fails_the_next_call(llm, PROMPTS[0], PARAMS)
 
 
 def test_a_rank_lost_inside_a_run_fails_it_naming_the_rank_at_once(tiny_checkpoint: str) -> None:

@@ -5,17 +5,14 @@ mostly equal one GPU's tokens; sampled runs (step by step) return their tokens; 
 naming its rank."""
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.errors import EngineFatalError
 from models.llama.config import LlamaConfig
 from models.llama.weights import load_weights
 from tests.gpu.mk_helpers import follows_reference
+from tests.tp_helpers import assert_a_dead_worker_fails_the_next_call
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 
@@ -78,11 +75,4 @@ def test_four_gpus_follow_the_reference_for_64_steps(four_rank_checkpoint: str) 
 
 def test_a_dead_rank_fails_the_next_call_naming_it(tiny_checkpoint: str) -> None:
     llm = LLM(tiny_checkpoint, backend="cuda", dtype="bfloat16", progress=False, tensor_parallel_size=2)
-    try:
-        worker = llm.engine.backend.ranks.workers[0]
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=10)
-        with pytest.raises(EngineFatalError, match="tensor-parallel rank 1 exited"):
-            llm.generate({"prompt_token_ids": PROMPTS[1]}, GREEDY)
-    finally:
-        llm.close()
+    assert_a_dead_worker_fails_the_next_call(llm, PROMPTS[1], GREEDY)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
+
 from engine.instructions.accesses import Access, box
 from engine.instructions.cost import CostInputs, InstrCost
 from engine.instructions.format import Header
@@ -19,11 +21,16 @@ class ArgmaxReduce:
     header: Header = field(default_factory=Header)
 
 
-def execute(i: ArgmaxReduce, b: Buffers) -> None:
-    mx = b.get("lm_max")[:, : i.num_blocks]
-    arg = b.get("lm_arg")[:, : i.num_blocks]
+def blocks_best(b: Buffers, num_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's best logit and its vocab id over the LM head's `num_blocks` partials."""
+    mx = b.get("lm_max")[:, :num_blocks]
+    arg = b.get("lm_arg")[:, :num_blocks]
     best = mx.argmax(dim=1)  # first block attaining the max = smallest vocab id (blocks are in vocab order)
-    b.get("out_tokens")[:] = arg.gather(1, best[:, None])[:, 0]
+    return mx.gather(1, best[:, None])[:, 0], arg.gather(1, best[:, None])[:, 0]
+
+
+def execute(i: ArgmaxReduce, b: Buffers) -> None:
+    b.get("out_tokens")[:] = blocks_best(b, i.num_blocks)[1]
 
 
 def accesses(i: ArgmaxReduce, b: Buffers) -> list[Access]:

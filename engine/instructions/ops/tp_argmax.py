@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import torch
-
 from engine.instructions.accesses import Access, box
 from engine.instructions.cost import CostInputs, InstrCost
 from engine.instructions.format import Header
 from engine.instructions.op_spec import Buffers, CrossRank, OpSpec
+from engine.instructions.ops.argmax_reduce import blocks_best
 from engine.instructions.tp_exchange import argmax_flag_index
 
 
@@ -40,14 +39,6 @@ def _count(b: Buffers, src: int) -> int:
     return int(ex.flags[argmax_flag_index(b.dims.layers, src, ex.world)])
 
 
-def _local_best(i: TpArgmax, b: Buffers) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's best logit and its vocab id per sequence, over its LM head's blocks."""
-    mx = b.get("lm_max")[:, : i.num_blocks]
-    arg = b.get("lm_arg")[:, : i.num_blocks]
-    best = mx.argmax(dim=1)  # first block attaining the max = smallest vocab id (blocks are in vocab order)
-    return mx.gather(1, best[:, None])[:, 0], arg.gather(1, best[:, None])[:, 0]
-
-
 def publish(i: TpArgmax, b: Buffers) -> None:
     ex = b.tp
     if ex is None:
@@ -55,7 +46,7 @@ def publish(i: TpArgmax, b: Buffers) -> None:
     S = b.args.num_seqs
     if S > ex.best_value.shape[1]:
         raise ValueError(f"TP_ARGMAX: a step of {S} sequences, the exchange holds {ex.best_value.shape[1]}")
-    values, ids = _local_best(i, b)
+    values, ids = blocks_best(b, i.num_blocks)  # this rank's, over its blocks
     for peer in ex.peers:
         peer.best_value[ex.rank, :S] = values
         peer.best_id[ex.rank, :S] = ids
@@ -76,7 +67,7 @@ def execute(i: TpArgmax, b: Buffers) -> None:
     ex = b.tp
     out = b.get("out_tokens")
     if ex is None:  # one rank: its own blocks are the whole vocabulary
-        out[:] = _local_best(i, b)[1]
+        out[:] = blocks_best(b, i.num_blocks)[1]
         return
     S = b.args.num_seqs
     # the first rank attaining the max (NaN the largest, as torch.argmax and the kernel's tk::beats): the smallest id

@@ -11,7 +11,8 @@ per-group counters, O tiles wait the layer's attention, GATE_UP tiles all O tile
 
 Tensor parallelism (`plan.tp_chunks`): the residual after each O projection (all of them: O_PROJ_RESIDUAL,
 ATTN_O_PROJ or O tiles) and after each layer's downs is averaged over the ranks by TP_ALLREDUCE chunks, which wait
-for all of them; what waited for them waits for every chunk instead.
+for all of them; what waited for them waits for every chunk instead. A rank's greedy stream (`plan.tp_vocab`) ends
+with TP_ARGMAX over its share of the vocabulary instead of ARGMAX_REDUCE.
 
 Fused layers (`plan.fused`: opt-in, batch 1, short context) replace attention + O-proj with ATTN_O_PROJ:
 every QKV block of the layer signals one counter QKV[l], each ATTN_O_PROJ waits all of them (it adds
