@@ -14,8 +14,10 @@ COMPILE_FALLBACK = "default"  # torch.compile mode tried when the requested one 
 EAGER = "eager"
 CUDA_GRAPH = "cuda_graph"
 COMPILE_GRAPH = "compile_graph"
+# The tensor-parallel bench's PyTorch row (engine/bench/tensor_parallel_baseline.py), at --tensor-parallel-size N > 1
+TP_GRAPH = "torch-tp-graph"
 SKIP_ALIASES = {"eager": EAGER, "graph": CUDA_GRAPH, "cuda_graph": CUDA_GRAPH,
-                "compile": COMPILE_GRAPH, "compile_graph": COMPILE_GRAPH}
+                "compile": COMPILE_GRAPH, "compile_graph": COMPILE_GRAPH, "tp-graph": TP_GRAPH, TP_GRAPH: TP_GRAPH}
 
 
 # Sequences decoded together at --batch N (the product rows only: LLM.generate with N requests at once).
@@ -53,7 +55,7 @@ class BenchConfig:
     # `megakernel-bf16` row; the floor counts fp8 bytes. The PyTorch baselines stay bf16.
     quantization: str | None = None
     # > 1: the megakernel's product row runs over this many GPUs (LLM(tensor_parallel_size=N)), next to a same-run
-    # one-GPU row `megakernel-1gpu`; the floor is one rank's bytes (its share of the layers and of the LM head) over
+    # one-GPU row `megakernel-1gpu` and the PyTorch decoder sharded the same way (`torch-tp-graph`); the floor is one rank's bytes (its share of the layers and of the LM head) over
     # the copy bandwidth. Batch 1.
     tensor_parallel_size: int = 1
     # "dummy": the product rows' engines make their own random weights (LLM(load_format="dummy"), each rank its

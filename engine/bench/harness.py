@@ -175,6 +175,9 @@ def run_bench(config: BenchConfig, engines: Mapping[str, EngineRunner] | None = 
     weights, model_desc = load_bench_weights(config.model_dir, config.preset, dtype, device, config.seed,
                                              config.load_format)
     runs: list[RunResult] = []
+    for name in sorted(set(engines) & config.skipped()):  # an engine row the --skip names (torch-tp-graph)
+        del engines[name]
+        runs.append(RunResult(name, "skipped", reason="skipped by request"))
     if dummy and ONE_GPU_ROW in engines and not fits_one_device(weights, device):
         del engines[ONE_GPU_ROW]  # the whole model on one GPU: more than its memory
         runs.append(RunResult(ONE_GPU_ROW, "skipped", reason=f"the whole model ({weights.num_bytes() / 1e9:.0f} GB) "

@@ -120,8 +120,8 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
     `engine-torch`: `LLM.generate` on the torch backend. At `batch` > 1 the product rows only, N requests at once
     (engine/bench/batch_runner.py), of the prompt's length or of `lengths`. `quantization` ("fp8"): the batch-1
     rows run fp8 weights, and `megakernel-bf16` is the product row without it, in the same run.
-    `tensor_parallel_size` > 1: `megakernel` over that many GPUs and `megakernel-1gpu`, the product row on one, in the
-    same run. `dummy` (weights without data: the engines make their own): the product rows only."""
+    `tensor_parallel_size` > 1: `megakernel` over that many GPUs, `megakernel-1gpu`, the product row on one, and
+    `torch-tp-graph`, the PyTorch decoder sharded the same way (NCCL, a CUDA graph per rank), in the same run. `dummy` (weights without data: the engines make their own): the product rows only."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:
@@ -135,9 +135,13 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
     if tensor_parallel_size > 1:
         if not on_gpu:
             raise ValueError("--tensor-parallel-size runs the megakernel's ranks: sm_90 GPUs")
+        from engine.bench.tensor_parallel_baseline import NAME as TP_BASELINE, tensor_parallel_runner
+
         return {"megakernel": partial(generate_runner, kernel_options=option_texts,
                                       tensor_parallel_size=tensor_parallel_size),
-                ONE_GPU_ROW: partial(generate_runner, kernel_options=option_texts)}
+                ONE_GPU_ROW: partial(generate_runner, kernel_options=option_texts),
+                # last: the megakernel rows are measured whatever happens to it
+                TP_BASELINE: partial(tensor_parallel_runner, world=tensor_parallel_size)}
     if not on_gpu:  # the engine's own torch path, timed the same way
         return {"engine-torch": partial(generate_runner, backend="torch", quantization=q)}
     rows: dict[str, EngineRunner] = {
