@@ -2,7 +2,7 @@
 
 One thread owns the `LLMEngine` (it is not thread-safe): it loads it, drains a command queue
 (add / abort / arbitrary calls), runs `step()` while work is pending, and hands each step's results
-to the event loop in ONE `call_soon_threadsafe` per HTTP request. Concurrent HTTP requests are
+to the event loop in ONE `call_soon_threadsafe` per step. Concurrent HTTP requests are
 therefore batched continuously by the engine's scheduler, and the event loop never blocks on a
 forward pass. The thread ships only what is new since the last step (token ids, logprobs), so the
 cost per step stays proportional to the batch, not to the generated lengths.
@@ -47,6 +47,20 @@ class _Pending:
 
     def add(self, stream: RequestStream, ev: ChoiceEvent) -> None:
         self.events.setdefault(id(stream), (stream, []))[1].append(ev)
+
+    def hand_over(self) -> None:
+        """Every stream's events to its event loop: ONE `call_soon_threadsafe` per loop and step (each is a wake-up
+        write on the loop's socket pair, made by the engine thread, which also needs the GIL back after it)."""
+        by_loop: dict[int, tuple[asyncio.AbstractEventLoop, list[tuple[RequestStream, list[ChoiceEvent]]]]] = {}
+        for stream, events in self.events.values():
+            by_loop.setdefault(id(stream.loop), (stream.loop, []))[1].append((stream, events))
+        for loop, items in by_loop.values():
+            loop.call_soon_threadsafe(_put_each, items)
+
+
+def _put_each(items: list[tuple[RequestStream, list[ChoiceEvent]]]) -> None:
+    for stream, events in items:
+        stream._put(events)
 
 
 class AsyncEngine:
@@ -309,8 +323,7 @@ class AsyncEngine:
                 self._release(1)
                 self.metrics.e2e.observe(now - live.times.arrival)
                 self.metrics.request_finished(finish)
-        for stream, events in pending.events.values():
-            stream.loop.call_soon_threadsafe(stream._put, events)
+        pending.hand_over()
 
     def _publish_stats(self) -> None:
         try:

@@ -44,6 +44,7 @@ class RequestStream:
         self._queue: asyncio.Queue[list[ChoiceEvent] | BaseException] = asyncio.Queue()
         self._unfinished = set(self.request_ids)
         self.failed = False  # fail() was called: the reader gets (or got) the error
+        self._held: BaseException | None = None  # an error queued behind events a get() returned
         self.loop = asyncio.get_running_loop()
 
     @property
@@ -59,12 +60,27 @@ class RequestStream:
         self._queue.put_nowait(exc)
 
     async def get(self, timeout: float | None = None) -> list[ChoiceEvent]:
-        """The next batch of events (raises the engine's error, or TimeoutError after `timeout`)."""
-        item = await asyncio.wait_for(self._queue.get(), timeout)
-        if isinstance(item, BaseException):
-            self._unfinished.clear()
-            raise item
-        for ev in item:
+        """Every batch of events queued since the last call, in order, once there is one (raises the engine's error,
+        or TimeoutError after `timeout`). A reader that fell behind takes all it missed in one call, so its
+        response writes them together."""
+        if self._held is not None:
+            item, self._held = self._held, None
+        else:
+            item = await asyncio.wait_for(self._queue.get(), timeout)
+        events: list[ChoiceEvent] = []
+        while True:
+            if isinstance(item, BaseException):
+                if events:  # the events queued before the error first, the error at the next call
+                    self._held = item
+                    break
+                self._unfinished.clear()
+                raise item
+            events.extend(item)
+            try:
+                item = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+        for ev in events:
             if ev.finish_reason is not None:
                 self._unfinished.discard(ev.request_id)
-        return item
+        return events

@@ -15,7 +15,7 @@ from server.params import chat_messages, check_fanout, check_model, per_prompt, 
 from server.prompts import chat_prompt, max_tokens_for
 from server.protocol import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
                              ChatResponseMessage)
-from server.serving_common import SSE_DONE, SSE_HEADERS, Generation, sse, stream_error
+from server.serving_common import SSE_DONE, SSE_HEADERS, Generation, sse, stream_error, write_together
 
 
 async def create_chat_completion(req: ChatCompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
@@ -60,6 +60,7 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
     created = int(time.time())
     model = aeng.served_model_name
     text = TokenText(aeng.tokenizer)
+    batch: list[str] = []  # the chunks of one read of the stream, written together (serving_common.write_together)
     try:
         for c in sorted(gen.choices.values(), key=lambda c: c.index):
             yield sse(_chunk(gen, created, model, c.index, {"role": "assistant", "content": ""}, None, None))
@@ -72,11 +73,15 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
                     lp = {"content": [t.model_dump() for t in chat_logprobs(new_ids, new_lp, k, text)]}
                 if delta or new_ids or c.finish_reason is not None:  # one chunk per token step, as vLLM
                     body = {"content": delta} if delta or c.finish_reason is None else {}
-                    yield sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason, c.stop_reason))
+                    batch.append(sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason, c.stop_reason)))
+            if batch:
+                yield write_together(batch)
         if include_usage:
             yield sse({"id": gen.base_id, "object": "chat.completion.chunk", "created": created,
                        "model": model, "choices": [], "usage": gen.usage().model_dump()})
     except Exception as exc:  # the status line is already sent: report in-band, then end the stream
+        if batch:
+            yield write_together(batch)
         yield stream_error(exc)
     finally:
         gen.abort()

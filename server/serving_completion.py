@@ -15,7 +15,7 @@ from server.params import (DEFAULT_MAX_TOKENS, check_fanout, check_model, comple
                            raw_prompts, sampling_params)
 from server.prompts import PreparedPrompt, completion_prompts, max_tokens_for
 from server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
-from server.serving_common import SSE_DONE, SSE_HEADERS, ChoiceState, Generation, sse, stream_error
+from server.serving_common import SSE_DONE, SSE_HEADERS, ChoiceState, Generation, sse, stream_error, write_together
 
 
 async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
@@ -75,6 +75,7 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
     offsets = {c.index: 0 for c in gen.choices.values()}
     # With logprobs the echo waits for the choice's first event, which brings the prompt's logprobs.
     echo_later = bool(echo) and req.logprobs is not None
+    batch: list[str] = []  # the chunks of one read of the stream, written together (serving_common.write_together)
     try:
         if echo and not echo_later:
             for c in sorted(gen.choices.values(), key=lambda c: c.index):
@@ -88,7 +89,7 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
                     echo_lp = CompletionLogprobs()
                     offsets[c.index] = completion_logprobs(
                         echo_lp, c.prompt_token_ids or [], c.prompt_logprobs or [], req.logprobs or 0, text, 0)
-                    yield sse(_chunk(gen, created, model, c, echo[c.prompt_index], echo_lp))
+                    batch.append(sse(_chunk(gen, created, model, c, echo[c.prompt_index], echo_lp)))
                 lp = None
                 if req.logprobs is not None:
                     lp = CompletionLogprobs()
@@ -97,11 +98,15 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
                 # One chunk per step that produced tokens, even when their text is held back (stop
                 # string prefix, incomplete UTF-8): like vLLM, so clients can time every token.
                 if delta or new_ids or c.finish_reason is not None:
-                    yield sse(_chunk(gen, created, model, c, delta, lp))
+                    batch.append(sse(_chunk(gen, created, model, c, delta, lp)))
+            if batch:
+                yield write_together(batch)
         if include_usage:
             yield sse({"id": gen.base_id, "object": "text_completion", "created": created, "model": model,
                        "choices": [], "usage": gen.usage().model_dump()})
     except Exception as exc:  # the status line is already sent: report in-band, then end the stream
+        if batch:
+            yield write_together(batch)
         yield stream_error(exc)
     finally:
         gen.abort()  # no-op when everything finished; frees KV pages when the client went away
