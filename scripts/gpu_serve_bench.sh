@@ -16,7 +16,7 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 MODEL=${MODEL:-/tmp/mk-llama-1b}
 BACKEND=${BACKEND:-cuda}
 [ -f "$MODEL/config.json" ] || python3 -m engine.cli init-random --preset llama-3.2-1b --out "$MODEL" || exit 1
-python3 -m engine.cli serve --model "$MODEL" --backend "$BACKEND" --port 8011 --max-model-len 2048 \
+python3 -m ${SERVE_WRAP:+$SERVE_WRAP }engine.cli serve --model "$MODEL" --backend "$BACKEND" --port 8011 --max-model-len 2048 \
   --served-model-name llama-1b-random ${SERVE_ARGS:-} >"$OUT/serve/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null' EXIT
