@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
@@ -56,15 +55,14 @@ class TensorParallelCudaBackend(Backend):
         self.world = world
         self.ranks = RankProcesses(world, lambda rank, init: WorkerArgs(
             rank, world, init, checkpoint, config, load_options, num_pages, page_size, None, timeout_s, "cuda",
-            dict(cuda_options)))
+            dict(cuda_options)), backend="cuda")
         self._closed = False
         self._peers: TpPeers | None = None
         try:
             torch.cuda.set_device(0)
             shard = load_megakernel_shard(checkpoint, config, 0, world,
                                           **{**load_options, "device": torch.device("cuda", 0)})
-            dist.init_process_group("gloo", init_method=self.ranks.init_method, rank=0, world_size=world,
-                                    timeout=timedelta(seconds=timeout_s))
+            self.ranks.join(timeout_s)
             self.rank0 = CudaBackend(shard, num_pages, page_size, tp_world=world, tp_rank=0, **cuda_options)
             del shard  # the backend keeps its packed copy
             self._peers = TpPeers(0, world, self.rank0.dims, self.rank0.max_tokens_per_step,

@@ -11,7 +11,6 @@ step ends the collective by the group's timeout), never a hang; `close()` ends t
 """
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -48,8 +47,7 @@ class TensorParallelBackend(Backend):
         self._closed = False
         try:
             shard = load_shard(checkpoint, config, 0, world, **load_options)
-            dist.init_process_group("gloo", init_method=self.ranks.init_method, rank=0, world_size=world,
-                                    timeout=timedelta(seconds=timeout_s))
+            self.ranks.join(timeout_s)
         except BaseException:
             self.ranks.stop()
             raise

@@ -51,6 +51,8 @@ def rank_cache(shard: LlamaWeights, num_pages: int, page_size: int, kv_dtype: to
 
 
 def _join(a: WorkerArgs) -> None:
+    if dist.is_initialized():  # started by torchrun: in the group before its arguments came (torchrun_launch.py)
+        return
     dist.init_process_group("gloo", init_method=a.init_method, rank=a.rank, world_size=a.world,
                             timeout=timedelta(seconds=a.timeout_s))
 

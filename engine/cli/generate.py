@@ -42,14 +42,17 @@ def run(args: argparse.Namespace) -> int:
     if args.load_format == "auto":
         check_checkpoint(args.model, config)
     llm = LLM(args.model, **engine_kwargs(args))
-    start = time.perf_counter()
-    if args.chat:
-        outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)
-    else:
-        outs = llm.generate(args.prompt, params)
-    elapsed = time.perf_counter() - start
-    n_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    for out in outs:
-        print(f"--- {out.request_id} ({out.outputs[0].finish_reason}): {out.outputs[0].text!r}")
-    print(f"[{llm.engine.backend_name}] {n_tokens} tokens in {elapsed:.2f}s ({n_tokens / elapsed:.1f} tok/s)")
+    try:  # closed: a tensor-parallel engine's ranks end with it
+        start = time.perf_counter()
+        if args.chat:
+            outs = llm.chat([[{"role": "user", "content": p}] for p in args.prompt], params)
+        else:
+            outs = llm.generate(args.prompt, params)
+        elapsed = time.perf_counter() - start
+        n_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+        for out in outs:
+            print(f"--- {out.request_id} ({out.outputs[0].finish_reason}): {out.outputs[0].text!r}")
+        print(f"[{llm.engine.backend_name}] {n_tokens} tokens in {elapsed:.2f}s ({n_tokens / elapsed:.1f} tok/s)")
+    finally:
+        llm.close()
     return 0

@@ -10,6 +10,7 @@ import argparse
 import sys
 import traceback
 
+from engine.backends.torchrun_launch import TorchrunLaunch, check_launch, run_launched_worker, torchrun_launch
 from engine.cli import build, demo, distribution, generate, init_random, profile
 
 CORE_COMMANDS = (init_random, generate, demo, build, profile)
@@ -96,12 +97,26 @@ def _report(command: str, exc: BaseException, debug: bool) -> int:
     return EXIT_USER_ERROR if user_error else EXIT_UNEXPECTED
 
 
+def _check_torchrun(args: argparse.Namespace, launch: TorchrunLaunch) -> None:
+    """Rank 0 of a torchrun launch: the command must be one whose engine takes every rank torchrun started."""
+    world = getattr(args, "tensor_parallel_size", None)
+    if args.command not in ("generate", "serve") or world is None or launch.world < 2:
+        raise ValueError(f"torchrun started {launch.world} processes: run `generate` or `serve` with "
+                         f"--tensor-parallel-size {launch.world} under it")
+    check_launch(launch, world, getattr(args, "backend", "torch"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
+    launch = torchrun_launch()
+    if launch is not None and launch.rank != 0:  # torchrun's ranks 1..N-1 serve rank 0's engine, whatever the command
+        return run_launched_worker(launch)
     try:
         args = build_parser(debug).parse_args(argv)
         try:
+            if launch is not None:
+                _check_torchrun(args, launch)
             return int(args.func(args) or 0)
         except Exception as exc:  # noqa: BLE001 (every error ends as one line; --debug shows the rest)
             return _report(args.command, exc, args.debug)
