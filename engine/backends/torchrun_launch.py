@@ -30,10 +30,11 @@ class TorchrunLaunch:
 
 
 def torchrun_launch(environ: Mapping[str, str] = os.environ) -> TorchrunLaunch | None:
-    """This process's place among the ranks torchrun started (its RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and the
-    rendezvous's MASTER_ADDR / MASTER_PORT set), else None."""
-    needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    if not all(environ.get(k) for k in needed):
+    """This process's place among the ranks torchrun started, else None: its RANK, LOCAL_RANK, WORLD_SIZE (over 1) and
+    the rendezvous's MASTER_ADDR / MASTER_PORT set. A world of one is no launch to join (some environments set these
+    variables for a single process)."""
+    needed = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    if not all(environ.get(k) for k in needed) or int(environ["WORLD_SIZE"]) < 2:
         return None
     world = int(environ["WORLD_SIZE"])
     return TorchrunLaunch(int(environ["RANK"]), world, int(environ.get("LOCAL_WORLD_SIZE", world)))

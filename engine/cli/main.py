@@ -100,7 +100,7 @@ def _report(command: str, exc: BaseException, debug: bool) -> int:
 def _check_torchrun(args: argparse.Namespace, launch: TorchrunLaunch) -> None:
     """Rank 0 of a torchrun launch: the command must be one whose engine takes every rank torchrun started."""
     world = getattr(args, "tensor_parallel_size", None)
-    if args.command not in ("generate", "serve") or world is None or launch.world < 2:
+    if args.command not in ("generate", "serve") or world is None:
         raise ValueError(f"torchrun started {launch.world} processes: run `generate` or `serve` with "
                          f"--tensor-parallel-size {launch.world} under it")
     check_launch(launch, world, getattr(args, "backend", "torch"))

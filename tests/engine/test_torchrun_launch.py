@@ -18,7 +18,8 @@ GENERATE = ["generate", "--backend", "torch", "--dtype", "float32", "--prompt", 
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"
     return env
@@ -31,8 +32,10 @@ def _torchrun(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
 
 def test_the_environment_says_whether_torchrun_started_this_process() -> None:
     assert torchrun_launch({}) is None
-    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h",
+           "MASTER_PORT": "29500"}
     assert torchrun_launch(env) == TorchrunLaunch(rank=1, world=4, local_world=2)
+    assert torchrun_launch({**env, "RANK": "0", "WORLD_SIZE": "1"}) is None  # one process: nothing to join
     with pytest.raises(ValueError, match="--tensor-parallel-size 2 under torchrun, which started 4"):
         check_launch(TorchrunLaunch(0, 4, 4), 2, "torch")
     with pytest.raises(ValueError, match="one host"):
