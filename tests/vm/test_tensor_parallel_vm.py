@@ -15,7 +15,7 @@ from engine.instructions.op_spec import with_header
 from engine.instructions.ops.tp_allreduce import TpAllreduce
 from engine.instructions.layout import pow2_align
 from engine.instructions.registry import OPCODES, Opcode
-from engine.scheduler.compiler.step_builder_splits import tp_vocab_rows
+from engine.scheduler.compiler.tensor_parallel_cuts import tp_vocab_rows
 from engine.vm.race import RaceError
 from engine.vm.rank_group import RankGroupVM
 from models.llama.kv_cache import PagedKVCache

@@ -29,7 +29,8 @@ from engine.instructions.step_args import encode_step_args
 from engine.scheduler.compiler.cost_model import CostParams, cost_inputs, time_ns
 from engine.scheduler.compiler.policies import Schedule, make_schedule
 from engine.scheduler.compiler.step_builder import Stream, build_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan, num_attn_splits, step_seq_splits
+from engine.scheduler.compiler.attention_cuts import num_attn_splits, step_seq_splits
+from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
 

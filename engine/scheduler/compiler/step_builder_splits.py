@@ -2,7 +2,8 @@
 
 Nothing here is specific to one model: blocks are multiples of `layout.pow2_align` units (16 rows on
 real models), counts target about `waves * num_sms` instructions per op, and balanced partitions keep
-every block of an op within one unit of the others.
+every block of an op within one unit of the others. Attention's cuts (KV splits, query parts, head chunks) are in
+attention_cuts.py, a tensor-parallel rank's (all-reduce chunks, its share of the vocabulary) in tensor_parallel_cuts.py.
 """
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import math
 from dataclasses import dataclass
 
 from engine.instructions.layout import ModelDims, StepShape, pow2_align
-from engine.instructions.tp_exchange import TP_FLAG_CHUNKS
+from engine.scheduler.compiler.attention_cuts import (attn_head_chunks, fuses_o_proj, num_attn_splits, query_parts,
+                                                      step_seq_splits)
+from engine.scheduler.compiler.partition import partition
 from engine.scheduler.compiler.step_builder_tiles import TilePlan, tile_plan, tiles_fit
 from engine.scheduler.compiler.target import TargetDevice
+from engine.scheduler.compiler.tensor_parallel_cuts import tp_chunk_cut, tp_vocab_rows
 
 
 @dataclass(frozen=True)
@@ -188,100 +192,10 @@ class Plan:
         return self.seq_splits[seq] if self.seq_splits else self.num_splits
 
 
-def partition(lo: int, hi: int, parts: int, unit: int = 1) -> list[tuple[int, int]]:
-    """Cut [lo, hi) into `parts` ranges of whole `unit`s whose sizes differ by at most one unit."""
-    n = (hi - lo) // unit
-    if (hi - lo) % unit or not 1 <= parts <= n:
-        raise ValueError(f"partition: cannot cut [{lo}, {hi}) into {parts} parts of {unit}-unit multiples")
-    cuts = [lo + (k * n // parts) * unit for k in range(parts + 1)]
-    return [(cuts[k], cuts[k + 1]) for k in range(parts)]
-
-
 def _count(units: int, target: float) -> int:
     # Rounded down: one instruction more than there are SMs makes a few SMs run two back to back, which
     # doubles the op's critical path (measured: 136 QKV blocks on 132 SMs cost ≈ 7 µs per layer).
     return max(1, min(units, math.floor(target + 1e-9)))
-
-
-def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bool:
-    """Whether this step runs the fused ATTN_O_PROJ path (batch 1, context and tokens within the fused limits, one
-    token group)."""
-    return (p.fuse_o_proj and shape.num_seqs == 1 and max_context_pages <= p.fuse_max_context_pages
-            and (p.fuse_max_tokens is None or shape.num_tokens <= p.fuse_max_tokens)
-            and not p.grouped(shape.num_tokens))
-
-
-def num_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
-                    max_context_pages: int) -> int:
-    """Enough KV splits to give each SM an attention instruction (with the query parts; attn_splits_whole_wave: no
-    more than one each), never more than the pages in use
-    (rounded up to a power of two so the stream survives many decode steps); 1 on the fused path."""
-    if fuses_o_proj(shape, p, max_context_pages):
-        return 1
-    tasks = shape.num_seqs * d.n_kv * query_parts(d, shape, p, device)
-    want = device.num_sms // tasks if p.attn_splits_whole_wave else math.ceil(device.num_sms / tasks)
-    pages = 1 << max(0, math.ceil(math.log2(max(1, max_context_pages))))
-    cap = p.max_attn_splits if p.max_attn_splits is not None else want
-    return max(1, min(want, pages // p.min_pages_per_split, cap))
-
-
-def _page_buckets(seq_pages: tuple[int, ...]) -> list[int]:
-    return [1 << max(0, math.ceil(math.log2(max(1, n)))) for n in seq_pages]
-
-
-def step_seq_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
-                    seq_pages: tuple[int, ...]) -> tuple[int, ...]:
-    """The step's per-sequence split counts (seq_attn_splits) where SplitParams.per_seq_splits applies to its
-    contexts (uneven by per_seq_min_ratio or more), else () (every sequence the uniform count)."""
-    if not p.per_seq_splits or not seq_pages or len(seq_pages) != shape.num_seqs:
-        return ()
-    buckets = _page_buckets(seq_pages)
-    if max(buckets) < p.per_seq_min_ratio * min(buckets):
-        return ()
-    return seq_attn_splits(d, shape, p, device, seq_pages)
-
-
-def seq_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
-                    seq_pages: tuple[int, ...]) -> tuple[int, ...]:
-    """Each sequence's KV splits under SplitParams.per_seq_splits: the wave's split slots (SMs per group and query
-    part, as num_attn_splits counts them for one sequence) shared in proportion to the sequences' context pages
-    (rounded up to powers of two, as there), at least one each, at most its pages per min_pages_per_split. With equal
-    contexts every sequence gets num_attn_splits' count."""
-    buckets = _page_buckets(seq_pages)
-    den = d.n_kv * query_parts(d, shape, p, device) * sum(buckets)  # a sequence's share: num_sms * b / den
-
-    def share(b: int) -> int:
-        return device.num_sms * b // den if p.attn_splits_whole_wave else -(-device.num_sms * b // den)
-    cap = p.max_attn_splits
-    return tuple(max(1, min(b // p.min_pages_per_split, share(b), cap if cap is not None else b)) for b in buckets)
-
-
-def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
-                     num_splits: int, split_slots: int | None = None) -> list[tuple[int, int]]:
-    """Head ranges within a KV group: as many as the SMs left idle by (sequence, group, split, query part) allow;
-    `split_slots`: the sequences' splits summed, where they differ (else num_splits for each sequence)."""
-    slots = split_slots if split_slots is not None else shape.num_seqs * num_splits
-    free = device.num_sms // (slots * d.n_kv * query_parts(d, shape, p, device))
-    cap = p.max_attn_head_chunks if p.max_attn_head_chunks is not None else d.gqa
-    return partition(0, d.gqa, max(1, min(d.gqa, free, cap)))
-
-
-# A query part gets at least this many tokens on average: below it the part's fixed costs (the queries' and keys'
-# first loads) outweigh the parallelism.
-MIN_TOKENS_PER_QUERY_PART = 4
-
-
-def query_parts(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice) -> int:
-    """Parts each sequence's new tokens are cut into for attention (1 for decode steps): up to about
-    `waves * num_sms` attention instructions, each part MIN_TOKENS_PER_QUERY_PART tokens or more on average.
-    Attention walks its tokens one after another, each with its own round trips, so a prompt chunk's tokens are
-    spread first; KV splits and head chunks only take the SMs the parts leave."""
-    per_seq = shape.num_tokens // shape.num_seqs
-    if per_seq <= 1:
-        return 1
-    waves = p.waves if p.attn_query_waves is None else p.attn_query_waves
-    return max(1, min(per_seq // MIN_TOKENS_PER_QUERY_PART,
-                      math.floor(waves * device.num_sms / (shape.num_seqs * d.n_kv))))
 
 
 def mlp_slice_count(d: ModelDims, requested: int | None) -> int:
@@ -401,24 +315,3 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
                 tuple(rows), tuple(copy), seq_splits, tiles, tp_chunk_cut(d, p), (v_hi - v_lo) < d.vocab)
-
-
-def tp_vocab_rows(d: ModelDims, rank: int, unit: int) -> tuple[int, int]:
-    """The LM head rows a tensor-parallel rank's argmax-only steps compute (SplitParams.tp_vocab_rank): its share of
-    the vocabulary in whole `unit`s, the ranks' shares ascending; the whole vocabulary for rank -1 or one rank."""
-    if rank < 0 or d.tp_world == 1:
-        return 0, d.vocab
-    if rank >= d.tp_world:
-        raise ValueError(f"SplitParams.tp_vocab_rank {rank} is not a rank of {d.tp_world}")
-    return partition(0, d.vocab, d.tp_world, unit)[rank]
-
-
-def tp_chunk_cut(d: ModelDims, p: SplitParams) -> tuple[tuple[int, int], ...]:
-    """The column chunks of a tensor-parallel all-reduce (whole 16-byte vectors; none for one rank)."""
-    if d.tp_world == 1:
-        return ()
-    if d.hidden % 4:
-        raise ValueError(f"tensor parallelism: hidden_size {d.hidden} is not a multiple of 4 (the all-reduce moves "
-                         "16-byte vectors)")
-    chunks = max(1, min(TP_FLAG_CHUNKS, d.hidden // 4, round(d.hidden / p.tp_chunk_cols)))
-    return tuple(partition(0, d.hidden, chunks, 4))
