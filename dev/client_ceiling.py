@@ -84,7 +84,8 @@ def main() -> None:
                                   str(8 * c), "--input-len", "128", "--output-len", str(OUTPUT_LEN),
                                   "--max-concurrency", str(c)], capture_output=True, text=True, check=False)
             lines = [ln for ln in out.stdout.splitlines() if "Output token" in ln or "Median TPOT" in ln]
-            print(f"concurrency {c}, {args.per_write} chunk(s) per write: " + "; ".join(" ".join(ln.split()) for ln in lines))
+            summary = "; ".join(" ".join(ln.split()) for ln in lines)
+            print(f"concurrency {c}, {args.per_write} chunk(s) per write: {summary}")
     finally:
         server.terminate()
         server.wait(10)

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from engine.backends.torchrun_launch import (check_launch, hand_out_worker_args, join_launched_group, run_launched_worker,
-                                             torchrun_launch)
+from engine.backends.torchrun_launch import (check_launch, hand_out_worker_args, join_launched_group,
+                                             run_launched_worker, torchrun_launch)
 from engine.errors import EngineFatalError
 
 
@@ -136,8 +136,8 @@ class RankProcesses:
 
 def _end_at_exit(ranks: weakref.ReferenceType[RankProcesses]) -> None:
     obj = ranks()
-    if obj is not None and not obj._ended:
+    if obj is not None:
         try:
-            obj.end()
+            obj.end()  # nothing when it was ended already
         except Exception:  # noqa: BLE001 - at exit, a group already broken has nothing left to end
             pass

@@ -1,5 +1,5 @@
-"""A tensor-parallel engine whose ranks `torchrun` started (`torchrun --nproc-per-node N -m engine.cli generate|serve ...
---tensor-parallel-size N`), instead of rank 0 starting them (engine/backends/rank_processes.py).
+"""A tensor-parallel engine whose ranks `torchrun` started (`torchrun --nproc-per-node N -m engine.cli
+generate|serve ... --tensor-parallel-size N`), instead of rank 0 starting them (engine/backends/rank_processes.py).
 
 Every process torchrun starts runs the same command line. Rank 0 runs it as usual: the engine, its scheduler, sampler
 and front end; ranks 1..N-1 become workers before the command runs (engine/cli/main.py): they join the group through

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill-len", type=int, default=BenchConfig.prefill_len, metavar="L",
                    help="time to first token of --batch prompts of L tokens (LLM.generate, max_tokens=1) against a "
                         "same-run compiled PyTorch prefill and a large matmul's TFLOP/s, instead of the decode bench")
-    p.add_argument("--skip", default="", help="comma list of baselines to skip: eager,graph,compile (and tp-graph at --tensor-parallel-size N > 1)")
+    p.add_argument("--skip", default="",
+                   help="comma list of baselines to skip: eager,graph,compile (and tp-graph at --tensor-parallel-size N > 1)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (cuda when available)")
     p.add_argument("--dtype", default=BenchConfig.dtype, choices=DTYPE_NAMES)

@@ -55,8 +55,8 @@ class BenchConfig:
     # `megakernel-bf16` row; the floor counts fp8 bytes. The PyTorch baselines stay bf16.
     quantization: str | None = None
     # > 1: the megakernel's product row runs over this many GPUs (LLM(tensor_parallel_size=N)), next to a same-run
-    # one-GPU row `megakernel-1gpu` and the PyTorch decoder sharded the same way (`torch-tp-graph`); the floor is one rank's bytes (its share of the layers and of the LM head) over
-    # the copy bandwidth. Batch 1.
+    # one-GPU row `megakernel-1gpu` and the PyTorch decoder sharded the same way (`torch-tp-graph`); the floor is one
+    # rank's bytes (its share of the layers and of the LM head) over the copy bandwidth. Batch 1.
     tensor_parallel_size: int = 1
     # "dummy": the product rows' engines make their own random weights (LLM(load_format="dummy"), each rank its
     # shard on its GPU): a shape too big to make here and write out (70B over several GPUs); no PyTorch baselines,

@@ -47,6 +47,15 @@ def write_checkpoint(weights: LlamaWeights, out_dir: Path) -> Path:
     return out_dir
 
 
+def write_bench_model(weights: LlamaWeights, out_dir: Path) -> tuple[Path, str]:
+    """The bench's weights as a model directory an engine loads, and the load_format to load it with: a checkpoint,
+    or for weights without data (the bench's --load-format dummy) only config and tokenizer ("dummy": the engine
+    makes its own random weights)."""
+    if weights.embed_tokens.is_meta:
+        return write_config(weights.config, weights.dtype, out_dir), "dummy"
+    return write_checkpoint(weights, out_dir), "auto"
+
+
 # The `-sampled` row's settings: a typical chat request's filters plus a penalty, so the row shows what sampling
 # on the GPU (engine/sampling) costs over greedy: top-p sorts the whole vocabulary, the penalty keeps counts.
 SAMPLED_SETTINGS: dict[str, float | int] = {"temperature": 0.8, "top_p": 0.95, "top_k": 50,
@@ -93,15 +102,12 @@ def bench_llm(weights: LlamaWeights, backend: str, max_num_seqs: int, max_model_
     tensor-parallel engine's worker processes) given back when the block ends, before the next runner."""
     from engine import LLM
 
-    # Weights without data (the bench's --load-format dummy): a checkpoint of config and tokenizer, the engine makes
-    # its own random weights
-    dummy = weights.embed_tokens.is_meta
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-") as d:
-        model_dir = write_config(weights.config, weights.dtype, Path(d)) if dummy else write_checkpoint(weights, Path(d))
+        model_dir, load_format = write_bench_model(weights, Path(d))
         llm = LLM(str(model_dir), backend=backend, dtype=str(weights.dtype).removeprefix("torch."), progress=False,
                   max_num_seqs=max_num_seqs, max_model_len=max_model_len, kernel_options=kernel_options,
                   quantization=quantization, tensor_parallel_size=tensor_parallel_size,
-                  load_format="dummy" if dummy else "auto")
+                  load_format=load_format)
     try:
         yield llm
     finally:

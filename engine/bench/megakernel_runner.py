@@ -121,7 +121,8 @@ def megakernel_runners(options: Mapping[str, object], device: torch.device, batc
     (engine/bench/batch_runner.py), of the prompt's length or of `lengths`. `quantization` ("fp8"): the batch-1
     rows run fp8 weights, and `megakernel-bf16` is the product row without it, in the same run.
     `tensor_parallel_size` > 1: `megakernel` over that many GPUs, `megakernel-1gpu`, the product row on one, and
-    `torch-tp-graph`, the PyTorch decoder sharded the same way (NCCL, a CUDA graph per rank), in the same run. `dummy` (weights without data: the engines make their own): the product rows only."""
+    `torch-tp-graph`, the PyTorch decoder sharded the same way (NCCL, a CUDA graph per rank), in the same run.
+    `dummy` (weights without data: the engines make their own): the product rows only."""
     on_gpu = device.type == "cuda" and has_sm90_gpu()
     if batch > 1:  # the product path with `batch` requests at once; the kernel-only loop decodes batch 1
         if not on_gpu:

@@ -6,9 +6,9 @@ between launches" amounts to when each launch is a CUDA graph of cuBLAS kernels:
 all-reduce is measured against.
 
 `megakernel bench --tensor-parallel-size N` runs it as its last row (`--skip tp-graph` leaves it out;
-tensor_parallel_runner). The ranks are fresh interpreters (`python -m engine.bench.tensor_parallel_baseline ARGS`, as the engine's workers:
-engine/backends/rank_processes.py), each reading its shard from the bench's checkpoint (or making random ones,
-`load_format="dummy"`) onto its GPU; rank 0 writes the result. On CPUs (tests) the same runs eagerly over gloo.
+tensor_parallel_runner). The ranks are fresh interpreters (`python -m engine.bench.tensor_parallel_baseline ARGS`, as
+the engine's workers: engine/backends/rank_processes.py), each reading its shard from the bench's checkpoint (or
+making random ones, `load_format="dummy"`) onto its GPU; rank 0 writes the result. On CPUs (tests) the same runs eagerly over gloo.
 """
 from __future__ import annotations
 
@@ -156,15 +156,13 @@ def tensor_parallel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_id
     as a checkpoint the ranks read their shards from, or, for weights without data (`--load-format dummy`), a config
     the ranks make random shards for. `cuda`: NCCL over GPUs 0..world-1, else gloo on CPUs. A failed run raises,
     naming the rank."""
-    from engine.bench.generate_runner import write_checkpoint, write_config
+    from engine.bench.generate_runner import write_bench_model
 
-    dummy = weights.embed_tokens.is_meta
     dtype = str(weights.dtype).removeprefix("torch.")
     with tempfile.TemporaryDirectory(prefix="megakernel-bench-tp-") as d:
-        model_dir = write_config(config, weights.dtype, Path(d)) if dummy else write_checkpoint(weights, Path(d))
-        result = run_tensor_parallel_baseline(str(model_dir), prompt_ids, new_tokens, world,
-                                              load_format="dummy" if dummy else "auto", dtype=dtype,
-                                              cuda=cuda, timeout_s=timeout_s)
+        model_dir, load_format = write_bench_model(weights, Path(d))
+        result = run_tensor_parallel_baseline(str(model_dir), prompt_ids, new_tokens, world, load_format=load_format,
+                                              dtype=dtype, cuda=cuda, timeout_s=timeout_s)
     if result.status != "ok" or result.seconds_per_token is None:
         raise RuntimeError(result.reason or f"{NAME} returned no time")
     return result.tokens, result.seconds_per_token

@@ -50,7 +50,8 @@ class TpPeers:
     def fields(self) -> dict[str, int]:
         """The kernel's Globals for TP_ALLREDUCE and TP_ARGMAX (csrc/interpreter/globals.cuh)."""
         return {"tp_send": self.send_ptrs.data_ptr(), "tp_flags": self.flag_ptrs.data_ptr(),
-                "tp_recv": self.recv_ptrs.data_ptr(), "tp_best": self.best_ptrs.data_ptr(), "tp_ll_tokens": self.ll_tokens, "tp_rank": self.rank,
+                "tp_recv": self.recv_ptrs.data_ptr(), "tp_best": self.best_ptrs.data_ptr(),
+                "tp_ll_tokens": self.ll_tokens, "tp_rank": self.rank,
                 "tp_world": self.world, "tp_slot_tokens": self.slot_tokens, "tp_flag_chunks": TP_FLAG_CHUNKS}
 
     def close(self) -> None:

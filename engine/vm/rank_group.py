@@ -1,9 +1,9 @@
 """The VM of a tensor-parallel group: every rank's static queues interleaved in one process, as N GPUs run them.
 
 Each rank has its own VM (buffers, counters, race detector) over the same stream; an instruction whose opcode
-exchanges data with the other ranks (OpSpec.cross_rank: TP_ALLREDUCE, TP_ARGMAX) runs in two phases: once its counter waits are
-met it publishes (a step of its own in the interleaving), and it executes once every rank has published as often.
-At every step a random (seeded) rank and SM that can move does. No rank can move while work is left -> DeadlockError
+exchanges data with the other ranks (OpSpec.cross_rank: TP_ALLREDUCE, TP_ARGMAX) runs in two phases: once its counter
+waits are met it publishes (a step of its own in the interleaving), and it executes once every rank has published as
+often. At every step a random (seeded) rank and SM that can move does. No rank can move while work is left -> DeadlockError
 naming every blocked instruction, its rank and whether it waits on counters or on the other ranks.
 """
 from __future__ import annotations

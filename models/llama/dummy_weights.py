@@ -29,6 +29,13 @@ def check_load_format(load_format: str) -> None:
         raise ValueError(f"load_format must be one of {list(LOAD_FORMATS)}, got {load_format!r}")
 
 
+def fill_random(name: str, t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`t` filled as a random checkpoint's tensor `name` is: norm weights ~ 1 + N(0, 0.05), matrices ~ N(0, 0.02)."""
+    if name.endswith("norm.weight"):
+        return t.normal_(1.0, NORM_NOISE_STD, generator=generator)
+    return t.normal_(0.0, WEIGHT_STD, generator=generator)
+
+
 def dummy_tensors(config: LlamaConfig, dtype: torch.dtype, device: torch.device | str,
                   parts: Mapping[str, tuple[int, int, int]] | None = None, seed: int = 0) -> dict[str, torch.Tensor]:
     """Every tensor the checkpoint of `config` would hold (only the part `parts` names of a matrix: dim, begin,
@@ -40,9 +47,5 @@ def dummy_tensors(config: LlamaConfig, dtype: torch.dtype, device: torch.device 
             dim, lo, hi = part
             shape = tuple(hi - lo if d == dim else s for d, s in enumerate(shape))
         gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(f"{name}:{part}".encode()))
-        t = torch.empty(shape, dtype=dtype, device=device)
-        if name.endswith("norm.weight"):
-            out[name] = t.normal_(1.0, NORM_NOISE_STD, generator=gen)
-        else:
-            out[name] = t.normal_(0.0, WEIGHT_STD, generator=gen)
+        out[name] = fill_random(name, torch.empty(shape, dtype=dtype, device=device), gen)
     return out

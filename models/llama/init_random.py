@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from models.llama.config import LlamaConfig
-from models.llama.dummy_weights import NORM_NOISE_STD, WEIGHT_STD
+from models.llama.dummy_weights import fill_random
 from models.llama.presets import preset_config, preset_names
 from models.llama.tokenizer_builder import BOS, llama3_eos_ids, special_token_ids, write_tokenizer
 from models.llama.weights import INDEX_FILE, SINGLE_FILE, expected_shapes
@@ -30,11 +30,8 @@ DEFAULT_MAX_SHARD_BYTES = 2 * 1000**3
 
 
 def random_tensor(name: str, shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-    """Norm weights ~ 1 + N(0, 0.05); every matrix ~ N(0, 0.02)."""
-    out = torch.empty(shape, dtype=dtype)
-    if name.endswith("norm.weight"):
-        return out.normal_(1.0, NORM_NOISE_STD, generator=generator)
-    return out.normal_(0.0, WEIGHT_STD, generator=generator)
+    """Norm weights ~ 1 + N(0, 0.05); every matrix ~ N(0, 0.02) (dummy_weights.fill_random)."""
+    return fill_random(name, torch.empty(shape, dtype=dtype), generator)
 
 
 def random_state_dict(config: LlamaConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
