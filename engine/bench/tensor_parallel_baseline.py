@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -105,7 +106,8 @@ def run_rank(a: RankArgs) -> None:
         if a.rank == 0:
             Path(a.out).write_bytes(pickle.dumps(result))
     finally:
-        dist.destroy_process_group()
+        if not a.cuda:  # NCCL's teardown hangs once a CUDA graph captured its collectives (pytorch issue 115388):
+            dist.destroy_process_group()  # a GPU rank ends without it (the process exit frees the communicator)
 
 
 def run_tensor_parallel_baseline(model_dir: str, prompt: list[int], new_tokens: int, world: int, repeats: int = 3,
@@ -168,5 +170,19 @@ def tensor_parallel_runner(weights: LlamaWeights, config: LlamaConfig, prompt_id
     return result.tokens, result.seconds_per_token
 
 
+def _main(path: str) -> None:
+    """A rank's process: its exit code says how it went, without running the interpreter's teardown, where a
+    communicator whose collectives a CUDA graph captured can hang."""
+    code = 0
+    try:
+        run_rank(pickle.loads(Path(path).read_bytes()))
+    except BaseException:  # noqa: BLE001 - reported to the parent through the log and the exit code
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    run_rank(pickle.loads(Path(sys.argv[1]).read_bytes()))
+    _main(sys.argv[1])
