@@ -31,6 +31,7 @@ from server.tokenizer_pool import TokenizerPool
 
 log = logging.getLogger(__name__)
 
+ENGINE_THREAD = "megakernel-engine"  # the engine thread's name (dev/serve_ceiling.py and stack samples find it by it)
 _IDLE_POLL_S = 0.25  # how often an idle engine thread re-checks the stop flag
 
 
@@ -96,7 +97,7 @@ class AsyncEngine:
         self._ready = threading.Event()
         self._stop = threading.Event()
         self.error: str | None = None
-        self._thread = threading.Thread(target=self._run, name="megakernel-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=ENGINE_THREAD, daemon=True)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:

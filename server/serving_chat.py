@@ -15,7 +15,8 @@ from server.params import chat_messages, check_fanout, check_model, per_prompt, 
 from server.prompts import chat_prompt, max_tokens_for
 from server.protocol import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
                              ChatResponseMessage)
-from server.serving_common import SSE_DONE, SSE_HEADERS, Generation, sse, stream_error, write_together
+from server.serving_common import (SSE_DONE, SSE_HEADERS, ChunkTemplates, Generation, sse, stream_error,
+                                   write_together)
 
 
 async def create_chat_completion(req: ChatCompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
@@ -61,6 +62,7 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
     model = aeng.served_model_name
     text = TokenText(aeng.tokenizer)
     batch: list[str] = []  # the chunks of one read of the stream, written together (serving_common.write_together)
+    templates = ChunkTemplates()
     try:
         for c in sorted(gen.choices.values(), key=lambda c: c.index):
             yield sse(_chunk(gen, created, model, c.index, {"role": "assistant", "content": ""}, None, None))
@@ -72,8 +74,13 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
                 if k is not None and new_ids:
                     lp = {"content": [t.model_dump() for t in chat_logprobs(new_ids, new_lp, k, text)]}
                 if delta or new_ids or c.finish_reason is not None:  # one chunk per token step, as vLLM
-                    body = {"content": delta} if delta or c.finish_reason is None else {}
-                    batch.append(sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason, c.stop_reason)))
+                    if lp is None and c.finish_reason is None:  # a running choice's token: its template
+                        batch.append(templates.render(c.index, delta, lambda t, i=c.index: _chunk(
+                            gen, created, model, i, {"content": t}, None, None)))
+                    else:
+                        body = {"content": delta} if delta or c.finish_reason is None else {}
+                        batch.append(sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason,
+                                                c.stop_reason)))
             if batch:
                 yield write_together(batch)
         if include_usage:

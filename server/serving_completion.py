@@ -15,7 +15,8 @@ from server.params import (DEFAULT_MAX_TOKENS, check_fanout, check_model, comple
                            raw_prompts, sampling_params)
 from server.prompts import PreparedPrompt, completion_prompts, max_tokens_for
 from server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
-from server.serving_common import SSE_DONE, SSE_HEADERS, ChoiceState, Generation, sse, stream_error, write_together
+from server.serving_common import (SSE_DONE, SSE_HEADERS, ChoiceState, ChunkTemplates, Generation, sse, stream_error,
+                                   write_together)
 
 
 async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
@@ -76,6 +77,7 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
     # With logprobs the echo waits for the choice's first event, which brings the prompt's logprobs.
     echo_later = bool(echo) and req.logprobs is not None
     batch: list[str] = []  # the chunks of one read of the stream, written together (serving_common.write_together)
+    templates = ChunkTemplates()
     try:
         if echo and not echo_later:
             for c in sorted(gen.choices.values(), key=lambda c: c.index):
@@ -98,7 +100,11 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
                 # One chunk per step that produced tokens, even when their text is held back (stop
                 # string prefix, incomplete UTF-8): like vLLM, so clients can time every token.
                 if delta or new_ids or c.finish_reason is not None:
-                    batch.append(sse(_chunk(gen, created, model, c, delta, lp)))
+                    if lp is None and c.finish_reason is None:  # a running choice's token: its template
+                        batch.append(templates.render(c.index, delta,
+                                                      lambda t, c=c: _chunk(gen, created, model, c, t, None)))
+                    else:
+                        batch.append(sse(_chunk(gen, created, model, c, delta, lp)))
             if batch:
                 yield write_together(batch)
         if include_usage:
