@@ -297,6 +297,7 @@ class AsyncEngine:
     def _dispatch(self, outputs: Sequence[Any]) -> None:
         now = time.perf_counter()
         pending = _Pending()
+        generated = prompted = 0
         for out in outputs:
             live = self._live.get(out.request_id)
             if live is None:
@@ -306,7 +307,10 @@ class AsyncEngine:
             new_ids = list(comp.token_ids[live.sent_tokens:])
             new_lp = list(comp.logprobs[live.sent_tokens:]) if comp.logprobs is not None else None
             first = live.sent_tokens == 0 and live.times.first_token is None
-            live.times.observe(self.metrics, len(new_ids), now, len(out.prompt_token_ids) if first else 0)
+            live.times.observe(self.metrics, len(new_ids), now)
+            generated += len(new_ids)
+            if first:
+                prompted += len(out.prompt_token_ids)
             live.sent_tokens = n_total
             error = getattr(out, "error", None)
             finish = comp.finish_reason if out.finished else None
@@ -324,6 +328,10 @@ class AsyncEngine:
                 self._release(1)
                 self.metrics.e2e.observe(now - live.times.arrival)
                 self.metrics.request_finished(finish)
+        if generated:
+            self.metrics.generation_tokens.inc(generated)
+        if prompted:
+            self.metrics.prompt_tokens.inc(prompted)
         pending.hand_over()
 
     def _publish_stats(self) -> None:
