@@ -11,12 +11,16 @@ Usage: python -m dev.serve_ceiling [--step-ms 2.4] [--clients 32] [--requests 12
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 import uvicorn
@@ -25,13 +29,37 @@ from engine import LLMEngine
 from models.llama.init_random import init_random_checkpoint
 from models.llama.step_batch import StepBatch
 from server.app import build_app
-from server.async_engine import ENGINE_THREAD
+from server.async_engine import ENGINE_THREAD, AsyncEngine
+from server.engine_process import EngineProcessClient, EngineSpec
 
 
 def _cpu_seconds(thread: threading.Thread) -> float:
     """CPU time a thread has used (user + system, so its socket writes count; waiting for the GIL does not)."""
     assert thread.ident is not None
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process `pid`, all its threads, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sleeping_engine(model_dir: str, engine_kwargs: dict[str, Any], *_labels: str, step_ms: float) -> LLMEngine:
+    """The tiny checkpoint's engine whose forward sleeps `step_ms` and favours token 7 (module-level: an
+    --engine-process child loads it by reference)."""
+    torch.set_num_threads(1)  # the fixed logits need no thread pool (whose spinning would count as engine CPU time)
+    engine = LLMEngine(model_dir, **engine_kwargs)
+    vocab = engine.config.vocab_size
+
+    def timed_forward(batch: StepBatch) -> torch.Tensor:
+        time.sleep(step_ms / 1e3)
+        logits = torch.zeros(batch.num_seqs, vocab)
+        logits[:, 7] = 1.0
+        return logits
+
+    engine.backend.forward = timed_forward  # type: ignore[method-assign]
+    return engine
 
 
 def main() -> None:
@@ -41,43 +69,45 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--engine-process", action="store_true", help="the engine in a process of its own, as "
+                    "`megakernel serve --engine-process`")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         init_random_checkpoint("tiny", tmp, seed=0, dtype="float32", progress=False)
-        engine = LLMEngine(tmp, backend="torch", device="cpu", max_num_seqs=max(64, args.clients), progress=False)
-        vocab = engine.config.vocab_size
-
-        def timed_forward(batch: StepBatch) -> torch.Tensor:
-            time.sleep(args.step_ms / 1e3)
-            logits = torch.zeros(batch.num_seqs, vocab)
-            logits[:, 7] = 1.0
-            return logits
-
-        engine.backend.forward = timed_forward  # type: ignore[method-assign]
+        kwargs = {"backend": "torch", "device": "cpu", "max_num_seqs": max(64, args.clients), "progress": False}
+        if args.engine_process:
+            spec = EngineSpec(tmp, kwargs, "tiny", "tiny", "-", "warning",
+                              loader=functools.partial(sleeping_engine, step_ms=args.step_ms))
+            aeng = AsyncEngine(engine_factory=lambda: EngineProcessClient(spec), served_model_name="tiny")
+        else:
+            aeng = AsyncEngine(sleeping_engine(tmp, kwargs, step_ms=args.step_ms), served_model_name="tiny")
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         sock.close()
-        server = uvicorn.Server(uvicorn.Config(build_app(engine, "tiny"), host="127.0.0.1", port=port,
-                                               log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(build_app(aeng), host="127.0.0.1", port=port, log_level="warning"))
         loop_thread = threading.Thread(target=server.run, daemon=True)
         loop_thread.start()
-        while not server.started:
+        while not (server.started and aeng.is_ready):
             time.sleep(0.05)
         engine_thread = next(t for t in threading.enumerate() if t.name == ENGINE_THREAD)
-        cpu_before = [_cpu_seconds(t) for t in (loop_thread, engine_thread)]
+        child = getattr(aeng.engine, "pid", None)
+        cpu = lambda: [_cpu_seconds(t) for t in (loop_thread, engine_thread)] + (  # noqa: E731
+            [_process_cpu_seconds(child)] if child is not None else [])
+        cpu_before = cpu()
         out = subprocess.run([sys.executable, "-m", "engine.cli", "bench-serve", "--base-url", f"http://127.0.0.1:{port}",
                               "--num-prompts", str(args.requests), "--input-len", str(args.input_len),
                               "--output-len", str(args.output_len), "--max-concurrency", str(args.clients)],
                              capture_output=True, text=True, check=False)
-        cpu_after = [_cpu_seconds(t) for t in (loop_thread, engine_thread)]
+        cpu_after = cpu()
         server.should_exit = True
     lines = [ln for ln in out.stdout.splitlines() if "tok/s" in ln or "TPOT" in ln or "TTFT" in ln]
     print("\n".join(lines) or out.stdout + out.stderr)
     tokens = args.requests * args.output_len
-    loop_us, engine_us = ((b - a) / tokens * 1e6 for a, b in zip(cpu_before, cpu_after))
+    loop_us, engine_us, *child_us = ((b - a) / tokens * 1e6 for a, b in zip(cpu_before, cpu_after))
     print(f"CPU per output token: event loop thread {loop_us:.1f} us, engine thread {engine_us:.1f} us (the two share "
-          f"one GIL: at most {1e6 / (loop_us + engine_us):.0f} output tok/s from this process on this CPU)")
+          f"one GIL: at most {1e6 / (loop_us + engine_us):.0f} output tok/s from this process on this CPU)"
+          + (f"; the engine process {child_us[0]:.1f} us" if args.engine_process and child_us else ""))
     print(f"ceiling from the step time alone: {args.clients / (args.step_ms / 1e3):.0f} output tok/s "
           f"({args.clients} clients / {args.step_ms} ms)")
 

@@ -13,8 +13,8 @@ from engine.cli.engine_flags import add_engine_flags
 from engine.engine_config import EngineConfig
 from server.bench_serve import BenchConfig
 from server.serve_options import (API_KEY_ENV, DEFAULT_HOST, DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES,
-                                  DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, FlagError, check_engine_flags,
-                                  engine_kwargs, serve_options)
+                                  DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, FlagError, ServeOptions,
+                                  check_engine_flags, engine_kwargs, serve_options)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
                    help=f"on SIGTERM, seconds running requests get to finish (default {DEFAULT_SHUTDOWN_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--engine-process", action="store_true", default=ServeOptions.engine_process,
+                   help="run the engine in a process of its own, so the HTTP side and the engine do not share one "
+                        "GIL (not under torchrun)")
     p.set_defaults(func=_serve)
     _one_line_errors(p)
 
@@ -93,7 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
     except FlagError as exc:
         print(f"megakernel serve: error: {exc}", file=sys.stderr)
         return EXIT_BAD_FLAGS
-    _configure_logging(args.log_level)
+    configure_logging(args.log_level)
     import uvicorn
 
     from server.app import build_app
@@ -102,17 +105,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     url = f"http://{opts.host}:{sock.getsockname()[1]}"
 
+    from server.engine_process import EngineProcessClient, EngineSpec, load_serving_engine
+
     def load() -> object:
-        from engine import LLMEngine
-        from engine.warm_up import warm_up
-        engine = LLMEngine(args.model_dir, **engine_kwargs(args))
-        if engine.backend_name == "cuda":  # its step shapes' instruction streams are built on first use
-            log.info("warming up: throwaway requests (alone and several at once) build the instruction streams of "
-                     "common step shapes")
-            log.info("warmed up in %.1f s", warm_up(engine))
-        log.info("ready: %s (backend %s, max_model_len %d) as %r on %s", args.model, engine.backend_name,
-                 engine.max_model_len, opts.served_model_name, url)
-        return engine
+        if opts.engine_process:
+            return EngineProcessClient(EngineSpec(args.model_dir, engine_kwargs(args), args.model,
+                                                  opts.served_model_name, url, args.log_level))
+        return load_serving_engine(args.model_dir, engine_kwargs(args), args.model, opts.served_model_name, url)
 
     # The engine loads in its own thread after the server starts listening, so /health says 503
     # (not "connection refused") while a large checkpoint loads.
@@ -143,7 +142,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _configure_logging(level: str) -> None:
+def configure_logging(level: str) -> None:
     """The server's own lines look like uvicorn's ("INFO:     ...") on stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))

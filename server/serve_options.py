@@ -43,6 +43,9 @@ class ServeOptions:
     max_pending: int
     max_request_bytes: int
     shutdown_timeout: float
+    # The engine in a spawned process of its own (server/engine_process.py) instead of a thread of the server's: the
+    # HTTP side and the engine then stop sharing one GIL. Off until measured on a GPU host.
+    engine_process: bool = False
 
 
 def default_model_name(model: str) -> str:
@@ -81,7 +84,8 @@ def serve_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
     api_key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV) or None
     return ServeOptions(host=args.host, port=args.port, served_model_name=name, api_key=api_key,
                         allowed_origins=parse_origins(args.allowed_origins), max_pending=args.max_pending,
-                        max_request_bytes=args.max_request_bytes, shutdown_timeout=args.shutdown_timeout)
+                        max_request_bytes=args.max_request_bytes, shutdown_timeout=args.shutdown_timeout,
+                        engine_process=bool(getattr(args, "engine_process", ServeOptions.engine_process)))
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:

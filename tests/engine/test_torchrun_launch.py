@@ -76,3 +76,13 @@ def test_a_launch_the_engine_cannot_use_is_an_error_naming_the_flags(tiny_checkp
     run = _torchrun("-m", "engine.cli", *GENERATE, "--model", tiny_checkpoint, timeout=180)  # tensor_parallel_size 1
     assert run.returncode != 0
     assert "--tensor-parallel-size 1 under torchrun, which started 2 processes" in run.stderr
+
+
+def test_serve_under_torchrun_refuses_an_engine_process() -> None:
+    import argparse
+
+    from engine.cli.main import _check_torchrun
+
+    args = argparse.Namespace(command="serve", tensor_parallel_size=2, backend="torch", engine_process=True)
+    with pytest.raises(ValueError, match="--engine-process: not under torchrun"):
+        _check_torchrun(args, TorchrunLaunch(rank=0, world=2, local_world=2))

@@ -168,3 +168,21 @@ def test_bad_flag_process_prints_one_line(tmp_path: Path, tiny_dir: Path) -> Non
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("megakernel serve: error: ") and names in lines[0], lines
         assert "Uvicorn running" not in run.stdout + run.stderr
+
+
+def test_engine_process_serves_and_ends_with_the_server(serve_process: Any) -> None:
+    proc = serve_process(0.0, "--engine-process")
+    r = httpx.post(proc.url + "/v1/completions", timeout=60,
+                   json={"prompt": [5, 6, 7], "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+    children = [p for p in Path("/proc").glob("[0-9]*") if _parent_pid(p) == proc.proc.pid]
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, proc.output
+    assert not [p for p in children if p.exists() and _parent_pid(p) == proc.proc.pid]
+
+
+def _parent_pid(proc_dir: Path) -> int | None:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
