@@ -8,11 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/serve"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+. scripts/server_wheels_env.sh || exit 1
 MODEL=${MODEL:-/tmp/mk-llama-1b}
 BACKEND=${BACKEND:-cuda}
 [ -f "$MODEL/config.json" ] || python3 -m engine.cli init-random --preset llama-3.2-1b --out "$MODEL" || exit 1
