@@ -7,7 +7,8 @@ batch building, sampling, detokenising, the HTTP stream of every token) costs sh
 thread and the engine thread spent per output token: the two hold one GIL in turn, so their sum per token bounds the
 output tok/s of one server process whatever the GPU does. The benchmark client shares this machine's CPUs with the
 server (on the GPU hosts it has cores of its own).
-Usage: python -m dev.serve_ceiling [--step-ms 2.4] [--clients 32] [--requests 128]"""
+Usage: python -m dev.serve_ceiling [--step-ms 2.4] [--clients 32] [--requests 128] [--engine-process]
+       [--stream-interval N]"""
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--engine-process", action="store_true", help="the engine in a process of its own, as "
                     "`megakernel serve --engine-process`")
+    ap.add_argument("--stream-interval", type=int, default=1, help="as `megakernel serve --stream-interval`")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         init_random_checkpoint("tiny", tmp, seed=0, dtype="float32", progress=False)
@@ -78,9 +80,11 @@ def main() -> None:
         if args.engine_process:
             spec = EngineSpec(tmp, kwargs, "tiny", "tiny", "-", "warning",
                               loader=functools.partial(sleeping_engine, step_ms=args.step_ms))
-            aeng = AsyncEngine(engine_factory=lambda: EngineProcessClient(spec), served_model_name="tiny")
+            aeng = AsyncEngine(engine_factory=lambda: EngineProcessClient(spec), served_model_name="tiny",
+                               stream_interval=args.stream_interval)
         else:
-            aeng = AsyncEngine(sleeping_engine(tmp, kwargs, step_ms=args.step_ms), served_model_name="tiny")
+            aeng = AsyncEngine(sleeping_engine(tmp, kwargs, step_ms=args.step_ms), served_model_name="tiny",
+                               stream_interval=args.stream_interval)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

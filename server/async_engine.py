@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from server.metrics import ServerMetrics, TokenTimes
 from server.prompts import ModelLimits
 from server.request_stream import ChoiceEvent, EngineDeadError, QueueFullError, RequestStream, ShuttingDownError
-from server.serve_options import DEFAULT_MAX_PENDING
+from server.serve_options import DEFAULT_MAX_PENDING, DEFAULT_STREAM_INTERVAL
 from server.tokenizer_pool import TokenizerPool
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class AsyncEngine:
     def __init__(self, engine: Any = None, *, engine_factory: Callable[[], Any] | None = None,
                  served_model_name: str = "model", max_pending: int = DEFAULT_MAX_PENDING,
                  metrics: ServerMetrics | None = None, on_fatal: Callable[[str], None] | None = None,
-                 tokenizer_workers: int = 2):
+                 tokenizer_workers: int = 2, stream_interval: int = DEFAULT_STREAM_INTERVAL):
         if (engine is None) == (engine_factory is None):
             raise ValueError("AsyncEngine: pass exactly one of engine or engine_factory")
         if max_pending < 1:
@@ -80,6 +80,7 @@ class AsyncEngine:
         self._factory = engine_factory if engine is None else (lambda: engine)
         self.served_model_name = served_model_name
         self.max_pending = max_pending
+        self.stream_interval = stream_interval  # the streaming endpoints' StreamGate (server/serving_common.py)
         self.metrics = metrics if metrics is not None else ServerMetrics(served_model_name)
         self.on_fatal = on_fatal
         self._tokenizer_workers = tokenizer_workers

@@ -13,8 +13,8 @@ from engine.cli.engine_flags import add_engine_flags
 from engine.engine_config import EngineConfig
 from server.bench_serve import BenchConfig
 from server.serve_options import (API_KEY_ENV, DEFAULT_HOST, DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES,
-                                  DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, FlagError, ServeOptions,
-                                  check_engine_flags, engine_kwargs, serve_options)
+                                  DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, DEFAULT_STREAM_INTERVAL, FlagError,
+                                  ServeOptions, check_engine_flags, engine_kwargs, serve_options)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
                    help=f"on SIGTERM, seconds running requests get to finish (default {DEFAULT_SHUTDOWN_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--stream-interval", type=int, default=DEFAULT_STREAM_INTERVAL, metavar="N",
+                   help="a stream's tokens gathered between writes, as vLLM's (the first is sent at once; a finishing "
+                        "choice flushes); more than 1 cuts the server's work per token at high concurrency "
+                        f"(default {DEFAULT_STREAM_INTERVAL})")
     p.add_argument("--engine-process", action="store_true", default=ServeOptions.engine_process,
                    help="run the engine in a process of its own, so the HTTP side and the engine do not share one "
                         "GIL (not under torchrun)")
@@ -115,7 +119,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     # The engine loads in its own thread after the server starts listening, so /health says 503
     # (not "connection refused") while a large checkpoint loads.
-    aeng = AsyncEngine(engine_factory=load, served_model_name=opts.served_model_name, max_pending=opts.max_pending)
+    aeng = AsyncEngine(engine_factory=load, served_model_name=opts.served_model_name, max_pending=opts.max_pending,
+                       stream_interval=opts.stream_interval)
     app = build_app(aeng, api_key=opts.api_key, cors_origins=opts.allowed_origins,
                     max_request_bytes=opts.max_request_bytes)
     server = GracefulServer(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5),

@@ -21,6 +21,7 @@ API_KEY_ENV = "MEGAKERNEL_API_KEY"
 # `bench-serve`, build_app and AsyncEngine all take them from here.
 DEFAULT_HOST = "127.0.0.1"  # this machine only; 0.0.0.0 must be asked for
 DEFAULT_PORT = 8000
+DEFAULT_STREAM_INTERVAL = 1  # tokens a stream gathers between writes (vLLM's --stream-interval; the first at once)
 DEFAULT_MAX_PENDING = 1024  # in-flight generations (running + waiting) before 503
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # on SIGTERM, seconds running requests get to finish
@@ -46,6 +47,7 @@ class ServeOptions:
     # The engine in a spawned process of its own (server/engine_process.py) instead of a thread of the server's: the
     # HTTP side and the engine then stop sharing one GIL. Off until measured on a GPU host.
     engine_process: bool = False
+    stream_interval: int = DEFAULT_STREAM_INTERVAL
 
 
 def default_model_name(model: str) -> str:
@@ -78,6 +80,9 @@ def serve_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
         raise FlagError(f"--max-request-bytes must be >= 1, got {args.max_request_bytes}")
     if not (math.isfinite(args.shutdown_timeout) and args.shutdown_timeout >= 0):
         raise FlagError(f"--shutdown-timeout must be a finite number of seconds >= 0, got {args.shutdown_timeout}")
+    stream_interval = getattr(args, "stream_interval", DEFAULT_STREAM_INTERVAL)
+    if stream_interval < 1:
+        raise FlagError(f"--stream-interval must be >= 1 (tokens between a stream's writes), got {stream_interval}")
     name = args.served_model_name if args.served_model_name is not None else default_model_name(args.model)
     if not name.strip():
         raise FlagError("--served-model-name must not be empty")
@@ -85,7 +90,8 @@ def serve_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
     return ServeOptions(host=args.host, port=args.port, served_model_name=name, api_key=api_key,
                         allowed_origins=parse_origins(args.allowed_origins), max_pending=args.max_pending,
                         max_request_bytes=args.max_request_bytes, shutdown_timeout=args.shutdown_timeout,
-                        engine_process=bool(getattr(args, "engine_process", ServeOptions.engine_process)))
+                        engine_process=bool(getattr(args, "engine_process", ServeOptions.engine_process)),
+                        stream_interval=stream_interval)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:

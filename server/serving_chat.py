@@ -15,8 +15,8 @@ from server.params import chat_messages, check_fanout, check_model, per_prompt, 
 from server.prompts import chat_prompt, max_tokens_for
 from server.protocol import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
                              ChatResponseMessage)
-from server.serving_common import (SSE_DONE, SSE_HEADERS, ChunkTemplates, Generation, sse, stream_error,
-                                   write_together)
+from server.serving_common import (SSE_DONE, SSE_HEADERS, ChunkTemplates, Generation, StreamGate, sse,
+                                   stream_error, write_together)
 
 
 async def create_chat_completion(req: ChatCompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
@@ -63,6 +63,7 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
     text = TokenText(aeng.tokenizer)
     batch: list[str] = []  # the chunks of one read of the stream, written together (serving_common.write_together)
     templates = ChunkTemplates()
+    gate = StreamGate(aeng.stream_interval)
     try:
         for c in sorted(gen.choices.values(), key=lambda c: c.index):
             yield sse(_chunk(gen, created, model, c.index, {"role": "assistant", "content": ""}, None, None))
@@ -70,6 +71,7 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
             for ev in events:
                 c = gen.choices[ev.request_id]
                 delta, new_ids, new_lp = c.apply(ev)
+                gate.add(len(new_ids), c.finish_reason is not None)
                 lp = None
                 if k is not None and new_ids:
                     lp = {"content": [t.model_dump() for t in chat_logprobs(new_ids, new_lp, k, text)]}
@@ -81,8 +83,10 @@ async def _stream(gen: Generation, k: int | None, include_usage: bool,
                         body = {"content": delta} if delta or c.finish_reason is None else {}
                         batch.append(sse(_chunk(gen, created, model, c.index, body, lp, c.finish_reason,
                                                 c.stop_reason)))
-            if batch:
+            if batch and gate.due():
                 yield write_together(batch)
+        if batch:
+            yield write_together(batch)
         if include_usage:
             yield sse({"id": gen.base_id, "object": "chat.completion.chunk", "created": created,
                        "model": model, "choices": [], "usage": gen.usage().model_dump()})

@@ -15,8 +15,8 @@ from server.params import (DEFAULT_MAX_TOKENS, check_fanout, check_model, comple
                            raw_prompts, sampling_params)
 from server.prompts import PreparedPrompt, completion_prompts, max_tokens_for
 from server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
-from server.serving_common import (SSE_DONE, SSE_HEADERS, ChoiceState, ChunkTemplates, Generation, sse, stream_error,
-                                   write_together)
+from server.serving_common import (SSE_DONE, SSE_HEADERS, ChoiceState, ChunkTemplates, Generation, StreamGate,
+                                   sse, stream_error, write_together)
 
 
 async def create_completion(req: CompletionRequest, http: Request, aeng: AsyncEngine) -> Any:
@@ -78,6 +78,7 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
     echo_later = bool(echo) and req.logprobs is not None
     batch: list[str] = []  # the chunks of one read of the stream, written together (serving_common.write_together)
     templates = ChunkTemplates()
+    gate = StreamGate(aeng.stream_interval)
     try:
         if echo and not echo_later:
             for c in sorted(gen.choices.values(), key=lambda c: c.index):
@@ -87,6 +88,7 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
             for ev in events:
                 c = gen.choices[ev.request_id]
                 delta, new_ids, new_lp = c.apply(ev)
+                gate.add(len(new_ids), c.finish_reason is not None)
                 if echo and echo_later and ev.prompt_token_ids is not None:
                     echo_lp = CompletionLogprobs()
                     offsets[c.index] = completion_logprobs(
@@ -105,8 +107,10 @@ async def _stream(gen: Generation, req: CompletionRequest, echo: list[str] | Non
                                                       lambda t, c=c: _chunk(gen, created, model, c, t, None)))
                     else:
                         batch.append(sse(_chunk(gen, created, model, c, delta, lp)))
-            if batch:
+            if batch and gate.due():
                 yield write_together(batch)
+        if batch:
+            yield write_together(batch)
         if include_usage:
             yield sse({"id": gen.base_id, "object": "text_completion", "created": created, "model": model,
                        "choices": [], "usage": gen.usage().model_dump()})

@@ -142,6 +142,7 @@ def test_ctrl_c_ends_streams_at_once_quietly(serve_process: Any) -> None:
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
     (["--max-pending", "0"], "--max-pending"),
     (["--shutdown-timeout", "-1"], "--shutdown-timeout"),
+    (["--stream-interval", "0"], "--stream-interval"),
     (["--allowed-origins", "not an origin"], "--allowed-origins"),
     (["--port", "70000"], "--port"),
     (["--tensor-parallel-size", "0"], "--tensor-parallel-size"),
