@@ -87,11 +87,11 @@ class _Deltas:
             self._sent.pop(out.request_id, None)
         else:
             self._sent[out.request_id] = (len(comp.token_ids), len(comp.text))
-        return (out.request_id, list(comp.token_ids[tokens:]),
-                list(comp.logprobs[tokens:]) if comp.logprobs is not None else None, comp.text[chars:],
+        # Slices are copies already, and the output's own lists are the engine's copies (RequestState.to_output).
+        return (out.request_id, comp.token_ids[tokens:],
+                comp.logprobs[tokens:] if comp.logprobs is not None else None, comp.text[chars:],
                 out.finished, comp.finish_reason, comp.stop_reason, out.error,
-                list(out.prompt_token_ids) if first else None,
-                list(out.prompt_logprobs) if first and out.prompt_logprobs is not None else None)
+                out.prompt_token_ids if first else None, out.prompt_logprobs if first else None)
 
     def forget(self, request_id: str) -> None:
         self._sent.pop(request_id, None)

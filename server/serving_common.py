@@ -187,10 +187,11 @@ class StreamGate:
         self._finished = self._finished or finished
 
     def due(self) -> bool:
-        waits = not self._finished and not (self._first and self._tokens) and self._tokens < self._interval
-        if self._interval > 1 and waits:
+        wanted = 1 if self._first else self._interval
+        if self._interval > 1 and not self._finished and self._tokens < wanted:
             return False
-        self._first = self._first and not self._tokens
+        if self._tokens:
+            self._first = False
         self._tokens = 0
         self._finished = False
         return True
