@@ -145,7 +145,8 @@ class LLMEngine:
                                 arrivals=lambda: self.arrivals_waiting is not None and self.arrivals_waiting())
         self._ahead = LookAhead(self.backend, self.scheduler, self._requests, self._runs, self._noise, cfg.page_size,
                                 self.backend_name, StepHooks(self._schedule, self._finish_at_length, self._run_plan,
-                                                             self._guarded_postprocess, self._fail, self._count_step)
+                                                             self._guarded_postprocess, self._fail, self._count_step,
+                                                             lambda: self.output_sink)
                                 ) if cfg.async_scheduling else None
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0

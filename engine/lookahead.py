@@ -39,7 +39,8 @@ class StepHooks:
     """The engine's own parts of a step: `schedule` (preemptions counted), `finish_at_length` (the outputs of
     plan.finished), `run_plan` (a scheduled plan without look-ahead: a run of decode steps or one step, the step
     counted), `postprocess` (one request's token: its stop checks and output, a failure finishing it alone) /
-    `fail` (one request's failure), `count_step`."""
+    `fail` (one request's failure), `count_step`, `sink` (the engine's output sink, where a run of decode steps
+    streams its outputs as it goes; None: a run returns them)."""
 
     schedule: Callable[[], SchedulerOutput]
     finish_at_length: Callable[[SchedulerOutput, float], list[RequestOutput]]
@@ -47,6 +48,7 @@ class StepHooks:
     postprocess: Callable[[RequestState, int, dict[int, float] | None, float], RequestOutput]
     fail: Callable[[RequestState, str, float], RequestOutput]
     count_step: Callable[[], None]
+    sink: Callable[[], Callable[[list[RequestOutput]], None] | None]
 
 
 class LookAhead:
@@ -78,6 +80,12 @@ class LookAhead:
             self.inflight = self._launch(plan, None)
             self._mark(self.inflight)
             return outputs
+        sink = self.hooks.sink()
+        if sink is not None and outputs:
+            # A run streams its outputs to the sink while it runs: the step in flight's (the same requests' earlier
+            # tokens) go first, else a stream would see a request's token k after its tokens k+1...
+            sink(outputs)
+            outputs = []
         return outputs + self.hooks.run_plan(plan)
 
     # ---------------------------------------------------------------- when
@@ -100,8 +108,8 @@ class LookAhead:
     # ---------------------------------------------------------------- how
     def _fatal(self, exc: Exception) -> EngineFatalError:
         """A failure of the whole step launched ahead (its launch or its run on the device): no request to blame."""
-        return EngineFatalError(f"the {self.backend_name} backend's step launched ahead failed: "
-                                f"{type(exc).__name__}: {exc}")
+        return EngineFatalError(f"engine step failed in the {self.backend_name} backend's forward (a step launched "
+                                f"ahead): {type(exc).__name__}: {exc}")
 
     def _launch(self, plan: SchedulerOutput, prev: InFlight | None) -> InFlight:
         try:

@@ -117,6 +117,10 @@ async def _one(client: httpx.AsyncClient, cfg: BenchConfig, model: str, req: Ben
         res.ok = res.ttft > 0.0 or res.output_tokens > 0
         if not res.ok:
             res.error = "no tokens received"
+        elif cfg.ignore_eos and res.output_tokens > req.output_len:
+            # more tokens than asked for is a server bug (a stream that repeated tokens), and would inflate tok/s
+            res.ok = False
+            res.error = f"the server counted {res.output_tokens} completion tokens for max_tokens {req.output_len}"
     except (httpx.HTTPError, json.JSONDecodeError, KeyError) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
     return res

@@ -181,5 +181,33 @@ def test_the_option_and_its_flag() -> None:
     add_engine_flags(p)
     assert p.parse_args(["--model", "m", "--async-scheduling"]).async_scheduling is True
     assert p.parse_args(["--model", "m"]).async_scheduling is False
+    assert p.parse_args(["--model", "m", "--no-async-scheduling"]).async_scheduling is False
     with pytest.raises(ValueError):
         EngineConfig(model="m", async_scheduling=1)  # type: ignore[arg-type]
+
+
+def test_a_run_after_a_step_in_flight_streams_in_order(tiny_checkpoint: str) -> None:
+    """With an output sink (a server's: a run of decode steps streams its outputs as it goes), the step in flight's
+    outputs reach the sink before the run's: each request's streamed token count only grows, as without look-ahead.
+    (The in-flight step's outputs came after the run's, so a stream saw token 1 after tokens 2..4.)"""
+    def streamed(async_scheduling: bool) -> dict[str, list[Record]]:
+        engine = _engine(tiny_checkpoint, "torch", async_scheduling, decode_steps=4, max_num_seqs=4)
+        streams: dict[str, list[Record]] = {}
+
+        def sink(outs: list[RequestOutput]) -> None:
+            for out in outs:
+                streams.setdefault(out.request_id, []).append(_record(out))
+
+        engine.output_sink = sink
+        params = SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True)
+        for i, prompt in enumerate(PROMPTS[:4]):
+            engine.add_request(f"r{i}", prompt, params)
+        while engine.has_unfinished_requests():
+            sink(engine.step())
+        return streams
+
+    got = streamed(True)
+    for rid, records in got.items():
+        counts = [len(r[0]) for r in records]
+        assert counts == sorted(counts) and counts[-1] == 9, (rid, counts)
+    _assert_same(got, streamed(False))

@@ -15,8 +15,10 @@ PROMPTS = ["Hello there", "The quick brown fox jumps", "a", "Numbers: 1 2 3 4 5 
 
 
 def _engine(checkpoint: str, backend: str, decode_steps: int) -> LLM:
+    # Without look-ahead, so each engine.step() below is the step or run it names (look-ahead runs the same runs,
+    # a step later: tests/engine/test_async_scheduling.py compares the two engines' streams).
     return LLM(checkpoint, backend=backend, dtype="float32", progress=False, max_num_seqs=4,
-               decode_steps=decode_steps, num_pages=64)
+               decode_steps=decode_steps, num_pages=64, async_scheduling=False)
 
 
 def _texts(llm: LLM, params: list[SamplingParams]) -> list[tuple[list[int], str, str | None, object]]:
