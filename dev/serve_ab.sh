@@ -31,7 +31,7 @@ one() {  # one() NAME ROUND SERVE_ARGS...
     kill -0 $pid 2>/dev/null || { echo "$tag: server died" | tee -a "$LOG"; return; }
     sleep 1
   done
-  python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts 64 --input-len 128 --output-len 128 \
+  timeout 120 python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts 64 --input-len 128 --output-len 128 \
     --max-concurrency 32 --seed 1 >/dev/null 2>&1  # warm-up
   for c in ${LEVELS:-32 128}; do
     timeout 120 python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts $((4 * c)) \
@@ -42,12 +42,16 @@ import json, sys
 try:
     s = json.load(open(sys.argv[1]))
     print(f"{sys.argv[2]} c={sys.argv[3]}: {s['output_throughput']:.0f} tok/s, TTFT p50 {s['median_ttft_ms']:.0f} ms, "
-          f"TPOT p50 {s['median_tpot_ms']:.2f} ms, {s['completed']} done")
+          f"TPOT p50 {s['median_tpot_ms']:.2f} ms, {s['completed']} done, {s['failed']} failed, "
+          f"{s['total_output_tokens']} tokens {s['errors'][:1]}")
 except Exception as exc:  # noqa: BLE001
     print(f"{sys.argv[2]} c={sys.argv[3]}: no result ({exc})")
 PY
   done
-  kill -INT $pid; wait $pid 2>/dev/null
+  kill -INT $pid
+  for _ in $(seq 20); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+  kill -0 $pid 2>/dev/null && { echo "$tag: server still up 20 s after SIGINT: killed" | tee -a "$LOG"; pkill -9 -P $pid; kill -9 $pid; }
+  wait $pid 2>/dev/null
 }
 for round in $(seq "${ROUNDS:-2}"); do
   for spec in "$@"; do

@@ -23,15 +23,17 @@ from typing import Any
 
 WARM_UP_PROMPT_LEN = 128  # a typical chat prompt; its chunks cover the block-table buckets up to it
 # Requests at once: 1..8 decode unpadded (one shape each; the common ones here), more are padded to a bucket of
-# bucket_up(n + 1) sequences, which n = bucket - 1 reaches.
-WARM_UP_CONCURRENCY = (1, 2, 4, 8, 11, 15, 23, 31, 47, 63)
+# bucket_up(n + 1) sequences, which n = bucket - 1 reaches; and every seat taken (warm_up adds max_num_seqs): its
+# decode step and the step that prefills a newcomer beside max_num_seqs - 1 decodes, a serving engine's usual steps
+# under load (an H200 server with 128 seats compiled three such shapes while serving, 0.3-0.8 s each).
+WARM_UP_CONCURRENCY = (1, 2, 4, 8, 11, 15, 23, 31, 47, 63, 95, 127, 191, 255)
 WARM_UP_ID = "__warm_up__"
 
 
 def warm_up(engine: Any, prompt_len: int = WARM_UP_PROMPT_LEN,
             concurrency: tuple[int, ...] = WARM_UP_CONCURRENCY) -> float:
     """Run the throwaway requests to completion on `engine` (an LLMEngine with nothing queued), `c` at once for each
-    c of `concurrency` up to its max_num_seqs; returns seconds."""
+    c of `concurrency` up to its max_num_seqs, and max_num_seqs at once; returns seconds."""
     from engine.sampling_params import SamplingParams
 
     if engine.has_unfinished_requests():
@@ -47,7 +49,8 @@ def warm_up(engine: Any, prompt_len: int = WARM_UP_PROMPT_LEN,
     sched = engine.scheduler.config
     with engine.backend.warming_up(sched.max_num_batched_tokens, sched.max_num_seqs,
                                    -(-sched.max_model_len // sched.page_size)):
-        for c in sorted({min(c, engine.engine_config.max_num_seqs) for c in concurrency}, reverse=True):
+        seats = engine.engine_config.max_num_seqs
+        for c in sorted({min(c, seats) for c in concurrency} | {seats}, reverse=True):
             for suffix, params in (("greedy", greedy), ("sampled", sampled)):
                 _run_at_once(engine, c, suffix, params, n)
     engine.reset_counters()

@@ -279,3 +279,23 @@ def test_similar_contexts_keep_their_stream_while_they_decode() -> None:
     p = SplitParams(min_pages_per_split=8)
     assert len(set(_server_like_keys(p))) == 1
     assert len(set(_server_like_keys(replace(p, per_seq_min_ratio=1)))) == 8
+
+
+def test_uneven_contexts_at_the_uniform_count_share_the_uniform_stream() -> None:
+    """A server's wide decode step mixes new and old contexts (4x apart and more) but leaves each sequence one split:
+    its key is the uniform stream's, so the two mixes of one step shape do not compile the same work twice."""
+    from engine.scheduler.compiler.step_builder_cache import shape_key
+    from models.llama.step_batch import StepBatch
+
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    p = SplitParams(min_pages_per_split=8, per_seq_splits=True)
+
+    def key(lens: list[int]) -> tuple[int, ...]:
+        tables = [list(range(512 * i, 512 * i + n // 16 + 1)) for i, n in enumerate(lens)]
+        return shape_key(d, StepBatch.build([[1]] * len(lens), lens, tables, page_size=16), 16, BuildParams("lpt", p),
+                         H100)
+
+    even, uneven = key([200] * 64), key([10] * 8 + [250] * 56)
+    assert even == uneven and len(even) == 4
+    long_one = key([4000] + [100] * 15)  # a long context among short ones still gets splits of its own
+    assert len(long_one) == 4 + 16

@@ -49,7 +49,12 @@ def step_seq_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: Targ
     buckets = _page_buckets(seq_pages)
     if max(buckets) < p.per_seq_min_ratio * min(buckets):
         return ()
-    return seq_attn_splits(d, shape, p, device, seq_pages)
+    splits = seq_attn_splits(d, shape, p, device, seq_pages)
+    # Every sequence at the uniform count is the uniform stream: one shape key, not two streams of the same work (a
+    # server's wide decode steps mix new and old contexts but give each sequence one split: 64 and 128 sequences).
+    if all(s == splits[0] for s in splits) and splits[0] == num_attn_splits(d, shape, p, device, max(seq_pages)):
+        return ()
+    return splits
 
 
 def seq_attn_splits(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice,
