@@ -56,8 +56,8 @@ class EngineConfig:
     # runs, so prompt chunks and steps with requests arriving do not put the host between two steps. Its streams equal
     # those without it on the GPU too (tests/gpu/test_megakernel_async_scheduling.py). Off: an H200 serving the 1B
     # shape (64 seats, 128 in / 128 out) got 10 968 against 10 864 output tok/s at 128 clients and 6 801 against 8 861 at
-    # 32 with it (one round each): under load a seat frees every few steps, and the steps between are short runs of
-    # decode steps, which it leaves as they are.
+    # 32 with it (one round each): it covers single steps, and under load most decode steps run in runs of decode
+    # steps (engine/decode_runs.py), which it leaves as they are.
     async_scheduling: bool = False
     # The cuda backend's options as NAME=VALUE texts (engine/cuda/backend_options.py: KernelOptions and SplitParams
     # fields), as `--kernel-option` passes them; the engine's defaults where unset. The other backends ignore them.
