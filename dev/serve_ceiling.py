@@ -31,7 +31,7 @@ from models.llama.init_random import init_random_checkpoint
 from models.llama.step_batch import StepBatch
 from server.app import build_app
 from server.async_engine import ENGINE_THREAD, AsyncEngine
-from server.engine_process import EngineProcessClient, EngineSpec
+from server.engine_process import EngineProcessClient, EngineSpec, freeze_startup_heap
 
 
 def _cpu_seconds(thread: threading.Thread) -> float:
@@ -98,6 +98,8 @@ def main() -> None:
         child = getattr(aeng.engine, "pid", None)
         cpu = lambda: [_cpu_seconds(t) for t in (loop_thread, engine_thread)] + (  # noqa: E731
             [_process_cpu_seconds(child)] if child is not None else [])
+        if not args.engine_process:  # as the server's load_serving_engine leaves its process (the child: its own)
+            freeze_startup_heap()
         cpu_before = cpu()
         out = subprocess.run([sys.executable, "-m", "engine.cli", "bench-serve", "--base-url", f"http://127.0.0.1:{port}",
                               "--num-prompts", str(args.requests), "--input-len", str(args.input_len),

@@ -109,12 +109,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     url = f"http://{opts.host}:{sock.getsockname()[1]}"
 
-    from server.engine_process import EngineProcessClient, EngineSpec, load_serving_engine
+    from server.engine_process import EngineProcessClient, EngineSpec, freeze_startup_heap, load_serving_engine
 
     def load() -> object:
         if opts.engine_process:
-            return EngineProcessClient(EngineSpec(args.model_dir, engine_kwargs(args), args.model,
-                                                  opts.served_model_name, url, args.log_level))
+            client = EngineProcessClient(EngineSpec(args.model_dir, engine_kwargs(args), args.model,
+                                                    opts.served_model_name, url, args.log_level))
+            freeze_startup_heap()  # this process's: the child froze its own
+            return client
         return load_serving_engine(args.model_dir, engine_kwargs(args), args.model, opts.served_model_name, url)
 
     # The engine loads in its own thread after the server starts listening, so /health says 503

@@ -20,6 +20,7 @@ end in AsyncEngine's fatal path.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import types
@@ -47,9 +48,19 @@ def load_serving_engine(model_dir: str, engine_kwargs: dict[str, Any], model_lab
         log.info("warming up: throwaway requests (alone and several at once) build the instruction streams of "
                  "common step shapes")
         log.info("warmed up in %.1f s", warm_up(engine))
-    log.info("ready: %s (backend %s, max_model_len %d) as %r on %s", model_label, engine.backend_name,
-             engine.max_model_len, served_name, url)
+    log.info("ready: %s (backend %s, max_model_len %d) as %r on %s (%d objects kept out of garbage collection)",
+             model_label, engine.backend_name, engine.max_model_len, served_name, url, freeze_startup_heap())
     return engine
+
+
+def freeze_startup_heap() -> int:
+    """Move every object alive now (the modules, the engine, its weights' and streams' Python objects) out of the
+    garbage collector's reach; returns how many. A serving step allocates enough to set off collections every few
+    steps, and each full one walked this whole heap while holding the GIL: on the development CPU the engine's own
+    work per token was 25.5-28.7 us with collections as they were, 18 with none, 15.6-28.3 after this."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 @dataclass(frozen=True)
