@@ -25,6 +25,9 @@ class RequestState:
     stop_reason: str | int | None = None
     error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    # The prompt's ids as every output of this request carries them: one copy for all of them (the sequence's own
+    # list stays the engine's), not one per output token (a 2 048-token prompt copied for each of its tokens)
+    _prompt_ids: list[int] | None = field(default=None, repr=False)
 
     @property
     def history(self) -> TokenHistory:
@@ -43,10 +46,15 @@ class RequestState:
         return RequestOutput(
             request_id=self.seq.seq_id,
             prompt=self.prompt,
-            prompt_token_ids=list(self.seq.prompt_token_ids),
+            prompt_token_ids=self._shared_prompt_ids(),
             outputs=[completion],
             finished=self.finish_reason is not None,
             metrics=self.metrics,
             error=self.error,
             prompt_logprobs=list(self.prompt_logprobs) if self.prompt_logprobs is not None else None,
         )
+
+    def _shared_prompt_ids(self) -> list[int]:
+        if self._prompt_ids is None:
+            self._prompt_ids = list(self.seq.prompt_token_ids)
+        return self._prompt_ids
