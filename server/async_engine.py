@@ -305,8 +305,8 @@ class AsyncEngine:
                 continue  # aborted meanwhile
             comp = out.outputs[0]
             n_total = len(comp.token_ids)
-            new_ids = list(comp.token_ids[live.sent_tokens:])
-            new_lp = list(comp.logprobs[live.sent_tokens:]) if comp.logprobs is not None else None
+            new_ids = comp.token_ids[live.sent_tokens:]  # a slice of a list: a list of its own already
+            new_lp = comp.logprobs[live.sent_tokens:] if comp.logprobs is not None else None
             first = live.sent_tokens == 0 and live.times.first_token is None
             live.times.observe(self.metrics, len(new_ids), now)
             generated += len(new_ids)
