@@ -3,8 +3,9 @@
 # Llama-3.2-1B-shape checkpoint) driven by `megakernel bench-serve` at each concurrency in $LEVELS (default "32 128";
 # 4x that many requests, 128 in / 128 out, greedy, after a warm-up pass), the variants interleaved $ROUNDS times.
 #   dev/serve_ab.sh "thread=" "process=--engine-process" "async=--async-scheduling"
-# One line per measurement into $OUT/serve_ab.log; each server's log and bench JSON under $OUT/serve_ab/. Stops
-# starting servers after $BUDGET_S seconds (default 420) so a run's time limit does not cut a pass in half.
+# One line per measurement into $OUT/serve_ab.log, and one of what it cost the host (dev/serve_probe.py: the server's
+# CPU per output token, the share of the device's decode-run time spent waiting for the host); each server's log and
+# bench JSON under $OUT/serve_ab/. Stops starting servers after $BUDGET_S seconds (default 420) so a run's time limit does not cut a pass in half.
 # Needs the server's packages where the image lacks them: scripts/fetch_server_wheels.sh here, then carry .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,9 @@ fi
 one() {  # one() NAME ROUND SERVE_ARGS...
   local name=$1 round=$2; shift 2
   local tag=${name}_r$round
-  python3 -m engine.cli serve --model "$MODEL" --backend "$BACKEND" --port 8011 --max-model-len 2048 --served-model-name m \
+  local launcher=(-m engine.cli)  # STACKS_FOR=NAME: that variant's server runs under dev/stack_sampler.py
+  [ "$name" = "${STACKS_FOR:-}" ] && launcher=(-m dev.stack_sampler "$OUT/serve_ab/stacks_$tag.txt" engine.cli)
+  python3 "${launcher[@]}" serve --model "$MODEL" --backend "$BACKEND" --port 8011 --max-model-len 2048 --served-model-name m \
     "$@" >"$OUT/serve_ab/server_$tag.log" 2>&1 &
   local pid=$!
   for _ in $(seq 300); do
@@ -34,6 +37,7 @@ one() {  # one() NAME ROUND SERVE_ARGS...
   timeout 120 python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts 64 --input-len 128 --output-len 128 \
     --max-concurrency 32 --seed 1 >/dev/null 2>&1  # warm-up
   for c in ${LEVELS:-32 128}; do
+    python3 -m dev.serve_probe snapshot $pid http://127.0.0.1:8011 >"$OUT/serve_ab/${tag}_c${c}_before.json" 2>/dev/null
     timeout 120 python3 -m engine.cli bench-serve --base-url http://127.0.0.1:8011 --num-prompts $((4 * c)) \
       --input-len 128 --output-len 128 --max-concurrency "$c" --seed 0 --output "$OUT/serve_ab/${tag}_c$c.json" \
       >/dev/null 2>&1
@@ -47,6 +51,9 @@ try:
 except Exception as exc:  # noqa: BLE001
     print(f"{sys.argv[2]} c={sys.argv[3]}: no result ({exc})")
 PY
+    python3 -m dev.serve_probe snapshot $pid http://127.0.0.1:8011 >"$OUT/serve_ab/${tag}_c${c}_after.json" 2>/dev/null &&
+      echo "$tag c=$c: $(python3 -m dev.serve_probe diff "$OUT/serve_ab/${tag}_c${c}_before.json" \
+        "$OUT/serve_ab/${tag}_c${c}_after.json" $((4 * c * 128)))" | tee -a "$LOG"
   done
   kill -INT $pid
   for _ in $(seq 20); do kill -0 $pid 2>/dev/null || break; sleep 1; done

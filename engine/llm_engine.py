@@ -45,6 +45,7 @@ from engine.sampling.run_sampler import NoiseTables
 from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
 from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
+from engine.step_times import StepClock, StepTimes
 from models.llama.config import LlamaConfig
 from models.llama.sources import resolve_model
 from models.llama.step_batch import StepBatch
@@ -70,6 +71,12 @@ class EngineStats:
     stream_compile_seconds: float = 0.0
     stream_hosted: int = 0
     stream_background_compiles: int = 0
+    # The runs of decode steps on the device (engine/run_times.py): their device seconds, and the seconds
+    # of those the device waited for the host to launch the next chunk of steps.
+    decode_run_seconds: float = 0.0
+    decode_run_idle_seconds: float = 0.0
+    # The host's wall seconds per kind of engine step (engine/step_times.py); None from engines that keep none.
+    step_times: StepTimes | None = None
 
     @property
     def kv_usage(self) -> float:
@@ -125,6 +132,7 @@ class LLMEngine:
         budget = cfg.max_num_batched_tokens
         if self.backend.max_tokens_per_step is not None:
             budget = min(budget, self.backend.max_tokens_per_step)
+        budget = self.backend.step_token_budget(budget, cfg.max_num_seqs)
         # max_num_seqs is not capped by the step's tokens: more decoding sequences than a step holds take turns
         # (Scheduler._decode_turn), so every request is admitted and starts, instead of waiting for a whole
         # earlier group to finish.
@@ -151,6 +159,7 @@ class LLMEngine:
         self._rng = torch.Generator().manual_seed(cfg.seed)
         self._steps = 0
         self._preemptions = 0
+        self._clock = StepClock()
 
     # ---------------------------------------------------------------- requests
     def apply_chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
@@ -207,11 +216,14 @@ class LLMEngine:
     def get_stats(self) -> EngineStats:
         bm = self.scheduler.block_manager
         streams = self.backend.stream_stats()
+        runs = self.backend.run_times()
         return EngineStats(num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
                            kv_pages_used=bm.num_used_pages, kv_pages_total=self.num_pages,
                            num_preemptions=self._preemptions, steps=self._steps, stream_hits=streams.hits,
                            stream_compiles=streams.misses, stream_compile_seconds=streams.build_seconds,
-                           stream_hosted=streams.hosted, stream_background_compiles=streams.background)
+                           stream_hosted=streams.hosted, stream_background_compiles=streams.background,
+                           decode_run_seconds=runs.device_seconds, decode_run_idle_seconds=runs.idle_seconds,
+                           step_times=self._clock.totals())
 
     def reset_counters(self) -> None:
         """Steps and preemptions back to zero (after engine/warm_up.py's throwaway requests)."""
@@ -253,6 +265,7 @@ class LLMEngine:
     def _run_plan(self, plan: SchedulerOutput) -> list[RequestOutput]:
         """Run a scheduled plan: a run of decode steps where it may be one, else one step."""
         self._steps += 1
+        self._clock.step_begins()
         steps, tables = self._runs.steps_for(plan), None
         while steps > 1:  # a cache too full for the whole run still gets a shorter one
             tables = self.scheduler.reserve_decode_steps(plan, steps)
@@ -264,8 +277,12 @@ class LLMEngine:
                 return self._runs.run(plan, tables, steps, self.output_sink)
             finally:
                 self._steps += max(0, self._runs.last_run_steps - 1)
+                self._clock.step_ends("run", self._runs.last_run_steps * len(plan.chunks), bool(self._requests))
         sampled, failed = self._run(plan)
-        return self._apply(plan, sampled, failed, time.monotonic())
+        outputs = self._apply(plan, sampled, failed, time.monotonic())
+        prompt = sum(len(c.token_ids) for c in plan.chunks if not c.is_decode)
+        self._clock.step_ends("prefill" if prompt else "decode", prompt or len(sampled), bool(self._requests))
+        return outputs
 
     def _apply(self, plan: SchedulerOutput, sampled: Sampled, failed: Failed, now: float) -> list[RequestOutput]:
         """Finish the step's failed requests, record its sampled tokens with the scheduler, then stop checks and

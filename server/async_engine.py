@@ -341,7 +341,8 @@ class AsyncEngine:
             self.metrics.set_engine_stats(s.num_running, s.num_waiting, s.kv_usage,
                                           (s.stream_hits, s.stream_compiles, s.stream_compile_seconds,
                                            s.stream_hosted, s.stream_background_compiles),
-                                          s.num_preemptions)
+                                          s.num_preemptions, (s.decode_run_seconds, s.decode_run_idle_seconds),
+                                          s.step_times)
         except Exception:  # stats are best-effort; never take the engine thread down for them
             log.debug("get_stats failed", exc_info=True)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from engine.step_times import StepTimes
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # Seconds; covers a 1 ms GPU token up to multi-minute CPU requests.
@@ -62,6 +64,20 @@ class ServerMetrics:
         self.preemptions = Counter("megakernel:num_preemptions", "Sequences preempted (recomputed later) because the "
                                    "KV cache ran out of pages.", labels, registry=r).labels(model_name)
         self._preemptions_seen = 0
+        # Runs of decode steps (engine/run_times.py): idle / device seconds is the share of the device's time
+        # in runs that it waited for the host; well above zero, the host side bounds the decode throughput.
+        self.run_device_seconds = Counter("megakernel:decode_run_device_seconds", "Device seconds of the runs of "
+                                          "decode steps queued ahead of the host.", labels, registry=r).labels(model_name)
+        self.run_idle_seconds = Counter("megakernel:decode_run_device_idle_seconds", "Seconds of those the device had "
+                                        "no step queued, waiting for the host.", labels, registry=r).labels(model_name)
+        self._runs_seen: tuple[float, float] = (0.0, 0.0)
+        # The engine's host seconds per kind of step (engine/step_times.py: run, decode, prefill, between).
+        self._step_seconds = Counter("megakernel:engine_step_seconds", "Engine-thread wall seconds per kind of engine "
+                                     "step (run: several decode steps on the device; between: between steps while "
+                                     "requests are in flight).", ["model_name", "kind"], registry=r)
+        self._step_count = Counter("megakernel:engine_steps", "Engine steps per kind.", ["model_name", "kind"],
+                                   registry=r)
+        self._steps_seen: dict[str, tuple[int, float]] = {}
         self._model_name = model_name
 
     def request_finished(self, reason: str) -> None:
@@ -69,11 +85,13 @@ class ServerMetrics:
 
     def set_engine_stats(self, running: int, waiting: int, kv_usage: float,
                          streams: tuple[int, int, float, int, int] | None = None,
-                         preemptions: int | None = None) -> None:
+                         preemptions: int | None = None, runs: tuple[float, float] | None = None,
+                         step_times: StepTimes | None = None) -> None:
         """`streams`: the engine's cumulative (cache hits, compiles, compile seconds, hosted steps, compiles off the
         engine thread); the counters move by what is new
         since the last call (values below the last ones come from a new engine, counted from zero); `preemptions`
-        the engine's cumulative count, the same way."""
+        the engine's cumulative count, the same way; `runs` its cumulative (decode-run device seconds, of which
+        idle) and `step_times` its steps and seconds per kind, too."""
         self.running.set(running)
         self.waiting.set(waiting)
         self.kv_usage.set(kv_usage)
@@ -89,6 +107,22 @@ class ServerMetrics:
             if delta > 0:
                 self.preemptions.inc(delta)
             self._preemptions_seen = preemptions
+        if runs is not None:
+            for counter, now, seen in zip((self.run_device_seconds, self.run_idle_seconds), runs, self._runs_seen):
+                delta = now - seen if now >= seen else now
+                if delta > 0:
+                    counter.inc(delta)
+            self._runs_seen = runs
+        if step_times is not None:
+            for kind, steps in step_times.steps.items():
+                seconds = step_times.seconds[kind]
+                seen_steps, seen_seconds = self._steps_seen.get(kind, (0, 0.0))
+                if steps < seen_steps:  # a new engine
+                    seen_steps, seen_seconds = 0, 0.0
+                if steps > seen_steps:
+                    self._step_count.labels(self._model_name, kind).inc(steps - seen_steps)
+                    self._step_seconds.labels(self._model_name, kind).inc(max(0.0, seconds - seen_seconds))
+                self._steps_seen[kind] = (steps, seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -10,6 +10,7 @@ import torch
 
 from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.run_stops import RunStops
+from engine.run_times import RunTimes
 from engine.scheduler.compiler.step_builder_cache import StreamStats
 from engine.sampling.results import to_host
 from engine.sampling.run_sampler import Records, RunSampler
@@ -89,6 +90,16 @@ class Backend(ABC):
         `max_seqs` sequences, block tables of `max_table_pages`) at each token bucket (step_padding.py host_ladder).
         Nothing here."""
         yield
+
+    def step_token_budget(self, max_tokens: int, max_seqs: int) -> int:
+        """The tokens the scheduler may put in one step of at most `max_seqs` sequences, out of the engine's budget
+        `max_tokens` (a backend that pads steps leaves room for its dummy sequences' tokens; the rest: all of it)."""
+        return max_tokens
+
+    def run_times(self) -> RunTimes:
+        """The device time of the runs of decode steps so far and its waits for the host (backends that queue a
+        run's steps on a device ahead of the host; the rest run each step as the host asks for it)."""
+        return RunTimes()
 
     def stream_stats(self) -> StreamStats:
         """Compiled-stream cache hits, misses and compile seconds so far (backends that run instruction streams;

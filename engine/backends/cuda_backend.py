@@ -10,10 +10,12 @@ from dataclasses import replace
 import torch
 
 from engine.backends.base import Backend, OnRecords
+from engine.run_times import RunTimes
 from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.cuda.activation_arena import ActivationArena
 from engine.cuda.device_decode_run import run_decode_steps
 from engine.cuda.device_stream import DeviceStream, KernelFields, launch
+from engine.cuda.run_timer import RunTimer
 from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
@@ -21,7 +23,7 @@ from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, k
 from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
-from engine.cuda.step_padding import pad_batch
+from engine.cuda.step_padding import pad_batch, padded_budget
 from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.stream_hosting import StreamHosting, may_host
 from engine.cuda.tensor_maps import tile_maps, w_o_map
@@ -69,16 +71,18 @@ class CudaBackend(Backend):
     def __init__(self, weights: LlamaWeights, num_pages: int, page_size: int, policy: str = DEFAULT_POLICY,
                  num_sms: int | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS, waves: float = SplitParams.waves,
                  kernel: KernelOptions | None = None, pad_steps: bool = True, host_steps: bool = True,
-                 background_builds: bool = False, stream_store: bool = True, tp_world: int = 1, tp_rank: int = 0,
-                 **split_kw: object) -> None:
+                 pad_headroom: bool = True, background_builds: bool = False, stream_store: bool = True,
+                 tp_world: int = 1, tp_rank: int = 0, **split_kw: object) -> None:
         """Keywords named like a KernelOptions field (`--kernel-option NAME=VALUE`, engine/cuda/backend_options.py)
         set that field of `kernel`; the rest go to the scheduler's SplitParams. `pad_steps`: single steps of several
         token groups run padded to bucketed shapes (engine/cuda/step_padding.py; off in tests that compare the
         step's buffers with the VM's); `host_steps`: ... or, while their own shape's stream is not compiled, padded
-        into a compiled larger one (engine/cuda/stream_hosting.py); `background_builds`: a hosted shape that recurs
-        is compiled by a worker process meanwhile (engine/cuda/background_builds.py), not on the engine thread at its
-        next step; off by default until serving is measured with the process worker (a worker thread measured slower:
-        c=32 4 102 against 5 656 tok/s, docs/PERFORMANCE.md); `stream_store`: compiled streams are kept on disk under
+        into a compiled larger one (engine/cuda/stream_hosting.py); `pad_headroom`: the engine's token budget
+        leaves room for the dummy sequences' tokens, so a full step pads within its budget's token bucket
+        (step_token_budget); `background_builds`: a hosted shape that recurs is compiled by a worker process
+        meanwhile (engine/cuda/background_builds.py), not on the engine thread at its next step; off by default
+        until serving is measured with the process worker (a worker thread measured slower: c=32 4 102 against
+        5 656 tok/s, docs/PERFORMANCE.md); `stream_store`: compiled streams are kept on disk under
         $MEGAKERNEL_CACHE_DIR/streams and a later run loads them instead of compiling
         (engine/scheduler/compiler/stream_store.py); `tp_world`: the ranks of the tensor-parallel group this
         backend is rank `tp_rank` of (`weights` its megakernel shard, models/llama/tensor_parallel.py; its streams
@@ -166,6 +170,7 @@ class CudaBackend(Backend):
                                         head_dim=self.dims.head_dim)  # stored heads (head_padding.py)
         self._spare_page = num_pages
         self._pad_steps = pad_steps and self.max_tokens_per_step > self.limits.max_tokens_per_matvec
+        self._pad_headroom = pad_headroom
         if background_builds and tp_world > 1:
             raise ValueError("background_builds: a tensor-parallel rank compiles every stream itself (each rank would "
                              "adopt a worker's stream at its own step)")
@@ -186,11 +191,20 @@ class CudaBackend(Backend):
         # The last run of decode steps' stop state on the device (csrc/interpreter/run_stop.cuh; None: that run had no
         # device stop checks): kept after the run for tests and post-mortems, a few words.
         self.last_run_stop: torch.Tensor | None = None
+        self.run_timer = RunTimer()  # the runs' device time and the device's waits for the host (run_times)
 
     def _stream_cache(self, params: BuildParams, stored: bool) -> StreamCache:
         device = TargetDevice(num_sms=self.num_sms)
         store = StreamStore(cache_root() / "streams", self.dims, self.page_size, params, device) if stored else None
         return StreamCache(self.dims, self.page_size, params, device, capacity=STREAM_CACHE_CAPACITY, store=store)
+
+    def step_token_budget(self, max_tokens: int, max_seqs: int) -> int:
+        if not (self._pad_steps and self._pad_headroom) or max_tokens <= self.limits.max_tokens_per_matvec:
+            return max_tokens
+        return max(padded_budget(max_tokens, max_seqs), self.limits.max_tokens_per_matvec)
+
+    def run_times(self) -> RunTimes:
+        return self.run_timer.totals
 
     def stream_stats(self) -> StreamStats:
         caches = self._caches + (self._argmax_caches if self._argmax_caches is not self._caches else [])
@@ -399,7 +413,7 @@ class CudaBackend(Backend):
         state = torch.tensor(stops.words(rows), dtype=torch.int32).to(self._device) if stops is not None else None
         self.last_run_stop = state
         return run_decode_steps(ds, S, rows, steps, on_records, sampler, state, self._device, self._launch,
-                                self._finish, self.module.advance, self.kernel.pdl)
+                                self._finish, self.module.advance, self.kernel.pdl, self.run_timer)
 
     def prefill(self, tokens: list[int], block_table: list[int], start: int = 0) -> int:
         """Run one sequence's tokens through the kernel in chunks it can hold; returns the last

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from engine.backends.base import Backend, OnRecords
 from engine.backends.cuda_backend import CudaBackend
 from engine.backends.rank_processes import RankProcesses, all_gather_objects
+from engine.run_times import RunTimes
 from engine.backends.tensor_parallel_worker import DEFAULT_TP_TIMEOUT_S, WorkerArgs
 from engine.cuda.tp_peers import TpPeers
 from engine.errors import EngineFatalError
@@ -124,6 +125,12 @@ class TensorParallelCudaBackend(Backend):
 
     def stream_stats(self) -> StreamStats:
         return self.rank0.stream_stats()
+
+    def run_times(self) -> RunTimes:
+        return self.rank0.run_times()
+
+    def step_token_budget(self, max_tokens: int, max_seqs: int) -> int:
+        return self.rank0.step_token_budget(max_tokens, max_seqs)
 
     @contextmanager
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:

@@ -18,7 +18,8 @@ from engine.scheduler.compiler.step_builder_splits import SplitParams
 # CudaBackend.__init__'s own keywords (tests/engine/test_cuda_backend_options.py keeps this in step with it); its
 # `kernel` argument is a KernelOptions, whose fields are options of their own here.
 BACKEND_KEYWORDS: dict[str, object] = {"policy": str, "num_sms": int | None, "timeout_ns": int, "waves": float,
-                                      "pad_steps": bool, "host_steps": bool, "background_builds": bool,
+                                      "pad_steps": bool, "host_steps": bool, "pad_headroom": bool,
+                                      "background_builds": bool,
                                       "stream_store": bool}
 FLAG_TEXTS = {"0": False, "1": True}  # only these: a typo such as "ture" must not silently pick one side of an A/B
 NONE_TEXT = "none"

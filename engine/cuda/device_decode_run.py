@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from engine.cuda.device_stream import DeviceStream
+from engine.cuda.run_timer import RunTimer
 from engine.run_stops import RS_NOT_STOPPED, RS_STOPPED_AT, worked_end
 from engine.sampling.run_sampler import Records, RunSampler, StepAdvance
 
@@ -47,11 +48,11 @@ class AdvanceKernel(Protocol):
 def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_records: Callable[[Records], bool],
                      sampler: RunSampler | None, state: torch.Tensor | None, device: torch.device, launch: Launch,
                      finish: Callable[[DeviceStream], torch.Tensor], advance_kernel: AdvanceKernel,
-                     pdl: bool) -> int:
+                     pdl: bool, timer: RunTimer | None = None) -> int:
     """`steps` decode steps of the prepared stream `ds`, whose `rows` rows are `seqs` sequences, then any dummy rows
     of a padded run; `state`: the run's stop state on the device (engine/run_stops.py), or None. Hands each chunk
     of records to `on_records` (ids of the real rows only) until it returns False or the run is over; returns how
-    many steps did work."""
+    many steps did work. `timer` adds the run's device time and the device's waits for the host to its totals."""
     records = sampler.records if sampler is not None else {
         "ids": torch.empty((steps, rows), dtype=torch.int32, device=device)}
     host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
@@ -74,8 +75,11 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         errors[index].copy_(ds.status[:1], non_blocking=True)
         if state is not None:
             stopped_at[index].copy_(state[RS_STOPPED_AT:RS_STOPPED_AT + 1], non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
+        if timer is not None:
+            event = timer.chunk_end()
+        else:
+            event = torch.cuda.Event()
+            event.record()
         pending.append((begin, launched, index, event))
         begin = launched
 
@@ -85,6 +89,8 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         nonlocal ran
         first, end, index, event = pending.popleft()
         event.synchronize()
+        if timer is not None:
+            timer.chunk_done(event)
         if int(errors[index, 0]) != 0:
             finish(ds)  # raises, naming the instruction
         worked = worked_end(end, int(stopped_at[index, 0]))
@@ -95,8 +101,12 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         chunk["ids"] = chunk["ids"][:, :seqs].to(torch.int64)
         return on_records(chunk) and worked == end
 
+    if timer is not None:
+        timer.start_run()
     while launched < steps and go_on:
         last = launched == steps - 1
+        if timer is not None and launched % READBACK_STEPS == 0:
+            timer.chunk_started()
         ids = records["ids"][launched]
         if sampler is None:
             launch(ds, advance_history=0 if last else ids.data_ptr(), run_stop=run_stop, run_step=launched)
@@ -120,5 +130,7 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         read_back()
     while pending:  # what was queued still ran: hand over what did work
         deliver()
+    if timer is not None:
+        timer.end_run()
     finish(ds)  # the error word of the last step
     return ran

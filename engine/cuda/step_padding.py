@@ -36,6 +36,19 @@ def padded_counts(num_tokens: int, num_seqs: int) -> tuple[int, int]:
     return T, S
 
 
+def padded_budget(max_tokens: int, max_seqs: int) -> int:
+    """The largest token budget of at most `max_tokens` whose steps (any count of up to `max_seqs` sequences) all pad
+    to at most bucket_up(max_tokens) tokens. Each dummy sequence takes a token, so a step that fills a bucketed budget
+    exactly and has a sequence count off the buckets would otherwise pad to the next token bucket: a full prefill
+    step of 2 048 tokens over 18 sequences runs as 3 072 tokens over 24, half its work again. Leaving the dummies'
+    tokens out of the budget (32 of 2 048 for 64 sequences) keeps every step in its budget's bucket."""
+    top = bucket_up(max_tokens)
+    budget = max_tokens
+    while budget > 1 and any(padded_counts(budget, s)[0] > top for s in range(1, min(max_seqs, budget) + 1)):
+        budget -= 1
+    return budget
+
+
 def can_pad(tokens: int, seqs: int, to_tokens: int, to_seqs: int) -> bool:
     """Whether a step of `tokens` tokens over `seqs` sequences pads to `to_tokens` over `to_seqs` (pad_batch's
     `counts`): no fewer of either, each dummy sequence one token or more, and added tokens only with a dummy to carry

@@ -7,7 +7,8 @@ import random
 import torch
 
 from engine.backends.vm_backend import VMBackend
-from engine.cuda.step_padding import bucket_up, can_pad, dummy_step, largest_counts, pad_batch, padded_counts
+from engine.cuda.step_padding import (bucket_up, can_pad, dummy_step, largest_counts, pad_batch, padded_budget,
+                                      padded_counts)
 from engine.profiling import decode_batch
 from engine.run_stops import RS_HEADER_WORDS, RS_NUM_ROWS, RS_ROW_STOPPED, RS_ROW_WORDS, RS_RUNNING, RowStop, RunStops
 from tests.vm.helpers import Scenario, random_weights, small_config
@@ -84,3 +85,16 @@ def test_a_dummy_step_touches_only_the_spare_page() -> None:
     assert (step.num_tokens, step.num_seqs) == (10, 3) and step.query_start.tolist() == [0, 1, 2, 10]
     assert step.block_tables[:, 0].tolist() == [77] * 3 and bool((step.block_tables[:, 1:] == -1).all())
     assert step.positions.tolist() == [0] * 10 and step.context_lens.tolist() == [1, 1, 1]
+
+
+def test_the_padded_budget_keeps_every_step_in_its_bucket() -> None:
+    """A full step whose sequence count is off the buckets pads within the budget's token bucket (a 2 048-token step
+    of 18 sequences would pad to 3 072 tokens without the headroom)."""
+    assert padded_counts(2048, 18)[0] == 3072
+    for max_tokens, max_seqs in ((2048, 64), (2048, 128), (512, 64), (3000, 64), (8192, 256), (2048, 1)):
+        budget = padded_budget(max_tokens, max_seqs)
+        assert 0.9 * max_tokens <= budget <= max_tokens
+        top = bucket_up(max_tokens)
+        for tokens in range(max(1, budget - 200), budget + 1):
+            assert all(padded_counts(tokens, s)[0] <= top for s in range(1, min(max_seqs, tokens) + 1))
+    assert padded_budget(2048, 64) == 2016 and padded_budget(2048, 1) == 2048

@@ -128,3 +128,38 @@ def test_preemptions_are_counted() -> None:
     assert value() == 5
     m.set_engine_stats(1, 0, 0.5, preemptions=1)  # counters reset (a new engine, or after the warm-up)
     assert value() == 6
+
+
+def test_decode_run_counters_follow_the_engine_and_the_probe_reads_them() -> None:
+    """The decode-run device and idle seconds become counters the same way; dev/serve_probe reads their totals."""
+    from dev.serve_probe import diff
+    from server.metrics import ServerMetrics
+
+    m = ServerMetrics("m")
+    m.set_engine_stats(1, 0, 0.1, runs=(2.0, 0.5))
+    m.set_engine_stats(1, 0, 0.1, runs=(3.0, 0.75))
+    fams = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    assert _value(fams, "megakernel:decode_run_device_seconds", "megakernel:decode_run_device_seconds_total") == 3.0
+    assert _value(fams, "megakernel:decode_run_device_idle_seconds",
+                  "megakernel:decode_run_device_idle_seconds_total") == 0.75
+    text = diff({"cpu": {"1": 1.0}, "metrics": {"megakernel:decode_run_device_seconds_total": 1.0,
+                                                "megakernel:decode_run_device_idle_seconds_total": 0.25}},
+                {"cpu": {"1": 1.5}, "metrics": {"megakernel:decode_run_device_seconds_total": 3.0,
+                                                "megakernel:decode_run_device_idle_seconds_total": 0.75}}, 10_000)
+    assert "pid 1 50.0 us/token" in text and "idle (waiting for the host) 25.0 %" in text
+
+
+def test_step_time_counters_move_per_kind() -> None:
+    from engine.step_times import StepClock
+    from server.metrics import ServerMetrics
+
+    m = ServerMetrics("m")
+    clock = StepClock()
+    for kind in ("prefill", "run", "run"):
+        clock.step_begins()
+        clock.step_ends(kind, 3, busy=True)
+    m.set_engine_stats(1, 0, 0.1, step_times=clock.totals())
+    m.set_engine_stats(1, 0, 0.1, step_times=clock.totals())  # nothing new: nothing moves
+    steps = {s.labels["kind"]: s.value for f in text_string_to_metric_families(m.render().decode())
+             if f.name == "megakernel:engine_steps" for s in f.samples if s.name.endswith("_total")}
+    assert steps == {"prefill": 1, "run": 2, "between": 2}
