@@ -4,7 +4,8 @@ A fixed, seeded request mix (random token-id prompts; input/output lengths drawn
 ± range_ratio of the targets) is sent over streaming /v1/completions with `ignore_eos`, at a Poisson
 request rate or with bounded concurrency. TTFT is the time to the first chunk with choices (as in
 `vllm bench serve`, its text may be empty), ITL the gaps between later chunks, TPOT
-(e2e - TTFT) / (output tokens - 1); token counts come from the server's usage chunk.
+(e2e - TTFT) / (output tokens - 1); token counts come from the server's usage chunk. Where the server exports
+them, its own counters read before and after the pass add where its time went (server/bench_server_side.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from server.bench_server_side import breakdown, format_breakdown, read_counters
 from server.serve_options import DEFAULT_HOST, DEFAULT_PORT
 
 
@@ -182,6 +184,7 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
                 return await _one(client, cfg, model, req)
 
         tasks = []
+        counters = await read_counters(client)
         start = time.perf_counter()
         for req in requests:
             tasks.append(asyncio.create_task(limited(req)))
@@ -189,7 +192,11 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
                 await asyncio.sleep(rng.expovariate(cfg.request_rate))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
-    return summarize(cfg, list(results), duration)
+        server_side = breakdown(counters, await read_counters(client), duration)
+    summary = summarize(cfg, list(results), duration)
+    if server_side is not None:
+        summary["server"] = server_side
+    return summary
 
 
 def format_report(s: dict[str, Any]) -> str:
@@ -211,6 +218,8 @@ def format_report(s: dict[str, Any]) -> str:
         lines.append(f"{'-' * 15}{title}{'-' * 15}")
         for stat in ("mean", "median", "p90", "p99"):
             row(f"{stat.capitalize()} {key.upper()} (ms):", s[f"{stat}_{key}_ms"])
+    if s.get("server") is not None:
+        lines.extend(format_breakdown(s["server"]))
     for err in s["errors"]:
         lines.append(f"error: {err}")
     lines.append("=" * 50)

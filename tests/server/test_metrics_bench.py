@@ -58,6 +58,9 @@ def test_bench_serve_against_server(server: ServerThread) -> None:
     assert s["mean_ttft_ms"] <= s["p99_e2e_ms"]
     json.dumps(s)  # --json output must serialise
     assert "Output token throughput" in format_report(s)
+    # the server's own breakdown of the pass, from its /metrics (steps with prompt tokens at least)
+    assert s["server"]["steps"]["prefill"] >= 1 and s["server"]["step_seconds"]["prefill"] > 0
+    assert "Server side (its /metrics)" in format_report(s)
 
 
 def test_cli_registers_subcommands() -> None:
@@ -131,9 +134,19 @@ def test_preemptions_are_counted() -> None:
 
 
 def test_decode_run_counters_follow_the_engine_and_the_probe_reads_them() -> None:
-    """The decode-run device and idle seconds become counters the same way; dev/serve_probe reads their totals."""
+    """The decode-run device and idle seconds become counters the same way; bench-serve's server-side breakdown
+    (server/bench_server_side.py) and dev/serve_probe read them."""
     from dev.serve_probe import diff
+    from engine.step_times import StepClock
+    from server.bench_server_side import breakdown, format_breakdown, parse_counters
     from server.metrics import ServerMetrics
+
+    def clock_after_two_prefills() -> object:
+        clock = StepClock()
+        for _ in range(2):
+            clock.step_begins()
+            clock.step_ends("prefill", 128, busy=True)
+        return clock.totals()
 
     m = ServerMetrics("m")
     m.set_engine_stats(1, 0, 0.1, runs=(2.0, 0.5))
@@ -142,11 +155,16 @@ def test_decode_run_counters_follow_the_engine_and_the_probe_reads_them() -> Non
     assert _value(fams, "megakernel:decode_run_device_seconds", "megakernel:decode_run_device_seconds_total") == 3.0
     assert _value(fams, "megakernel:decode_run_device_idle_seconds",
                   "megakernel:decode_run_device_idle_seconds_total") == 0.75
-    text = diff({"cpu": {"1": 1.0}, "metrics": {"megakernel:decode_run_device_seconds_total": 1.0,
-                                                "megakernel:decode_run_device_idle_seconds_total": 0.25}},
-                {"cpu": {"1": 1.5}, "metrics": {"megakernel:decode_run_device_seconds_total": 3.0,
-                                                "megakernel:decode_run_device_idle_seconds_total": 0.75}}, 10_000)
+    before = {"cpu": {"1": 1.0}, "wall": 10.0, "metrics": parse_counters(m.render().decode())}
+    m.set_engine_stats(1, 0, 0.1, runs=(5.0, 1.25), step_times=clock_after_two_prefills())
+    after = {"cpu": {"1": 1.5}, "wall": 12.0, "metrics": parse_counters(m.render().decode())}
+    text = diff(before, after, 10_000)
+    assert "prefill 2 steps" in text
     assert "pid 1 50.0 us/token" in text and "idle (waiting for the host) 25.0 %" in text
+    b = breakdown(before["metrics"], after["metrics"], 2.0)
+    assert b is not None and b["decode_run_device_s"] == 2.0 and b["steps"]["prefill"] == 2
+    assert any("GPU waiting for the host in runs (%):" in line and "25.0" in line for line in format_breakdown(b))
+    assert breakdown(None, after["metrics"], 2.0) is None
 
 
 def test_step_time_counters_move_per_kind() -> None:
