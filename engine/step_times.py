@@ -2,7 +2,9 @@
 steps while requests are in flight. Against the decode runs' device seconds (engine/run_times.py) it says
 what a server's time per token is made of: `run` steps (several decode steps on the device, their host work
 overlapped), single `decode` steps, steps with prompt tokens (`prefill`: chunked prefill, alone or mixed with
-decodes), and `between` (the engine thread's own work between steps: admitting requests, handing outputs over)."""
+decodes), and `between` (the engine thread's own work between steps: admitting requests, handing outputs over).
+With async scheduling the look-ahead's own overlapped single steps (engine/lookahead.py) are not counted; the plans it
+hands to the engine's ordinary path are."""
 from __future__ import annotations
 
 import time
@@ -14,7 +16,8 @@ STEP_KINDS = ("run", "decode", "prefill", "between")
 @dataclass(frozen=True)
 class StepTimes:
     """Cumulative per kind: engine steps, host wall seconds, and tokens they processed (prompt tokens for
-    `prefill`, sampled tokens otherwise; `between` counts intervals and no tokens)."""
+    `prefill`, decode steps x sequences at the run's start for `run`, sampled tokens for `decode`; `between` counts
+    intervals and no tokens)."""
 
     steps: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0))
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0.0))
