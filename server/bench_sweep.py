@@ -3,7 +3,8 @@ PNG of output throughput and time to first token against concurrency (what a cap
 to climb, and how far throughput still grows).
 
 Each level runs the same seeded request mix (bench_serve.BenchConfig) with max_concurrency = the level and at least
-as many prompts as the level, so every level fills its slots at least once.
+as many prompts as the level, so every level fills its slots at least once. Against this server the table adds, per
+level, the GPU's idle share in runs of decode steps and the prefill steps' share of the pass (bench_server_side.py).
 """
 from __future__ import annotations
 
@@ -40,11 +41,24 @@ async def run_sweep(cfg: BenchConfig, levels: tuple[int, ...]) -> list[dict[str,
     return out
 
 
+# From the server's own account of each level (bench_server_side.py), where it gives one: the share of the GPU's time
+# in runs of decode steps it waited for the host, and the share of the pass that went to steps with prompt tokens.
+SERVER_COLUMNS = (("GPU idle %", lambda b: b["decode_run_idle_pct"]),
+                  ("prefill %", lambda b: b["share_of_pass_pct"].get("prefill")))
+
+
 def format_sweep(rows: list[dict[str, Any]]) -> str:
     head = f"{'concurrency':>11}" + "".join(f"{title:>11}" for _key, title, _fmt in SWEEP_COLUMNS)
+    server = any(r.get("server") is not None for r in rows)
+    if server:
+        head += "".join(f"{title:>11}" for title, _get in SERVER_COLUMNS)
     lines = ["============ Serving Sweep (ms) ============", head]
     for r in rows:
-        lines.append(f"{r['concurrency']:>11}" + "".join(f"{fmt.format(r[key]):>11}" for key, _t, fmt in SWEEP_COLUMNS))
+        line = f"{r['concurrency']:>11}" + "".join(f"{fmt.format(r[key]):>11}" for key, _t, fmt in SWEEP_COLUMNS)
+        if server:
+            values = [get(r["server"]) if r.get("server") is not None else None for _title, get in SERVER_COLUMNS]
+            line += "".join(f"{'-' if v is None else f'{v:.1f}':>11}" for v in values)
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -83,6 +83,9 @@ def test_bench_serve_sweep_table_json_and_plot(server: ServerThread, tmp_path) -
     assert [r["completed"] for r in rows] == [2, 3] and all(r["failed"] == 0 for r in rows)
     table = format_sweep(rows)
     assert "TTFT p99" in table and len(table.splitlines()) == 4
+    assert "prefill %" in table  # the server's own account of each level (its /metrics)
+    no_gpu_runs = table.splitlines()[-1].split()[-2]  # the torch backend runs no decode runs on a device
+    assert no_gpu_runs == "-"
     png = plot_sweep(rows, tmp_path / "sweep.png", title="t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps({"sweep": rows})
