@@ -8,7 +8,7 @@ hands to the engine's ordinary path are."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 STEP_KINDS = ("run", "decode", "prefill", "between")
 
@@ -52,4 +52,4 @@ class StepClock:
         self._tokens[kind] += tokens
 
     def totals(self) -> StepTimes:
-        return replace(StepTimes(), steps=dict(self._steps), seconds=dict(self._seconds), tokens=dict(self._tokens))
+        return StepTimes(steps=dict(self._steps), seconds=dict(self._seconds), tokens=dict(self._tokens))

@@ -6,6 +6,9 @@ follow vLLM's (`megakernel:` prefix instead of `vllm:`) so existing dashboards m
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -18,6 +21,16 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.2
                     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
 _ITL_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05,
                 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0)
+
+
+def _advance(counters: Sequence[Any], now: Sequence[float], seen: Sequence[float]) -> tuple[Any, ...]:
+    """Move each counter by what its engine-side cumulative value gained since `seen` (a value below the last one
+    comes from a new engine, counted from zero); returns `now`, the next call's `seen`."""
+    for counter, value, last in zip(counters, now, seen):
+        delta = value - last if value >= last else value
+        if delta > 0:
+            counter.inc(delta)
+    return tuple(now)
 
 
 class ServerMetrics:
@@ -70,7 +83,7 @@ class ServerMetrics:
                                           "decode steps queued ahead of the host.", labels, registry=r).labels(model_name)
         self.run_idle_seconds = Counter("megakernel:decode_run_device_idle_seconds", "Seconds of those the device had "
                                         "no step queued, waiting for the host.", labels, registry=r).labels(model_name)
-        self._runs_seen: tuple[float, float] = (0.0, 0.0)
+        self._runs_seen: tuple[float, ...] = (0.0, 0.0)
         # The engine's host seconds per kind of step (engine/step_times.py: run, decode, prefill, between).
         self._step_seconds = Counter("megakernel:engine_step_seconds", "Engine-thread wall seconds per kind of engine "
                                      "step (run: several decode steps on the device; between: between steps while "
@@ -96,23 +109,12 @@ class ServerMetrics:
         self.waiting.set(waiting)
         self.kv_usage.set(kv_usage)
         if streams is not None:
-            for counter, now, seen in zip((self.stream_hits, self.stream_compiles, self.stream_compile_seconds,
-                                           self.stream_hosted, self.stream_background), streams, self._stream_seen):
-                delta = now - seen if now >= seen else now
-                if delta > 0:
-                    counter.inc(delta)
-            self._stream_seen = streams
+            self._stream_seen = _advance((self.stream_hits, self.stream_compiles, self.stream_compile_seconds,
+                                          self.stream_hosted, self.stream_background), streams, self._stream_seen)
         if preemptions is not None:
-            delta = preemptions - self._preemptions_seen if preemptions >= self._preemptions_seen else preemptions
-            if delta > 0:
-                self.preemptions.inc(delta)
-            self._preemptions_seen = preemptions
+            self._preemptions_seen = _advance((self.preemptions,), (preemptions,), (self._preemptions_seen,))[0]
         if runs is not None:
-            for counter, now, seen in zip((self.run_device_seconds, self.run_idle_seconds), runs, self._runs_seen):
-                delta = now - seen if now >= seen else now
-                if delta > 0:
-                    counter.inc(delta)
-            self._runs_seen = runs
+            self._runs_seen = _advance((self.run_device_seconds, self.run_idle_seconds), runs, self._runs_seen)
         if step_times is not None:
             for kind, steps in step_times.steps.items():
                 seconds = step_times.seconds[kind]

@@ -10,7 +10,6 @@ from dataclasses import replace
 import torch
 
 from engine.backends.base import Backend, OnRecords
-from engine.run_times import RunTimes
 from engine.backends.step_feed import StepHandle, TokenFeed
 from engine.cuda.activation_arena import ActivationArena
 from engine.cuda.device_decode_run import run_decode_steps
@@ -34,6 +33,7 @@ from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
 from engine.run_stops import RunStops
+from engine.run_times import RunTimes
 from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
 from engine.scheduler.compiler.step_builder_splits import SplitParams

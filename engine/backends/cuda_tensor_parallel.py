@@ -26,11 +26,11 @@ import torch.distributed as dist
 from engine.backends.base import Backend, OnRecords
 from engine.backends.cuda_backend import CudaBackend
 from engine.backends.rank_processes import RankProcesses, all_gather_objects
-from engine.run_times import RunTimes
 from engine.backends.tensor_parallel_worker import DEFAULT_TP_TIMEOUT_S, WorkerArgs
 from engine.cuda.tp_peers import TpPeers
 from engine.errors import EngineFatalError
 from engine.run_stops import RunStops
+from engine.run_times import RunTimes
 from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.step_builder_cache import StreamStats
 from models.llama.config import LlamaConfig

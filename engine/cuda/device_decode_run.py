@@ -48,11 +48,12 @@ class AdvanceKernel(Protocol):
 def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_records: Callable[[Records], bool],
                      sampler: RunSampler | None, state: torch.Tensor | None, device: torch.device, launch: Launch,
                      finish: Callable[[DeviceStream], torch.Tensor], advance_kernel: AdvanceKernel,
-                     pdl: bool, timer: RunTimer | None = None) -> int:
+                     pdl: bool, timer: RunTimer) -> int:
     """`steps` decode steps of the prepared stream `ds`, whose `rows` rows are `seqs` sequences, then any dummy rows
     of a padded run; `state`: the run's stop state on the device (engine/run_stops.py), or None. Hands each chunk
     of records to `on_records` (ids of the real rows only) until it returns False or the run is over; returns how
-    many steps did work. `timer` adds the run's device time and the device's waits for the host to its totals."""
+    many steps did work. `timer` adds the run's device time and the device's waits for the host to its totals (its
+    chunks' events are the ones the host waits on anyway)."""
     records = sampler.records if sampler is not None else {
         "ids": torch.empty((steps, rows), dtype=torch.int32, device=device)}
     host = {name: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for name, t in records.items()}
@@ -75,11 +76,7 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         errors[index].copy_(ds.status[:1], non_blocking=True)
         if state is not None:
             stopped_at[index].copy_(state[RS_STOPPED_AT:RS_STOPPED_AT + 1], non_blocking=True)
-        if timer is not None:
-            event = timer.chunk_end()
-        else:
-            event = torch.cuda.Event()
-            event.record()
+        event = timer.chunk_end()
         pending.append((begin, launched, index, event))
         begin = launched
 
@@ -89,8 +86,7 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         nonlocal ran
         first, end, index, event = pending.popleft()
         event.synchronize()
-        if timer is not None:
-            timer.chunk_done(event)
+        timer.chunk_done(event)
         if int(errors[index, 0]) != 0:
             finish(ds)  # raises, naming the instruction
         worked = worked_end(end, int(stopped_at[index, 0]))
@@ -101,11 +97,10 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         chunk["ids"] = chunk["ids"][:, :seqs].to(torch.int64)
         return on_records(chunk) and worked == end
 
-    if timer is not None:
-        timer.start_run()
+    timer.start_run()
     while launched < steps and go_on:
         last = launched == steps - 1
-        if timer is not None and launched % READBACK_STEPS == 0:
+        if launched % READBACK_STEPS == 0:
             timer.chunk_started()
         ids = records["ids"][launched]
         if sampler is None:
@@ -130,7 +125,6 @@ def run_decode_steps(ds: DeviceStream, seqs: int, rows: int, steps: int, on_reco
         read_back()
     while pending:  # what was queued still ran: hand over what did work
         deliver()
-    if timer is not None:
-        timer.end_run()
+    timer.end_run()
     finish(ds)  # the error word of the last step
     return ran
