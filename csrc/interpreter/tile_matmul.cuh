@@ -39,7 +39,7 @@ inline constexpr int TILE_WIDE_TOKENS = 128;  // tokens of a wide tile (step_bui
 inline constexpr int TILE_W_BOX_ROWS = 32;  // the weight maps' boxes: 32 rows x TILE_K bf16
 inline constexpr int TILE_X_BOX_ROWS = 16;  // the activation maps' boxes: 16 tokens x TILE_X_BOX_COLS fp32
 inline constexpr int TILE_X_BOX_COLS = 32;
-inline constexpr int TILE_X_STAGES = 4;    // most K steps of x in flight
+inline constexpr int TILE_X_STAGES = 8;    // most K steps of x in flight (as many as x holds)
 inline constexpr int TILE_STAGING = 2;     // bf16 copies of a K step (TileShared)
 inline constexpr int TILE_STAGING_BYTES = TILE_TOKENS * 128;
 // Column blocks of 8 weight rows a thread's products hold: narrow, its warpgroup's 64 rows; wide, all 128.
@@ -205,6 +205,43 @@ __device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_a
   tk::wgmma_commit();
 }
 
+// ... of a pair of K steps (a_addr0 / b_addr0, then a_addr1 / b_addr1): eight wgmma committed as one group.
+template <bool WIDE>
+__device__ __forceinline__ void tile_pair_products(uint32_t a_addr0, uint32_t b_addr0, uint32_t a_addr1,
+                                                   uint32_t b_addr1, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
+  const uint64_t a0 = tk::wgmma_desc_sw128(a_addr0), b0 = tk::wgmma_desc_sw128(b_addr0);
+  const uint64_t a1 = tk::wgmma_desc_sw128(a_addr1), b1 = tk::wgmma_desc_sw128(b_addr1);
+  tk::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < TILE_K / 16; ++kk) {
+    if constexpr (WIDE) {
+      tk::wgmma_m64n128k16_bf16(acc, a0 + 2 * kk, b0 + 2 * kk);
+    } else {
+      tk::wgmma_m64n64k16_bf16(acc, a0 + 2 * kk, b0 + 2 * kk);
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < TILE_K / 16; ++kk) {
+    if constexpr (WIDE) {
+      tk::wgmma_m64n128k16_bf16(acc, a1 + 2 * kk, b1 + 2 * kk);
+    } else {
+      tk::wgmma_m64n64k16_bf16(acc, a1 + 2 * kk, b1 + 2 * kk);
+    }
+  }
+  tk::wgmma_commit();
+}
+
+// Whether a tile takes its pages in pairs (KernelOptions.tile_page_pairs): a bf16 input, an even number of K steps,
+// and at least four x stages (a pair's two stages are refilled after the next pair's barrier, so the pair after that
+// must already be in flight). Why pairs: a page visit's fixed work (the waits, the CTA barrier, thread 0's release
+// and x copy, the products' issue and their wait with nothing overlapping) is about as long as a narrow tile's
+// products; a pair pays it once for twice the products.
+__device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared& sm, const TileOperands& t) {
+  if (!g.tile_page_pairs || !t.bf16_input() || t.k_steps % 2 != 0) return false;
+  const int stage_bytes = (t.wide() ? 2 : 1) * TILE_STAGING_BYTES;
+  return min(TILE_X_STAGES, sm.x_floats * 4 / stage_bytes) >= 4;
+}
+
 // The consumers' side of a tile: every page's products into acc (this thread's share, TileLanes). Each page waits
 // for its input stage and weight page, then one barrier (everyone's products of the previous page done: its page and
 // stage are freed and refilled); O's fp32 input is converted into a bf16 copy while the previous page's products
@@ -213,8 +250,9 @@ __device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_a
 // the tile returns false after it; a return from inside the loop put the products on a path ptxas takes as divergent
 // and serialised every wgmma (C7520; measured, H200, 1B: 2.613 against 3.027 ms per batch-32 step without it).
 // Frees the pages as matvecs do (consumer_matvec.cuh) and moves the ring cursor. False: a wait failed (recorded).
-// WIDE: t.wide() (one loop per form: the products' shapes are the instructions').
-template <bool WIDE>
+// WIDE: t.wide() (one loop per form: the products' shapes are the instructions'). PAIRS: tile_takes_pairs (pages
+// taken two at a time: one wait per page, one barrier and one group of eight products per pair).
+template <bool WIDE, bool PAIRS>
 __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
                                               const TileLanes& tl, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
   const int tid = threadIdx.x, tok_pad = (t.tokens + 15) & ~15;
@@ -269,6 +307,44 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   consumer_sync();  // the stage barriers' initialisation before anyone waits on them
   // stage: a bf16 input's stage of page p (prev_stage: page p - 1's); O's, the stage page p was converted from
   int stage = 0, prev_stage = 0;
+  uint32_t pair_ring0 = 0;
+  if constexpr (PAIRS) {
+    // A bf16 input, NP even, four or more stages (tile_takes_pairs). Pages p and p + 1 with their stages; past the
+    // barrier the previous pair's products are done, so thread 0 frees its two pages and refills its two stages.
+    int stage1 = 0, prev_stage1 = 0;
+    uint32_t prev_ring1 = 0;
+    for (int p = 0; p < NP; p += 2) {
+      prev_stage = stage;
+      prev_stage1 = stage1;
+      stage = wait_stage(p);
+      stage1 = wait_stage(p + 1);
+      const uint32_t ring1 = ring + 1 == R ? 0 : ring + 1, round1 = ring + 1 == R ? round + 1 : round;
+      if (ok) ok = wait_page_issued(g, sm, pos0 + p + 1, w);
+      if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+      if (ok) ok = wait_pipeline(g, sm.page_full[ring1], round1 & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p + 1);
+      ok = consumer_all(ok);
+      if (tid == 0 && ok) {
+        if (p == 0) timing_mark(g, w, MARK_FIRST_PAGE);
+        if (p + 2 == NP) timing_mark(g, w, MARK_LAST_PAGE);
+        if (p >= 2) {
+          if (p - 2 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
+          if (p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring1]);
+          if (p - 2 + ts.n_stages < NP) issue_tile_x(g, ts, t, tok_pad, p - 2 + ts.n_stages, prev_stage);
+          if (p - 1 + ts.n_stages < NP) issue_tile_x(g, ts, t, tok_pad, p - 1 + ts.n_stages, prev_stage1);
+        }
+      }
+      tile_pair_products<WIDE>(ts.stages + stage * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring)) + b_rows,
+                               ts.stages + stage1 * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring1)) + b_rows,
+                               acc);
+      tk::wgmma_wait<0>();
+      prev_ring = ring;
+      prev_ring1 = ring1;
+      ring = ring1 + 1 == R ? 0 : ring1 + 1;
+      round = ring1 + 1 == R ? round1 + 1 : round1;
+    }
+    pair_ring0 = prev_ring;  // the last pair's first page: freed below, after everyone's products
+    prev_ring = prev_ring1;
+  } else {
   if (!direct && NP > 0) stage = convert_step(0);
   for (int p = 0; p < NP; ++p) {
     if (direct) {
@@ -299,8 +375,10 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
       ++round;
     }
   }
+  }
   const bool all_ok = consumer_all(ok);  // every product done (x may be reused)
   if (tid == 0) {
+    if (PAIRS && NP >= 2 && NP - 2 < keep_from) tk::arrive(sm.page_empty[pair_ring0]);
     if (NP - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
     for (int s = 0; s < ts.n_stages; ++s) tk::inval_semaphore(ts.bars[s]);  // scratch is plain memory again
     sm.ring_cursor[0] = pos0 + NP;

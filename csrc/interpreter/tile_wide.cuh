@@ -99,7 +99,9 @@ __device__ __forceinline__ bool tile_matmul_wide(const Globals& g, const Shared&
   {
     const TileLanes tl(tk::warp_id(), t);
     float acc[TILE_N_BLOCKS<true>][4];
-    if (!tile_products<true>(g, sm, w, t, tl, acc)) return false;
+    const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<true, true>(g, sm, w, t, tl, acc)
+                                                : tile_products<true, false>(g, sm, w, t, tl, acc);
+    if (!ok) return false;
     tile_stage_products(t, tl, acc, staged, stride);
   }
   consumer_sync();

@@ -93,6 +93,10 @@ DEFAULT_BATCH1_KERNEL = True
 # instead of the token groups' passes over pages held in the ring. Host-side: it changes the instruction streams
 # (SplitParams.tile_min_tokens), so the VM runs the same tiles.
 DEFAULT_TILE_MATMUL = True
+# Tiles of a bf16 input take their K-step pages two at a time (csrc/interpreter/tile_matmul.cuh tile_takes_pairs): one
+# CTA barrier, one release round and one group of eight products per pair instead of per page; a page visit's fixed
+# work was as long as a narrow tile's products (~0.86 us a page whatever its bytes, 1B, H200, batch 64).
+DEFAULT_TILE_PAGE_PAIRS = True
 # Tensor parallelism: steps of at most this many tokens (decode) all-reduce by pushing tagged 8-byte words straight into
 # every rank's receive slots (csrc/interpreter/ops/tp_allreduce.cuh, the push path: no fence, no remote load on the
 # way); larger steps through send slots and publish counts. 0: every step through the send slots. Host memory for it:
@@ -125,6 +129,7 @@ class KernelOptions:
     fold_embed: bool = DEFAULT_FOLD_EMBED  # ditto
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
     tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
+    tile_page_pairs: bool = DEFAULT_TILE_PAGE_PAIRS
     tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
     tp_vocab_argmax: bool = DEFAULT_TP_VOCAB_ARGMAX  # host-side: a tensor-parallel rank's greedy streams
 
@@ -160,4 +165,4 @@ class KernelOptions:
                 "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
-                "lm_head_direct": int(self.lm_head_direct)}
+                "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs)}

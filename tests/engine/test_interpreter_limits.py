@@ -14,8 +14,9 @@ from engine.instructions import registry as op
 from engine.instructions.head_padding import LANE_HEAD_DIMS, stored_head_dim
 from engine.instructions.layout import ModelDims
 from engine.instructions.ops.attn_o_proj import AttnOProj
+from engine.instructions.ops.tile_matmul import TileKind
 from engine.instructions.registry import Opcode
-from engine.profiling import decode_batch
+from engine.profiling import chunk_batch_of, decode_batch
 from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
 from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
@@ -343,3 +344,24 @@ def test_tiles_lift_the_8b_step_past_one_token_group() -> None:
     assert lim.max_tokens(d8, bf16_x=True) == 8
     assert lim.max_tokens(d8, bf16_x=True, tiles=True) == c["MAX_TOKENS_PER_STEP"]
     assert lim.max_tokens(d1, bf16_x=True) == lim.max_tokens(d1, bf16_x=True, tiles=True) == c["MAX_TOKENS_PER_STEP"]
+
+
+@pytest.mark.parametrize("what", ["prompt-2048", "decode-64", "decode-128"])
+def test_the_1b_tile_steps_fit_with_four_x_stages_for_bf16_inputs(what: str) -> None:
+    """The 1B's steps of many tokens run as tiles (a 2 048-token prompt chunk, decodes of 64 and 128 sequences): each
+    fits the interpreter with room for four K steps of a bf16 input in flight (tile_matmul.cuh tile_takes_pairs) and
+    three of O's fp32 input."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    batch = {"prompt-2048": lambda: chunk_batch_of([2048], 2048, 16), "decode-64": lambda: decode_batch(64, 130, 16),
+             "decode-128": lambda: decode_batch(128, 130, 16)}[what]()
+    cs = compile_stream(d, batch, 16, BuildParams.of("lpt", tile_min_tokens=17, norm_max_tokens=16), H100)
+    tiles = [w for w in cs.words if int(w[0]) == Opcode.TILE_MATMUL]
+    assert tiles, "the step ran no tiles"
+    lim = _limits()
+    ring = lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d, bf16_x=True, token_group=16)
+    for w in tiles:
+        a = w[3:]
+        if int(a[0]) in (TileKind.NORM, TileKind.O):
+            continue
+        stage_bytes = (2 if a[6] - a[5] > 64 else 1) * 64 * 128
+        assert lim.x_floats_at(ring) * 4 // stage_bytes >= 4

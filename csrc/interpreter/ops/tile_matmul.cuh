@@ -127,7 +127,9 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
                                                    const TileOperands& t) {
   const TileLanes tl(tk::warp_id(), t);
   float acc[TILE_N_BLOCKS<false>][4];
-  if (!tile_products<false>(g, sm, w, t, tl, acc)) return false;
+  const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<false, true>(g, sm, w, t, tl, acc)
+                                              : tile_products<false, false>(g, sm, w, t, tl, acc);
+  if (!ok) return false;
   if (t.kind == TILE_O || t.kind == TILE_DOWN) {
     if (tl.active) tile_add_residual(g, t, tl, acc);
     return true;

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One GPU machine's run (the `run` tool) for a kernel-option A/B: build the extension, optionally the GPU tests in
+# $TESTS, then `megakernel bench` for every config in $CONFIGS (";"-separated bench argument lists) and every variant
+# in $VARIANTS (space-separated NAME=OPTION[,OPTION...], OPTION as --kernel-option takes it; NAME= alone: the
+# defaults), the variants alternating inside each config, ROUNDS times. Each bench's table and JSON land in $OUT/w,
+# packed into $OUT/all.tgz every 15 s, so a run cut by its time limit still returns what it had; the summary lines
+# (config, variant, round, the megakernel rows) go to $OUT/w/ab.log.
+#   VARIANTS="pairs= single=tile_page_pairs=0" CONFIGS="--batch 32,64;--prefill-len 2048" bash dev/gpu_option_ab.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT_ROOT=${OUT:-$PWD/out}
+export OUT=$OUT_ROOT/w; mkdir -p "$OUT"
+pack() { tar czf "$OUT_ROOT/all.tgz" -C "$OUT" . 2>/dev/null; }
+trap pack EXIT
+( while sleep 15; do pack; done ) &
+PACKER=$!
+START=$(date +%s)
+step() { echo "$1 t=$(( $(date +%s) - START ))" | tee -a "$OUT/steps.log"; }
+python3 -m engine.cuda_build > "$OUT/build.log" 2>&1; step "build rc=$?"
+if [ -n "${TESTS:-}" ]; then
+  # shellcheck disable=SC2086  # a list of test paths
+  timeout "${TESTS_TIMEOUT_S:-200}" python3 -m pytest -q -x $TESTS > "$OUT/gpu_tests.log" 2>&1
+  step "gpu tests rc=$? $(tail -1 "$OUT/gpu_tests.log")"
+fi
+IFS=';' read -r -a configs <<< "${CONFIGS:---batch 32,64}"
+for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
+  for c in "${!configs[@]}"; do
+    for spec in ${VARIANTS:-"base="}; do
+      name=${spec%%=*}; opts=(); items=()
+      [[ -n ${spec#*=} ]] && IFS=, read -r -a items <<< "${spec#*=}"
+      for item in "${items[@]}"; do opts+=(--kernel-option "$item"); done
+      tag="c${c}_${name}_r${r}"
+      # shellcheck disable=SC2086  # the config splits into bench arguments on purpose
+      timeout "${BENCH_TIMEOUT_S:-200}" python3 -m engine.cli bench ${configs[$c]} "${opts[@]}" \
+        --json "$OUT/$tag.json" > "$OUT/$tag.txt" 2>&1
+      step "bench $tag rc=$? [${configs[$c]}] ${opts[*]}"
+      { echo "== $tag [${configs[$c]}] ${opts[*]}"; grep -E "^(megakernel|batch|  *[0-9]+ )|ms" "$OUT/$tag.txt" | head -20; } \
+        >> "$OUT/ab.log"
+    done
+  done
+done
+kill $PACKER
+cat "$OUT/steps.log" "$OUT/ab.log"
