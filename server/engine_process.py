@@ -1,4 +1,4 @@
-"""The serving engine in a process of its own (`megakernel serve --engine-process`).
+"""The serving engine in a process of its own (`megakernel serve`'s default; `--no-engine-process`: a thread instead).
 
 Why: the server's event loop thread (HTTP, SSE chunks, socket writes) and the engine thread (scheduler, steps,
 detokenizer, outputs) hold one GIL in turn, so one process serves at most 1 / (their CPU time per token) tokens a
@@ -20,6 +20,7 @@ end in AsyncEngine's fatal path.
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import multiprocessing
@@ -181,10 +182,15 @@ class EngineProcessClient:
     def __init__(self, spec: EngineSpec) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: CUDA is initialised in the child only
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=run_engine_process, args=(child, spec), name="megakernel-engine-process",
-                                 daemon=True)
+        # Not a daemon: a daemonic process may not start processes of its own, and the engine does (the cuda backend's
+        # stream compiles, engine/cuda/background_builds.py; they fell back to the engine thread). It ends with the
+        # server all the same: close() at the server's shutdown or this process's exit (registered below, so it runs
+        # before multiprocessing's own exit hook joins the child), and the end of the pipe if this process dies.
+        self._proc = ctx.Process(target=run_engine_process, args=(child, spec), name="megakernel-engine-process")
         self._proc.start()
         child.close()
+        self._closed = False
+        atexit.register(self.close)
         self._requests: dict[str, _Request] = {}
         self._stats: Any = None
         self.output_sink: Any = None  # AsyncEngine sets these; the child streams runs and ends them early itself
@@ -231,6 +237,10 @@ class EngineProcessClient:
         return self._stats
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
         try:
             self._conn.send(("stop",))
         except (OSError, ValueError):

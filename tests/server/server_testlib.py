@@ -151,3 +151,23 @@ class Canary:
         stats = engine_stats(self.srv.async_engine)
         assert (stats.num_running, stats.num_waiting, stats.kv_pages_used) == (0, 0, 0), stats
         assert self._run() == self.expected
+
+
+def load_after_starting_a_process(model_dir: str, engine_kwargs: dict, model_label: str, served_name: str,
+                                  url: str) -> object:
+    """An EngineSpec loader (tests/server/test_engine_process.py): in the engine's process, start a process of its own
+    the way the cuda backend's stream compiles do (engine/cuda/background_builds.py), then load the engine; a
+    process that may not start children fails the load, naming why."""
+    import functools
+
+    from engine.cuda.background_builds import BackgroundBuilds
+    from server.engine_process import load_serving_engine
+
+    builds: BackgroundBuilds[int] = BackgroundBuilds()
+    builds.submit((1,), functools.partial(int, "7"))
+    builds.wait(60)
+    got = builds.take((1,))
+    builds.close()
+    if got != 7:
+        raise RuntimeError(f"the engine process could not start a build worker: {got!r}")
+    return load_serving_engine(model_dir, engine_kwargs, model_label, served_name, url)

@@ -107,3 +107,20 @@ def test_a_dead_child_fails_the_server_naming_it(tiny_dir: Path) -> None:
             time.sleep(0.05)
         assert aeng.error is not None and "engine process exited" in aeng.error
         assert r.status_code >= 500
+
+
+def test_the_child_may_start_processes_of_its_own(tiny_dir: Path, base_url: str) -> None:
+    """The engine's process is no daemon: its engine starts processes (the cuda backend's stream compiles, tensor-parallel
+    ranks); with two torch ranks under it the child serves what the one-process server serves."""
+    from functools import partial
+
+    from server_testlib import load_after_starting_a_process
+
+    two_ranks = EngineSpec(str(tiny_dir), {**KWARGS, "tensor_parallel_size": 2}, "tiny", MODEL_NAME, "-", "warning",
+                           loader=partial(load_after_starting_a_process))
+    aeng = AsyncEngine(engine_factory=lambda: EngineProcessClient(two_ranks), served_model_name=MODEL_NAME)
+    with ServerThread(build_app(aeng)) as srv:
+        wait_ready(aeng, timeout=180)
+        assert aeng.error is None
+        ours, theirs = completion(srv.url, PROMPTS[0]), completion(base_url, PROMPTS[0])
+        assert ours["choices"][0]["text"] == theirs["choices"][0]["text"]
