@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU machine's run (the `run` tool): build the extension, optionally the GPU tests in $TESTS, then dev/serve_ab.sh
-# over $VARIANTS (default: the defaults against --engine-process) at LEVELS "32 128", one round, each level with
+# over $VARIANTS (default: the defaults against --no-engine-process) at LEVELS "32 128", one round, each level with
 # dev/serve_probe.py's line (CPU per token, the GPU's idle share in runs, the engine's seconds per kind of step).
 # Everything lands in $OUT/w and is packed into $OUT/all.tgz every 15 s, so a run cut by its time limit still returns
 # what it had. Carry .whl/ (scripts/fetch_server_wheels.sh).
@@ -27,7 +27,7 @@ fi
 wait $INIT
 export ROUNDS=${ROUNDS:-1} BUDGET_S=${BUDGET_S:-330} LEVELS=${LEVELS:-"32 128"}
 # shellcheck disable=SC2086  # the variants split into words on purpose
-timeout "${SERVE_AB_TIMEOUT_S:-380}" bash dev/serve_ab.sh ${VARIANTS:-"base= proc=--engine-process"}
+timeout "${SERVE_AB_TIMEOUT_S:-380}" bash dev/serve_ab.sh ${VARIANTS:-base= thread=--no-engine-process}
 echo "serve_ab rc=$? t=$(( $(date +%s) - START ))" | tee -a "$OUT/steps.log"
 pkill -9 -f "engine.cli serve"; kill $PACKER
 cat "$OUT/steps.log" "$OUT/serve_ab.log"

@@ -2,7 +2,7 @@
 # A/B `megakernel serve` settings inside ONE GPU machine's run: each variant is a fresh server (cuda backend, a random
 # Llama-3.2-1B-shape checkpoint) driven by `megakernel bench-serve` at each concurrency in $LEVELS (default "32 128";
 # 4x that many requests, 128 in / 128 out, greedy, after a warm-up pass), the variants interleaved $ROUNDS times.
-#   dev/serve_ab.sh "thread=" "process=--engine-process" "async=--async-scheduling"
+#   dev/serve_ab.sh "process=" "thread=--no-engine-process" "async=--async-scheduling"
 # One line per measurement into $OUT/serve_ab.log, and one of what it cost the host (dev/serve_probe.py: the server's
 # CPU per output token, the share of the device's decode-run time spent waiting for the host); each server's log and
 # bench JSON under $OUT/serve_ab/. Stops starting servers after $BUDGET_S seconds (default 420) so a run's time limit does not cut a pass in half.

@@ -14,7 +14,7 @@ from engine.engine_config import EngineConfig
 from server.bench_serve import BenchConfig
 from server.serve_options import (API_KEY_ENV, DEFAULT_HOST, DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES,
                                   DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, DEFAULT_STREAM_INTERVAL, FlagError,
-                                  ServeOptions, check_engine_flags, engine_kwargs, serve_options)
+                                  check_engine_flags, engine_kwargs, serve_options)
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a stream's tokens gathered between writes, as vLLM's (the first is sent at once; a finishing "
                         "choice flushes); more than 1 cuts the server's work per token at high concurrency "
                         f"(default {DEFAULT_STREAM_INTERVAL})")
-    p.add_argument("--engine-process", action="store_true", default=ServeOptions.engine_process,
+    p.add_argument("--engine-process", action=argparse.BooleanOptionalAction, default=None,
                    help="run the engine in a process of its own, so the HTTP side and the engine do not share one "
-                        "GIL (not under torchrun)")
+                        "GIL (default: on, except under torchrun, where rank 0's engine stays in its process)")
     p.set_defaults(func=_serve)
     _one_line_errors(p)
 

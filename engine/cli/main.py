@@ -103,7 +103,7 @@ def _check_torchrun(args: argparse.Namespace, launch: TorchrunLaunch) -> None:
     if args.command not in ("generate", "serve") or world is None:
         raise ValueError(f"torchrun started {launch.world} processes: run `generate` or `serve` with "
                          f"--tensor-parallel-size {launch.world} under it")
-    if getattr(args, "engine_process", False):  # the ranks' group is this process's: its engine cannot move
+    if getattr(args, "engine_process", None) is True:  # the ranks' group is this process's: its engine cannot move
         raise ValueError("--engine-process: not under torchrun (rank 0's engine must stay in the process torchrun "
                          "started)")
     check_launch(launch, world, getattr(args, "backend", "torch"))

@@ -86,3 +86,19 @@ def test_serve_under_torchrun_refuses_an_engine_process() -> None:
     args = argparse.Namespace(command="serve", tensor_parallel_size=2, backend="torch", engine_process=True)
     with pytest.raises(ValueError, match="--engine-process: not under torchrun"):
         _check_torchrun(args, TorchrunLaunch(rank=0, world=2, local_world=2))
+
+
+def test_serve_under_torchrun_keeps_its_engine_by_default() -> None:
+    """--engine-process is on by default, but not in a process torchrun started (its engine must stay there): there
+    the default is off and only an explicit --engine-process is refused."""
+    import argparse
+
+    from engine.cli.main import _check_torchrun
+    from server.serve_options import engine_process
+
+    launched = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    assert engine_process(None, {}) is True
+    assert engine_process(None, launched) is False
+    assert engine_process(False, {}) is False and engine_process(True, launched) is True
+    args = argparse.Namespace(command="serve", tensor_parallel_size=2, backend="torch", engine_process=None)
+    _check_torchrun(args, TorchrunLaunch(rank=0, world=2, local_world=2))  # the default: no error

@@ -41,7 +41,8 @@ class ServeProcess:
         cmd = [sys.executable, "-c", LAUNCHER, str(step_delay), "serve", "--model", str(model), "--backend", "torch",
                "--dtype", "float32", "--max-model-len", "256", "--port", "0",
                "--decode-steps", "1",  # the delay slows every token, so streams outlive the signals
-               *flags]
+               # the delay patches this process's engine: it stays here unless a test asks for the child
+               *(() if "--engine-process" in flags else ("--no-engine-process",)), *flags]
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []
