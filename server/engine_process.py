@@ -182,8 +182,8 @@ class EngineProcessClient:
     def __init__(self, spec: EngineSpec) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: CUDA is initialised in the child only
         self._conn, child = ctx.Pipe()
-        # Not a daemon: a daemonic process may not start processes of its own, and the engine does (the cuda backend's
-        # stream compiles, engine/cuda/background_builds.py; they fell back to the engine thread). It ends with the
+        # Not a daemon: a daemonic process may not start processes of its own, and the engine may (the cuda backend's
+        # background stream compiles, engine/cuda/background_builds.py, fell back to the engine thread). It ends with the
         # server all the same: close() at the server's shutdown or this process's exit (registered below, so it runs
         # before multiprocessing's own exit hook joins the child), and the end of the pipe if this process dies.
         self._proc = ctx.Process(target=run_engine_process, args=(child, spec), name="megakernel-engine-process")
