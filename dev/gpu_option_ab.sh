@@ -4,7 +4,8 @@
 # in $VARIANTS (space-separated NAME=OPTION[,OPTION...], OPTION as --kernel-option takes it; NAME= alone: the
 # defaults), the variants alternating inside each config, ROUNDS times. Each bench's table and JSON land in $OUT/w,
 # packed into $OUT/all.tgz every 15 s, so a run cut by its time limit still returns what it had; the summary lines
-# (config, variant, round, the megakernel rows) go to $OUT/w/ab.log.
+# (config, variant, round, the megakernel rows) go to $OUT/w/ab.log. MICROBENCH: dev/microbench/*.cu files to build and
+# run first (each one's output in $OUT/w/<name>.txt).
 #   VARIANTS="pairs= single=tile_page_pairs=0" CONFIGS="--batch 32,64;--prefill-len 2048" bash dev/gpu_option_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,12 @@ trap pack EXIT
 PACKER=$!
 START=$(date +%s)
 step() { echo "$1 t=$(( $(date +%s) - START ))" | tee -a "$OUT/steps.log"; }
+for mb in ${MICROBENCH:-}; do
+  name=$(basename "$mb" .cu)
+  nvcc -std=c++20 -gencode=arch=compute_90a,code=sm_90a -O3 --expt-relaxed-constexpr -I csrc -o "/tmp/$name" "$mb" \
+    > "$OUT/$name.txt" 2>&1 && timeout 120 "/tmp/$name" >> "$OUT/$name.txt" 2>&1
+  step "microbench $name rc=$?"
+done
 python3 -m engine.cuda_build > "$OUT/build.log" 2>&1; step "build rc=$?"
 if [ -n "${TESTS:-}" ]; then
   # shellcheck disable=SC2086  # a list of test paths
