@@ -9,13 +9,7 @@
 #   VARIANTS="pairs= single=tile_page_pairs=0" CONFIGS="--batch 32,64;--prefill-len 2048" bash dev/gpu_option_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT_ROOT=${OUT:-$PWD/out}
-export OUT=$OUT_ROOT/w; mkdir -p "$OUT"
-pack() { tar czf "$OUT_ROOT/all.tgz" -C "$OUT" . 2>/dev/null; }
-trap pack EXIT
-( while sleep 15; do pack; done ) &
-PACKER=$!
-START=$(date +%s)
+. dev/gpu_run_pack.sh
 step() { echo "$1 t=$(( $(date +%s) - START ))" | tee -a "$OUT/steps.log"; }
 for mb in ${MICROBENCH:-}; do
   name=$(basename "$mb" .cu)

@@ -8,13 +8,7 @@
 #     bash dev/gpu_serve_probe.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT_ROOT=${OUT:-$PWD/out}
-export OUT=$OUT_ROOT/w; mkdir -p "$OUT"
-pack() { tar czf "$OUT_ROOT/all.tgz" -C "$OUT" . 2>/dev/null; }
-trap pack EXIT
-( while sleep 15; do pack; done ) &
-PACKER=$!
-START=$(date +%s)
+. dev/gpu_run_pack.sh
 . scripts/server_wheels_env.sh || exit 1
 ( python3 -m engine.cli init-random --preset llama-3.2-1b --out /tmp/mk-llama-1b > "$OUT/init.log" 2>&1 ) &
 INIT=$!  # waited for by pid: a bare `wait` would also wait for the packer loop, forever

@@ -185,15 +185,9 @@ struct TileLanes {
         active(64 * wg < (t.wide() ? t.tokens : t.rows)) {}
 };
 
-// This warpgroup's products of one K step: acc += its 64 tokens of the input at a_addr (64 x TILE_K) times the page's
-// rows at b_addr (narrow: its 64 rows; wide: all 128), four wgmma of 16 columns, committed as one group (the caller
-// waits). Both warpgroups multiply whether or not the tile has rows (narrow) or tokens (wide) in the second's half
-// (those products are never read): a branch around wgmma makes ptxas serialise every product (C7520).
+// The four wgmma of one K step (a, b: the input's and the page's descriptors) into acc, inside the caller's group.
 template <bool WIDE>
-__device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_addr,
-                                                   float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
-  const uint64_t a = tk::wgmma_desc_sw128(a_addr), b = tk::wgmma_desc_sw128(b_addr);
-  tk::wgmma_fence();
+__device__ __forceinline__ void tile_k_step(uint64_t a, uint64_t b, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
 #pragma unroll
   for (int kk = 0; kk < TILE_K / 16; ++kk) {
     if constexpr (WIDE) {
@@ -202,6 +196,17 @@ __device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_a
       tk::wgmma_m64n64k16_bf16(acc, a + 2 * kk, b + 2 * kk);
     }
   }
+}
+
+// This warpgroup's products of one K step: acc += its 64 tokens of the input at a_addr (64 x TILE_K) times the page's
+// rows at b_addr (narrow: its 64 rows; wide: all 128), four wgmma of 16 columns, committed as one group (the caller
+// waits). Both warpgroups multiply whether or not the tile has rows (narrow) or tokens (wide) in the second's half
+// (those products are never read): a branch around wgmma makes ptxas serialise every product (C7520).
+template <bool WIDE>
+__device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_addr,
+                                                   float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
+  tk::wgmma_fence();
+  tile_k_step<WIDE>(tk::wgmma_desc_sw128(a_addr), tk::wgmma_desc_sw128(b_addr), acc);
   tk::wgmma_commit();
 }
 
@@ -209,25 +214,9 @@ __device__ __forceinline__ void tile_step_products(uint32_t a_addr, uint32_t b_a
 template <bool WIDE>
 __device__ __forceinline__ void tile_pair_products(uint32_t a_addr0, uint32_t b_addr0, uint32_t a_addr1,
                                                    uint32_t b_addr1, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
-  const uint64_t a0 = tk::wgmma_desc_sw128(a_addr0), b0 = tk::wgmma_desc_sw128(b_addr0);
-  const uint64_t a1 = tk::wgmma_desc_sw128(a_addr1), b1 = tk::wgmma_desc_sw128(b_addr1);
   tk::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < TILE_K / 16; ++kk) {
-    if constexpr (WIDE) {
-      tk::wgmma_m64n128k16_bf16(acc, a0 + 2 * kk, b0 + 2 * kk);
-    } else {
-      tk::wgmma_m64n64k16_bf16(acc, a0 + 2 * kk, b0 + 2 * kk);
-    }
-  }
-#pragma unroll
-  for (int kk = 0; kk < TILE_K / 16; ++kk) {
-    if constexpr (WIDE) {
-      tk::wgmma_m64n128k16_bf16(acc, a1 + 2 * kk, b1 + 2 * kk);
-    } else {
-      tk::wgmma_m64n64k16_bf16(acc, a1 + 2 * kk, b1 + 2 * kk);
-    }
-  }
+  tile_k_step<WIDE>(tk::wgmma_desc_sw128(a_addr0), tk::wgmma_desc_sw128(b_addr0), acc);
+  tile_k_step<WIDE>(tk::wgmma_desc_sw128(a_addr1), tk::wgmma_desc_sw128(b_addr1), acc);
   tk::wgmma_commit();
 }
 
