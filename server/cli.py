@@ -12,6 +12,7 @@ from typing import NoReturn
 from engine.cli.engine_flags import add_engine_flags
 from engine.engine_config import EngineConfig
 from server.bench_serve import BenchConfig
+from server.log_setup import configure_logging
 from server.serve_options import (API_KEY_ENV, DEFAULT_HOST, DEFAULT_MAX_PENDING, DEFAULT_MAX_REQUEST_BYTES,
                                   DEFAULT_PORT, DEFAULT_SHUTDOWN_TIMEOUT_S, DEFAULT_STREAM_INTERVAL, FlagError,
                                   check_engine_flags, engine_kwargs, serve_options)
@@ -147,17 +148,6 @@ def _bind(host: str, port: int) -> socket.socket:
         raise FlagError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
-
-
-def configure_logging(level: str) -> None:
-    """The server's own lines look like uvicorn's ("INFO:     ...") on stderr."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
-    for name in ("server", "engine"):  # the engine's lines: each step shape compiled (step_builder_cache.py)
-        root = logging.getLogger(name)
-        root.handlers[:] = [handler]
-        root.setLevel(level.upper())
-        root.propagate = False
 
 
 def _bench_serve(args: argparse.Namespace) -> int:

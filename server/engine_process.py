@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from engine.outputs import CompletionOutput, RequestOutput
+from server.log_setup import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ class _Deltas:
 
 def run_engine_process(conn: Connection, spec: EngineSpec) -> None:
     """The child's whole life: load, then serve the parent's commands until "stop" or the pipe closes."""
-    from server.cli import configure_logging
-
     configure_logging(spec.log_level)
     try:
         engine = spec.loader(spec.model_dir, spec.engine_kwargs, spec.model_label, spec.served_name, spec.url)
