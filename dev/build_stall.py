@@ -15,7 +15,7 @@ from engine.cuda.background_builds import BackgroundBuilds
 from engine.instructions.layout import ModelDims
 from engine.profiling import decode_batch
 from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.stream_payload import compile_payload, from_payload
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config

@@ -13,7 +13,7 @@ from engine.backends.cuda_backend import DEFAULT_MIN_PAGES_PER_SPLIT
 from engine.engine_config import DEFAULT_POLICY, EngineConfig
 from engine.instructions.layout import ModelDims
 from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch

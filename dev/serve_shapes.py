@@ -32,7 +32,7 @@ from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache, compile_stream, shape_key
 from engine.scheduler.compiler.stream_store import StreamStore
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
 from engine.warm_up import warm_up
 from models.llama.init_random import init_random_checkpoint

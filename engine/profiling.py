@@ -26,8 +26,8 @@ from engine.cuda.backend_options import parse_kernel_options
 from engine.cuda.profile import record_from_timing
 from engine.engine_config import DEFAULT_POLICY, EngineConfig
 from engine.instructions.layout import ModelDims
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
-from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
 from engine.simulated_profile import record_from_compiled
 from models.llama.config import LlamaConfig

@@ -5,7 +5,7 @@ import pytest
 
 from dev.knobs import KNOBS, backend_knobs
 from engine.cuda.backend_options import option_types
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 
 
 def test_knobs_parse_to_backend_keywords() -> None:

@@ -35,8 +35,8 @@ from engine.instructions.packing import pack_weights
 from engine.run_stops import RunStops
 from engine.run_times import RunTimes
 from engine.sampling.run_sampler import RunSampler
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
-from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.step_builder_tiles import tiles_fit
 from engine.scheduler.compiler.stream_store import StreamStore
 from engine.scheduler.compiler.target import TargetDevice

@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 from engine.backends.base import Backend, OnRecords
 from engine.backends.cuda_backend import CudaBackend
-from engine.backends.rank_processes import RankProcesses, all_gather_objects
+from engine.backends.rank_collectives import all_gather_objects
+from engine.backends.rank_processes import RankProcesses
 from engine.backends.tensor_parallel_worker import DEFAULT_TP_TIMEOUT_S, WorkerArgs
 from engine.cuda.tp_peers import TpPeers
 from engine.errors import EngineFatalError

@@ -28,13 +28,6 @@ from engine.backends.torchrun_launch import (check_launch, hand_out_worker_args,
 from engine.errors import EngineFatalError
 
 
-def all_gather_objects(obj: Any) -> list[Any]:
-    """Every rank's `obj`, in rank order (over the default group)."""
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 class RankProcesses:
     def __init__(self, world: int, worker_args: Callable[[int, str], Any], backend: str = "torch") -> None:
         """Start ranks 1..world-1; `worker_args(rank, init_method)` is what each is given (a WorkerArgs). Started by

@@ -82,7 +82,7 @@ def run_cuda_worker(a: WorkerArgs) -> None:
     stay here (every rank computes the same ids, and logits where a call returns them); their all-reduces and
     cross-rank argmaxes meet rank 0's on the GPUs."""
     from engine.backends.cuda_backend import CudaBackend
-    from engine.backends.rank_processes import all_gather_objects
+    from engine.backends.rank_collectives import all_gather_objects
     from engine.cuda.tp_peers import TpPeers
 
     torch.cuda.set_device(a.rank)

@@ -13,7 +13,7 @@ from dataclasses import fields
 
 from engine.cuda.kernel_options import KernelOptions
 from engine.scheduler.compiler.policies import POLICIES
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 
 # CudaBackend.__init__'s own keywords (tests/engine/test_cuda_backend_options.py keeps this in step with it); its
 # `kernel` argument is a KernelOptions, whose fields are options of their own here.

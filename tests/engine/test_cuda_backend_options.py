@@ -11,7 +11,7 @@ from engine.backends.cuda_backend import CudaBackend
 from engine.cuda.backend_options import BACKEND_KEYWORDS, BACKEND_SET_FIELDS, option_types, parse_kernel_options
 from engine.cuda.kernel_option_flag import add_kernel_option_argument
 from engine.cuda.kernel_options import KernelOptions
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 
 
 def test_values_parse_by_type() -> None:

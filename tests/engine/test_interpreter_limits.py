@@ -17,8 +17,8 @@ from engine.instructions.ops.attn_o_proj import AttnOProj
 from engine.instructions.ops.tile_matmul import TileKind
 from engine.instructions.registry import Opcode
 from engine.profiling import chunk_batch_of, decode_batch
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch

@@ -16,7 +16,8 @@ from engine.instructions.ops.rms_gate_up_silu import RmsGateUpSilu
 from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
 from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.cost_model import CostParams, cost_inputs
-from engine.scheduler.compiler.step_builder_splits import SplitParams, copy_ranges, fused_head_ranges
+from engine.scheduler.compiler.split_params import SplitParams
+from engine.scheduler.compiler.step_builder_splits import copy_ranges, fused_head_ranges
 from models.llama.presets import preset_config
 from tests.vm.helpers import compile_decode, small_config
 

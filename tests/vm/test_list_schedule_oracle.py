@@ -11,8 +11,9 @@ from engine.instructions.layout import ModelDims, StepShape
 from engine.instructions.op_spec import Instruction
 from engine.scheduler.compiler.cost_model import CostParams
 from engine.scheduler.compiler.policies import critical_path, list_schedule
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder import build_stream
-from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan
+from engine.scheduler.compiler.step_builder_splits import make_plan
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 

@@ -16,9 +16,10 @@ from engine.instructions.ops.o_proj_residual import OProjResidual
 from engine.instructions.ops.rms_qkv_rope_append import RmsQkvRopeAppend
 from engine.instructions.registry import OPCODES
 from engine.scheduler.compiler.policies import POLICIES
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams
 from engine.scheduler.compiler.attention_cuts import fuses_o_proj, num_attn_splits, seq_attn_splits
-from engine.scheduler.compiler.step_builder_splits import SplitParams, fused_head_ranges, make_plan
+from engine.scheduler.compiler.step_builder_splits import fused_head_ranges, make_plan
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.presets import preset_config
 from tests.vm.helpers import compile_decode as _compile

@@ -5,7 +5,7 @@ chunks of several groups with decodes beside them, and LM heads over more sequen
 from __future__ import annotations
 
 from engine.instructions.registry import OPCODES, Opcode
-from engine.scheduler.compiler.step_builder_splits import SplitParams
+from engine.scheduler.compiler.split_params import SplitParams
 from tests.vm.helpers import random_weights, run_pair, small_config
 
 # The page a 64-wide model's rows would fill at the GPU's 16 KB: scaled down so the held pages really cut blocks.

@@ -11,7 +11,7 @@ from engine.scheduler.compiler.partition import partition
 from engine.scheduler.compiler.target import TargetDevice
 
 if TYPE_CHECKING:
-    from engine.scheduler.compiler.step_builder_splits import SplitParams
+    from engine.scheduler.compiler.split_params import SplitParams
 
 
 def fuses_o_proj(shape: StepShape, p: SplitParams, max_context_pages: int) -> bool:

@@ -28,9 +28,10 @@ from engine.instructions.registry import OPCODES
 from engine.instructions.step_args import encode_step_args
 from engine.scheduler.compiler.cost_model import CostParams, cost_inputs, time_ns
 from engine.scheduler.compiler.policies import Schedule, make_schedule
+from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder import Stream, build_stream
 from engine.scheduler.compiler.attention_cuts import num_attn_splits, step_seq_splits
-from engine.scheduler.compiler.step_builder_splits import SplitParams, make_plan
+from engine.scheduler.compiler.step_builder_splits import make_plan
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
 

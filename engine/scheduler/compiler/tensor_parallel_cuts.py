@@ -9,7 +9,7 @@ from engine.instructions.tp_exchange import TP_FLAG_CHUNKS
 from engine.scheduler.compiler.partition import partition
 
 if TYPE_CHECKING:
-    from engine.scheduler.compiler.step_builder_splits import SplitParams
+    from engine.scheduler.compiler.split_params import SplitParams
 
 
 def tp_vocab_rows(d: ModelDims, rank: int, unit: int) -> tuple[int, int]:
