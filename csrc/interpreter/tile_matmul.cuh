@@ -334,36 +334,36 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     pair_ring0 = prev_ring;  // the last pair's first page: freed below, after everyone's products
     prev_ring = prev_ring1;
   } else {
-  if (!direct && NP > 0) stage = convert_step(0);
-  for (int p = 0; p < NP; ++p) {
-    if (direct) {
-      prev_stage = stage;
-      stage = wait_stage(p);
+    if (!direct && NP > 0) stage = convert_step(0);
+    for (int p = 0; p < NP; ++p) {
+      if (direct) {
+        prev_stage = stage;
+        stage = wait_stage(p);
+      }
+      if (ok) ok = wait_page_issued(g, sm, pos0 + p, w);
+      if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+      // Past this barrier: page p - 1's products are done (its page and input stage free), page p's input is ready (or
+      // some thread's wait failed: ok is false for all of them from here on).
+      ok = consumer_all(ok);
+      if (tid == 0 && ok) {
+        if (p == 0) timing_mark(g, w, MARK_FIRST_PAGE);
+        if (p == NP - 1) timing_mark(g, w, MARK_LAST_PAGE);
+        if (p >= 1 && p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
+        // The stage refilled: a bf16 input's stage of page p - 1 (read by its products), O's of page p (converted).
+        const int next = direct ? p - 1 + ts.n_stages : p + ts.n_stages;
+        if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, direct ? prev_stage : stage);
+      }
+      const uint32_t a_addr =
+          direct ? ts.stages + stage * ts.stage_bytes + a_toks : ts.staging + (p & 1) * TILE_STAGING_BYTES;
+      tile_step_products<WIDE>(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
+      if (!direct && p + 1 < NP) stage = convert_step(p + 1);
+      tk::wgmma_wait<0>();
+      prev_ring = ring;
+      if (++ring == R) {
+        ring = 0;
+        ++round;
+      }
     }
-    if (ok) ok = wait_page_issued(g, sm, pos0 + p, w);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
-    // Past this barrier: page p - 1's products are done (its page and input stage free), page p's input is ready (or
-    // some thread's wait failed: ok is false for all of them from here on).
-    ok = consumer_all(ok);
-    if (tid == 0 && ok) {
-      if (p == 0) timing_mark(g, w, MARK_FIRST_PAGE);
-      if (p == NP - 1) timing_mark(g, w, MARK_LAST_PAGE);
-      if (p >= 1 && p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
-      // The stage refilled: a bf16 input's stage of page p - 1 (read by its products), O's of page p (converted).
-      const int next = direct ? p - 1 + ts.n_stages : p + ts.n_stages;
-      if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, direct ? prev_stage : stage);
-    }
-    const uint32_t a_addr =
-        direct ? ts.stages + stage * ts.stage_bytes + a_toks : ts.staging + (p & 1) * TILE_STAGING_BYTES;
-    tile_step_products<WIDE>(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
-    if (!direct && p + 1 < NP) stage = convert_step(p + 1);
-    tk::wgmma_wait<0>();
-    prev_ring = ring;
-    if (++ring == R) {
-      ring = 0;
-      ++round;
-    }
-  }
   }
   const bool all_ok = consumer_all(ok);  // every product done (x may be reused)
   if (tid == 0) {
