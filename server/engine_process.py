@@ -24,6 +24,7 @@ import atexit
 import gc
 import logging
 import multiprocessing
+import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,8 +51,11 @@ def load_serving_engine(model_dir: str, engine_kwargs: dict[str, Any], model_lab
         log.info("warming up: throwaway requests (alone and several at once) build the instruction streams of "
                  "common step shapes")
         log.info("warmed up in %.1f s", warm_up(engine))
-    log.info("ready: %s (backend %s, max_model_len %d) as %r on %s (%d objects kept out of garbage collection)",
-             model_label, engine.backend_name, engine.max_model_len, served_name, url, freeze_startup_heap())
+    # The process is named: with the engine in its own process (serve's default) the GPU is held by that one, not by
+    # the server process uvicorn's "Started server process" line names.
+    log.info("ready: %s (backend %s, max_model_len %d) as %r on %s (engine in process %d; %d objects kept out of "
+             "garbage collection)", model_label, engine.backend_name, engine.max_model_len, served_name, url,
+             os.getpid(), freeze_startup_heap())
     return engine
 
 
