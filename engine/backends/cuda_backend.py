@@ -19,9 +19,9 @@ from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
 from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, kernel_weight_buffers
-from engine.cuda.fusion import fused_split_defaults
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
+from engine.cuda.split_defaults import fill_split_defaults
 from engine.cuda.step_padding import pad_batch, padded_budget
 from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.stream_hosting import StreamHosting, may_host
@@ -37,7 +37,6 @@ from engine.run_times import RunTimes
 from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
-from engine.scheduler.compiler.step_builder_tiles import tiles_fit
 from engine.scheduler.compiler.stream_store import StreamStore
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.config import LlamaConfig
@@ -113,55 +112,19 @@ class CudaBackend(Backend):
         packed = pack_weights(weights, torch.bfloat16)
         check_fp8_dims(packed, self.dims)
         fp8 = any(is_fp8(packed, name) for name in STREAMED_MATRICES)
-        # Several x rows in bf16 for the tensor cores (KernelOptions.mma_matvec); an fp8 stream's take the CUDA cores
-        # in fp32 (csrc/interpreter/x_layout.cuh x_is_bf16), so x holds fewer of them and the LM head is never direct.
-        bf16_rows = self._bf16_rows = self.kernel.mma_matvec and not fp8
-        mlp_slices = split_kw.get("mlp_slices")
-        # Activation rows per matvec pass (csrc/interpreter/token_groups.cuh), the kernel's Globals::token_group; the
-        # builder cuts blocks for the same group (their outputs fit `out` for that many rows)
-        group = self.limits.token_group(self.dims, mlp_slices, bf16_rows,  # type: ignore[arg-type]
-                                        self.kernel.mma_token_group)
-        asked = split_kw.get("token_group")
-        if asked is not None and not 1 <= int(asked) <= group:  # type: ignore[call-overload]
-            raise ValueError(f"token_group {asked}: this model's matvecs take at most {group} rows of x at once")
-        self.token_group = int(asked) if asked is not None else group  # type: ignore[call-overload]
-        # Steps of more than one token group: their linear layers as tensor-core tiles (KernelOptions.tile_matmul), on
-        # bf16 weights (the tiles' boxes are bf16) where the model's widths take them
-        tiles = self.kernel.tile_matmul and not fp8 and tiles_fit(self.dims)
-        self.max_tokens_per_step = self.limits.max_tokens(self.dims, mlp_slices, bf16_rows,  # type: ignore[arg-type]
-                                                          self.kernel.mma_token_group, tiles)
-        if self.max_tokens_per_step > self.token_group:  # steps of several token groups
-            split_kw.setdefault("token_group", self.token_group)
-            split_kw.setdefault("held_pages", self.limits.min_ring_pages)
-            split_kw.setdefault("page_bytes", self.limits.page_bytes)
-        if self.kernel.lm_head_direct and bf16_rows and self.limits.row_takes_mma(self.dims.hidden):
-            split_kw.setdefault("lm_head_direct_max_seqs", min(self.token_group, self.limits.mma_group_cap))
-        # Batch-1 decode: MLP K-slices as wide as x holds at the largest ring that still holds the hidden
-        # size, so the down projection waits and adds per slice as few times as it can; at most a quarter
-        # page of floats, so a page holds two or more down rows of a slice; in whole tensor-core chunks.
-        split_kw.setdefault("one_token_slice_floats",
-                            self.limits.one_token_slice_floats(self.dims, self.kernel.mma_matvec))
-        split_kw.setdefault("one_token_slice_unit", int(self.module.MMA_CHUNK))  # down pages on the tensor cores
-        split_kw.setdefault("max_out_floats", self.limits.out_floats)
-        if tiles:
-            split_kw.setdefault("tile_min_tokens", self.token_group + 1)
         self.num_sms = num_sms or props.multi_processor_count
-        # W_o's panel pages are bf16 boxes: an fp8 W_o streams as rows (and batch-1 attention is not fused with it)
-        w_o_panels = self.kernel.w_o_panels and not is_fp8(packed, "w_o")
-        # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM and memory is fast
-        # (engine/cuda/fusion.py, device_tuning.py)
-        fused = fused_split_defaults(self.dims, self.num_sms, int(self.module.PAGE_BYTES), w_o_panels,
-                                     self.kernel.attn_kv_ring, self.tuning.fuse_small_w_o)
-        split_kw.setdefault("fuse_max_tokens", self.limits.max_tokens_per_matvec)
-        if split_kw.setdefault("fuse_o_proj", fused["fuse_o_proj"]) and fused["fuse_o_proj"]:
-            split_kw.setdefault("fused_head_chunks", fused["fused_head_chunks"])
+        step = fill_split_defaults(split_kw, self.limits, self.dims, self.kernel, fp8=fp8,
+                                   w_o_fp8=is_fp8(packed, "w_o"), num_sms=self.num_sms,
+                                   fast_memory=self.tuning.fuse_small_w_o)
+        self.token_group, self.max_tokens_per_step = step.token_group, step.max_tokens_per_step
+        self._bf16_rows = step.bf16_rows
         self.policy = policy
         self.timeout_ns = timeout_ns
         self.weights = {k: v.to(self._device) for k, v in kernel_weight_buffers(packed).items()}
         # The kernel's extra read-only buffers, passed like the weights: W_o's tensor map for the fused op's
         # panel pages (csrc/interpreter/panel_pages.cuh) where the option is on and head_dim allows it.
         self._kernel_buffers = dict(self.weights)
-        panel_map = w_o_map(self.module, self.weights, self.dims) if w_o_panels else None
+        panel_map = w_o_map(self.module, self.weights, self.dims) if step.w_o_panels else None
         if panel_map is not None:
             self._kernel_buffers["w_o_map"] = panel_map
         # One page past the engine's: the dummy sequences of padded steps write and read their K/V there.
