@@ -15,7 +15,7 @@
 #include "kv_stream.cuh"
 #include "ops/dispatch.cuh"
 #include "panel_pages.cuh"
-#include "tile_matmul.cuh"
+#include "tile_streams.cuh"
 #include "weight_stream.cuh"
 
 namespace mk::vm {

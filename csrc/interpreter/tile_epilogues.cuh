@@ -6,7 +6,7 @@
 
 #include "activations.cuh"
 #include "state.cuh"
-#include "tile_matmul.cuh"
+#include "tile_streams.cuh"
 
 namespace mk::vm {
 

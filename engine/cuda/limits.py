@@ -15,7 +15,7 @@ from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 from engine.scheduler.compiler.step_builder_tiles import (
     TILE_K_STEP, TILE_MAX_ROWS, TILE_MAX_TOKENS, TILE_NARROW_TOKENS, TILE_ROW_UNIT)
 
-# x stages a tile stream's ring leaves room for (tile_matmul.cuh: up to TILE_X_STAGES K steps of x in flight): four of
+# x stages a tile stream's ring leaves room for (tile_streams.cuh: up to TILE_X_STAGES K steps of x in flight): four of
 # a bf16 input (a tile takes its pages in pairs with four or more: tile_takes_pairs), three of O's fp32 input (three
 # at 64 tokens, with O's two bf16 copies, take the smallest ring's x; O's tiles take single pages).
 TILE_X_STAGES_WANTED = 4

@@ -1,6 +1,6 @@
 """The 2-D TMA tensor maps the kernel reads from device memory (encoded by the interpreter module's host code):
 W_o's for the fused op's panel pages (csrc/interpreter/panel_pages.cuh) and TILE_MATMUL's for a stream with tiles
-(csrc/interpreter/tile_matmul.cuh)."""
+(csrc/interpreter/tile_streams.cuh)."""
 from __future__ import annotations
 
 from types import ModuleType

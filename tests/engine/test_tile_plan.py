@@ -1,6 +1,6 @@
 """How a step of many tokens is cut into TILE_MATMUL tiles (engine/scheduler/compiler/step_builder_tiles.py) and what
 the host's fit check says of them (engine/cuda/limits.py), against the kernel's constants (csrc/interpreter/
-tile_matmul.cuh, parsed here)."""
+tile_streams.cuh, parsed here)."""
 from __future__ import annotations
 
 import re
@@ -22,7 +22,7 @@ from models.llama.presets import preset_config
 from models.llama.step_batch import StepBatch
 from tests.engine.test_interpreter_limits import _limits
 
-HEADER = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "tile_matmul.cuh"
+HEADER = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "tile_streams.cuh"
 H100 = TargetDevice(num_sms=132)
 
 

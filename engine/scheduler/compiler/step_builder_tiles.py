@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from engine.instructions.layout import ModelDims, StepShape
 from engine.scheduler.compiler.target import TargetDevice
 
-TILE_MAX_ROWS = 128  # weight rows of one tile (csrc/interpreter/tile_matmul.cuh TILE_WEIGHT_ROWS)
-TILE_K_STEP = 64     # columns per ring page of a tile (csrc/interpreter/tile_matmul.cuh TILE_K)
+TILE_MAX_ROWS = 128  # weight rows of one tile (csrc/interpreter/tile_streams.cuh TILE_WEIGHT_ROWS)
+TILE_K_STEP = 64     # columns per ring page of a tile (csrc/interpreter/tile_streams.cuh TILE_K)
 TILE_ROW_UNIT = 16   # a tile's rows are whole tensor-core row blocks
-TILE_MAX_TOKENS = 128  # tokens of one wide tile (csrc/interpreter/tile_matmul.cuh TILE_WIDE_TOKENS)
-TILE_NARROW_TOKENS = 64  # ... of a narrow one, and of any O tile (tile_matmul.cuh TILE_TOKENS)
-TILE_NORM_MAX_HIDDEN = 8192  # a NORM tile holds a row in its threads' registers (tile_matmul.cuh TILE_NORM_VECS)
+TILE_MAX_TOKENS = 128  # tokens of one wide tile (csrc/interpreter/tile_streams.cuh TILE_WIDE_TOKENS)
+TILE_NARROW_TOKENS = 64  # ... of a narrow one, and of any O tile (tile_streams.cuh TILE_TOKENS)
+TILE_NORM_MAX_HIDDEN = 8192  # a NORM tile holds a row in its threads' registers (tile_streams.cuh TILE_NORM_VECS)
 
 Range = tuple[int, int]
 
