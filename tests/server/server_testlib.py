@@ -27,12 +27,17 @@ FUZZ_MAX_PENDING = 8
 CANARY = {"model": MODEL_NAME, "prompt": "The canary sings at dawn", "max_tokens": 6, "temperature": 0}
 
 
-def make_engine(model_dir: Path, **overrides: Any) -> Any:
-    from engine import LLMEngine
+def engine_kwargs(**overrides: Any) -> dict[str, Any]:
+    """The test servers' LLMEngine keywords (the tiny checkpoint on the torch backend), with `overrides`."""
     kwargs: dict[str, Any] = dict(backend="torch", dtype="float32", max_model_len=MAX_MODEL_LEN,
                                   max_num_seqs=64, progress=False)
     kwargs.update(overrides)
-    return LLMEngine(str(model_dir), **kwargs)
+    return kwargs
+
+
+def make_engine(model_dir: Path, **overrides: Any) -> Any:
+    from engine import LLMEngine
+    return LLMEngine(str(model_dir), **engine_kwargs(**overrides))
 
 
 class ServerThread:
