@@ -90,7 +90,7 @@ class ServerMetrics:
                                      "requests are in flight).", ["model_name", "kind"], registry=r)
         self._step_count = Counter("megakernel:engine_steps", "Engine steps per kind.", ["model_name", "kind"],
                                    registry=r)
-        self._steps_seen: dict[str, tuple[int, float]] = {}
+        self._steps_seen: dict[str, tuple[float, ...]] = {}
         self._model_name = model_name
 
     def request_finished(self, reason: str) -> None:
@@ -117,14 +117,12 @@ class ServerMetrics:
             self._runs_seen = _advance((self.run_device_seconds, self.run_idle_seconds), runs, self._runs_seen)
         if step_times is not None:
             for kind, steps in step_times.steps.items():
-                seconds = step_times.seconds[kind]
-                seen_steps, seen_seconds = self._steps_seen.get(kind, (0, 0.0))
-                if steps < seen_steps:  # a new engine
-                    seen_steps, seen_seconds = 0, 0.0
-                if steps > seen_steps:
-                    self._step_count.labels(self._model_name, kind).inc(steps - seen_steps)
-                    self._step_seconds.labels(self._model_name, kind).inc(max(0.0, seconds - seen_seconds))
-                self._steps_seen[kind] = (steps, seconds)
+                if not steps and kind not in self._steps_seen:  # no series for a kind of step that never ran
+                    continue
+                counters = (self._step_count.labels(self._model_name, kind),
+                            self._step_seconds.labels(self._model_name, kind))
+                self._steps_seen[kind] = _advance(counters, (steps, step_times.seconds[kind]),
+                                                  self._steps_seen.get(kind, (0, 0.0)))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
