@@ -5,7 +5,8 @@
 #   dev/serve_ab.sh "process=" "thread=--no-engine-process" "async=--async-scheduling"
 # One line per measurement into $OUT/serve_ab.log, and one of what it cost the host (dev/serve_probe.py: the server's
 # CPU per output token, the share of the device's decode-run time spent waiting for the host); each server's log and
-# bench JSON under $OUT/serve_ab/. Stops starting servers after $BUDGET_S seconds (default 420) so a run's time limit does not cut a pass in half.
+# bench JSON under $OUT/serve_ab/. Stops starting servers after $BUDGET_S seconds (default 420) so a run's time limit
+# does not cut a pass in half.
 # Needs the server's packages where the image lacks them: scripts/fetch_server_wheels.sh here, then carry .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import uvicorn
 
+from dev.serve_probe import process_cpu_seconds
 from dev.simulated_device import simulate_device
 from engine import LLMEngine
 from engine.cuda.step_padding import padded_budget
@@ -43,12 +42,6 @@ def _cpu_seconds(thread: threading.Thread) -> float:
     """CPU time a thread has used (user + system, so its socket writes count; waiting for the GIL does not)."""
     assert thread.ident is not None
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-
-
-def _process_cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of process `pid`, all its threads, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sleeping_engine(model_dir: str, engine_kwargs: dict[str, Any], *_labels: str, step_ms: float) -> LLMEngine:
@@ -111,7 +104,7 @@ def main() -> None:
         engine_thread = next(t for t in threading.enumerate() if t.name == ENGINE_THREAD)
         child = getattr(aeng.engine, "pid", None)
         cpu = lambda: [_cpu_seconds(t) for t in (loop_thread, engine_thread)] + (  # noqa: E731
-            [_process_cpu_seconds(child)] if child is not None else [])
+            [process_cpu_seconds(child)] if child is not None else [])
         if not args.engine_process:  # as the server's load_serving_engine leaves its process (the child: its own)
             freeze_startup_heap()
         cpu_before = cpu()

@@ -18,7 +18,8 @@ from pathlib import Path
 from server.bench_server_side import breakdown, parse_counters
 
 
-def _cpu_seconds(pid: int) -> float:
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process `pid`, all its threads, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -31,7 +32,7 @@ def _children(pid: int) -> list[int]:
 
 
 def snapshot(pid: int, url: str) -> dict[str, object]:
-    cpu = {str(p): _cpu_seconds(p) for p in [pid] + _children(pid)}
+    cpu = {str(p): process_cpu_seconds(p) for p in [pid] + _children(pid)}
     with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=10) as resp:
         counters = parse_counters(resp.read().decode())
     return {"cpu": cpu, "metrics": counters, "wall": time.time()}

@@ -268,9 +268,8 @@ class InterpreterLimits:
         """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...): a tile keeps in x
         TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes, twice that for a wide
         tile (O's fp32 input, never wide: TILE_O_X_STAGES_WANTED fp32 steps of its tokens, 256 bytes per token, and
-        two bf16 copies),
-        then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32); its blocks must be whole tile units
-        (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
+        two bf16 copies), then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32); its blocks must be
+        whole tile units (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
         if int(a[0]) == TileKind.NORM:
             return 1
         rows, k, tokens = int(a[2] - a[1]), int(a[4] - a[3]), int(a[6] - a[5])
