@@ -66,8 +66,7 @@ __device__ __forceinline__ void tile_pair_products(uint32_t a_addr0, uint32_t b_
 // products; a pair pays it once for twice the products.
 __device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared& sm, const TileOperands& t) {
   if (!g.tile_page_pairs || !t.bf16_input() || t.k_steps % 2 != 0) return false;
-  const int stage_bytes = (t.wide() ? 2 : 1) * TILE_STAGING_BYTES;
-  return min(TILE_X_STAGES, sm.x_floats * 4 / stage_bytes) >= 4;
+  return tile_x_stages(sm, 0, tile_bf16_stage_bytes(t.wide())) >= 4;
 }
 
 // The consumers' side of a tile: every page's products into acc (this thread's share, TileLanes). Each page waits

@@ -105,6 +105,15 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
                                                     row + b * TILE_W_BOX_ROWS, t.k_begin + p * TILE_K, full);
 }
 
+// A bf16 input's stage: TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile.
+__device__ __forceinline__ int tile_bf16_stage_bytes(bool wide) { return (wide ? 2 : 1) * TILE_STAGING_BYTES; }
+
+// K steps of x in flight: as many stages of `stage_bytes` as x holds past its first `reserved` bytes, at most
+// TILE_X_STAGES, at least one.
+__device__ __forceinline__ int tile_x_stages(const Shared& sm, int reserved, int stage_bytes) {
+  return max(1, min(TILE_X_STAGES, (sm.x_floats * 4 - reserved) / stage_bytes));
+}
+
 // Shared x during a tile. A bf16 input: the stages are its K steps, TILE_TOKENS rows of 128 bytes each (16-byte chunk
 // c of token t at chunk c ^ (t % 8), as TMA's 128-byte swizzle writes them: the layout wgmma reads; a wide tile's
 // stage is two such boxes, one per warpgroup). O's fp32 input:
@@ -117,8 +126,8 @@ struct TileShared {
   tk::semaphore* bars;  // one per stage, in scratch
   __device__ __forceinline__ TileShared(const Shared& sm, int tok_pad, bool bf16_input, bool wide) {
     const int copies = bf16_input ? 0 : TILE_STAGING * TILE_STAGING_BYTES;
-    stage_bytes = bf16_input ? (wide ? 2 : 1) * TILE_STAGING_BYTES : 2 * tok_pad * 128;
-    n_stages = max(1, min(TILE_X_STAGES, (sm.x_floats * 4 - copies) / stage_bytes));
+    stage_bytes = bf16_input ? tile_bf16_stage_bytes(wide) : 2 * tok_pad * 128;
+    n_stages = tile_x_stages(sm, copies, stage_bytes);
     staging = tk::smem_addr(sm.x);
     stages = staging + copies;
     x = reinterpret_cast<uint8_t*>(sm.x) + copies;
