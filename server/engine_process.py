@@ -138,10 +138,11 @@ def run_engine_process(conn: Connection, spec: EngineSpec) -> None:
                 conn.poll(None)
             while conn.poll():
                 msg = conn.recv()
-                if msg[0] == "add":
-                    refused = _add(engine, msg[1], msg[2], msg[3])
-                    if refused is not None:
-                        conn.send(("refused", msg[1], refused))
+                if msg[0] == "add":  # every request added since the parent's last step, all before this one
+                    for rid, prompt, params in msg[1]:
+                        refused = _add(engine, rid, prompt, params)
+                        if refused is not None:
+                            conn.send(("refused", rid, refused))
                 elif msg[0] == "abort":
                     engine.abort(msg[1])
                     deltas.forget(msg[1])
@@ -195,6 +196,7 @@ class EngineProcessClient:
         self._closed = False
         atexit.register(self.close)
         self._requests: dict[str, _Request] = {}
+        self._adds: list[tuple[str, Any, Any]] = []  # added since the last step or abort (add_request)
         self._stats: Any = None
         self.output_sink: Any = None  # AsyncEngine sets these; the child streams runs and ends them early itself
         self.arrivals_waiting: Any = None
@@ -209,13 +211,18 @@ class EngineProcessClient:
         return self._proc.pid
 
     def add_request(self, request_id: str, prompt: Any, params: Any) -> None:
-        """Sent, not waited for: the child takes commands between its steps, so waiting would cost every arriving
-        request up to a step. The server has checked the prompt as the engine does; a request the engine still
-        refuses comes back as an output that finishes it with finish_reason "error"."""
+        """Queued, then sent with every other add before the next step or abort, in one message the child takes
+        whole between its steps: all choices of a request (and requests added together) start in the same step, as
+        in an engine of the server's process (otherwise the child could step between two choices' adds, and a
+        streamed request's batches, hence its logprobs' last bits, would differ from the same request unstreamed).
+        Not waited for: waiting would cost every arriving request up to a step. The server has checked the prompt
+        as the engine does; a request the engine still refuses comes back as an output that finishes it with
+        finish_reason "error"."""
         self._requests[request_id] = _Request()
-        self._send(("add", request_id, prompt, params))
+        self._adds.append((request_id, prompt, params))
 
     def abort(self, request_id: str) -> bool:
+        self._send_adds()
         self._send(("abort", request_id))
         return self._requests.pop(request_id, None) is not None
 
@@ -223,6 +230,7 @@ class EngineProcessClient:
         return bool(self._requests)
 
     def step(self) -> list[RequestOutput]:
+        self._send_adds()
         if not self._conn.poll(_STEP_POLL_S):
             return []
         msg = self._recv()
@@ -253,6 +261,11 @@ class EngineProcessClient:
             self._proc.kill()
             self._proc.join()
         self._conn.close()
+
+    def _send_adds(self) -> None:
+        if self._adds:
+            self._send(("add", self._adds))
+            self._adds = []
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         try:

@@ -124,3 +124,28 @@ def test_the_child_may_start_processes_of_its_own(tiny_dir: Path, base_url: str)
         assert aeng.error is None
         ours, theirs = completion(srv.url, PROMPTS[0]), completion(base_url, PROMPTS[0])
         assert ours["choices"][0]["text"] == theirs["choices"][0]["text"]
+
+
+def test_requests_added_between_two_steps_reach_the_child_in_one_message(tiny_dir: Path) -> None:
+    """The child takes a message whole between its steps: every add made before a step (a request's choices) goes in
+    one message, so the choices start in the same step, as in the server's own process; an abort sends the adds
+    before it first."""
+    client = EngineProcessClient(spec(tiny_dir))
+    sent: list[tuple[Any, ...]] = []
+    real_send = client._send
+    client._send = lambda msg: (sent.append(msg), real_send(msg))  # type: ignore[method-assign]
+    try:
+        params = SamplingParams(max_tokens=2, temperature=0)
+        for i in range(3):
+            client.add_request(f"c{i}", [5, 6, 7], params)
+        assert sent == []
+        finished: set[str] = set()
+        deadline = time.monotonic() + 60
+        while len(finished) < 3 and time.monotonic() < deadline:
+            finished |= {o.request_id for o in client.step() if o.finished}
+        assert [m[0] for m in sent] == ["add"] and [a[0] for a in sent[0][1]] == ["c0", "c1", "c2"]
+        client.add_request("d", [5, 6], params)
+        client.abort("d")
+        assert [m[0] for m in sent[1:]] == ["add", "abort"]
+    finally:
+        client.close()
