@@ -18,24 +18,11 @@
 
 namespace mk::vm {
 
-// Lane 0 of a warp done with a ring page that `count` warps read: true for the last of them, which resets the slot's
-// count for its next page and frees the page. The fences order each reader's loads (its lanes', by the __syncwarp
-// before) before its count, and every count before the last reader's release of the page (tk::arrive).
-__device__ __forceinline__ bool last_reader(uint32_t* done, int count) {
-  __threadfence_block();
-  if (atomicAdd(done, 1u) != (uint32_t)count - 1) return false;
-  *done = 0;
-  __threadfence_block();
-  return true;
-}
-
-// Consumer warps take the stream's work items round-robin (item i: warp i % 8): a KV ring page with every head of
-// the group, or, with Globals::attn_ring_head_split and more than one head, a (ring page, head) pair (NH times the
-// items: a context of a few ring pages keeps more warps busy, each folding one head's chain instead of NH in a row;
-// the page is freed by the last of its NH readers). A ring page holds W_SLOT_KV_MODE KV pages, each its keys
-// [page_size][hd] then its values. The new key goes to the first warp without an item when there is one. emit as
-// in attend (attention_global.cuh). False: a page wait failed. A fused op's weight pages follow its KV pages; the
-// stream's last Globals::defer_free_pages positions stay held either way.
+// Consumer warps take the stream's KV ring pages round-robin (page p: warp p % 8); each holds
+// W_SLOT_KV_MODE KV pages, each its keys [page_size][hd] then its values. The new key goes to the first
+// warp without a ring page when there is one. emit as in attend (attention_global.cuh). False: a page wait
+// failed. A fused op's weight pages follow its KV pages; the stream's last Globals::defer_free_pages
+// positions stay held either way.
 // Not inlined (like consume_pages, `sm` by value): inlined into the opcode switch its registers raised
 // the whole kernel's spills from 32 to 88 bytes.
 template <int DPL, typename Emit>
@@ -59,11 +46,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   MK_ROLLED
   for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
     q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
-  const int HS = g.attn_ring_head_split && NH > 1 ? NH : 1;  // items per ring page (one head each when > 1)
-  const int items = n_pages * HS;
-  uint32_t* readers = reinterpret_cast<uint32_t*>(sm.scratch);  // HS > 1: per ring slot, the warps done with its page
-  if (HS > 1 && threadIdx.x < sm.ring_pages) readers[threadIdx.x] = 0;  // before the consumer_sync below
-  const int new_warp = items % NUM_CONSUMER_WARPS;
+  const int new_warp = n_pages % NUM_CONSUMER_WARPS;
   float nk[1][DPL], nv[1][DPL];
   bool new_valid[1] = {false};
   if (warp == new_warp && new_key >= 0) {
@@ -77,36 +60,29 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   consumer_sync();
   if (threadIdx.x == 0) timing_mark(g, w, MARK_INPUT);
 
-  const RingWalk walk(sm, warp);  // the instruction's first ring slot and round (state.cuh)
+  RingWalk walk(sm, warp);  // ring pages p = warp, warp + 8, ... (state.cuh)
   bool ok = true;
-  for (int item = warp; item < items; item += NUM_CONSUMER_WARPS) {
-    const int p = HS == 1 ? item : item / HS, h0 = item - p * HS, nh = HS == 1 ? NH : 1;
-    uint32_t ring = walk.ring0 + p, round = walk.round0;
-    while (ring >= walk.R) {  // p / R steps: none or one but for streams longer than the ring
-      ring -= walk.R;
-      ++round;
-    }
-    const uint32_t n = walk.pos0 + p;
+  for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
+    const uint32_t n = walk.pos0 + p, ring = walk.ring;
     if (ok) ok = wait_page_issued(g, sm, n, w);
-    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {
       const uint32_t page = tk::smem_addr(sm.page(ring));
       const int first_key = key0 + p * kvpp * ps;
       const int n_kv = min(kvpp, (ring_end - first_key + ps - 1) / ps);
-      float* slot = merge + warp * stride_w + h0 * (hd + 2);
-      const uint32_t q_heads = q_addr + h0 * hd * 4;
       for (int i = 0; i < n_kv; ++i) {
         const uint32_t kbase = page + i * 2 * chunk;
         const int row_end = min(ps, ring_end - (first_key + i * ps));  // valid rows of this KV page
         for (int k0 = 0; k0 < row_end; k0 += PASS_KEYS<DPL>)
-          fold_pass<DPL>(slot, q_heads, nh, scale, kbase + k0 * hd * 2, kbase + chunk + k0 * hd * 2,
+          fold_pass<DPL>(merge + warp * stride_w, q_addr, NH, scale, kbase + k0 * hd * 2, kbase + chunk + k0 * hd * 2,
                          min(PASS_KEYS<DPL>, row_end - k0));
       }
     }
     __syncwarp();
-    if (lane == 0 && (HS == 1 || last_reader(readers + ring, HS)) && p < keep_from)
-      tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
+    if (lane == 0 && p < keep_from) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
+
+    walk.next();
   }
   if (ok && new_valid[0]) fold_keys<DPL, 1>(merge + warp * stride_w, q_sh, NH, hd, scale, nk, nv, new_valid);
   if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);

@@ -101,7 +101,6 @@ struct Globals {
   int max_inflight_pages;    // the loader keeps at most this many page copies outstanding (0: no cap)
   int ring_pages;            // weight-ring pages, MIN_RING_PAGES..MAX_RING_PAGES (config.cuh)
   int attn_kv_ring;          // 1: decode attention streams its earlier keys through the ring (kv_stream.cuh)
-  int attn_ring_head_split;  // 1: the ring path's warps take (page, head) items (attention_ring.cuh)
   int defer_free_pages;      // an op's last this-many ring pages are freed after its release (consumer.cuh)
   int low_cap_inputs;        // 1: the low cap also while any op reads its input (state.cuh set_low_cap_from)
   int mma_matvec;            // 1: batch-1 page matvecs on the tensor cores (dot_rows_mma.cuh)

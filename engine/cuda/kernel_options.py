@@ -41,10 +41,6 @@ DEFAULT_LOW_CAP_INPUTS = True
 # Decode attention streams the group's earlier keys and values through the weight ring (kv_stream.cuh), so
 # after its wait it reads only the queries and the new key: -3.7 % per token (H100).
 DEFAULT_ATTN_KV_RING = True
-# ... and its consumer warps take (ring page, head) items instead of whole ring pages (csrc/interpreter/
-# attention_ring.cuh): a decode over a few ring pages (1B, 130-256 keys: 3-4 of the 8 warps busy, each folding its
-# group's 4 heads in a row) keeps NH times the warps busy, each folding one head. Off until measured on a GPU.
-DEFAULT_ATTN_RING_HEAD_SPLIT = False
 # An op's last ring pages are freed after its release (csrc/interpreter/consumer.cuh): its release fence
 # then does not wait behind new weight copies. At most one page per consumer warp, and below the smallest ring
 # (9 pages), so no page an op needs waits on a held one.
@@ -122,7 +118,6 @@ class KernelOptions:
     low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
     max_ring_pages: int | None = None  # None: as many as each stream's inputs leave room for
     attn_kv_ring: bool = DEFAULT_ATTN_KV_RING
-    attn_ring_head_split: bool = DEFAULT_ATTN_RING_HEAD_SPLIT
     defer_free_pages: int = DEFAULT_DEFER_FREE_PAGES
     mma_matvec: bool = DEFAULT_MMA_MATVEC
     attn_tiles: bool = DEFAULT_ATTN_TILES
@@ -169,6 +164,5 @@ class KernelOptions:
                 "max_inflight_pages": self.max_inflight_pages, "chain_inflight_pages": self.chain_inflight_pages,
                 "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
-                "attn_ring_head_split": int(self.attn_ring_head_split),
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
                 "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs)}

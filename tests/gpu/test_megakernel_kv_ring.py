@@ -18,22 +18,17 @@ CFG = small(512, 8, 2, 128, 1024, 1, 1000)
 PROMPT = 300
 
 
-@pytest.mark.parametrize("kv_ring,splits,defer,head_split", [(True, 1, 0, False), (True, None, 0, False),
-                                                            (False, 1, 8, False), (True, None, 8, False),
-                                                            (True, 1, 8, False), (True, 1, 0, True),
-                                                            (True, None, 8, True)])
-def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer: int, head_split: bool) -> None:
-    """The long sequence's keys through the ring (or from global memory: kv_ring False) next to a short and a fresh
-    one; `head_split`: the ring path's warps take (page, head) items, each page freed by the last of its readers
-    (KernelOptions.attn_ring_head_split), with one split's stream longer than the ring and with many splits."""
+@pytest.mark.parametrize("kv_ring,splits,defer", [(True, 1, 0), (True, None, 0), (False, 1, 8), (True, None, 8),
+                                                 (True, 1, 8)])
+def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer: int) -> None:
     vm, gpu = pair(random_weights(CFG, seed=11), "lpt", num_pages=64, max_attn_splits=splits,
                    min_pages_per_split=4, gpu_kw={"attn_kv_ring": kv_ring, "defer_free_pages": defer,
-                                                  "max_ring_pages": 9, "attn_ring_head_split": head_split})
+                                                  "max_ring_pages": 9})
     scen = Scenario(CFG, [PROMPT, 20, 1], page_size=16, num_pages=64, seed=6)
     chunk = gpu.max_tokens_per_step
     plans: list[list[int | None]] = [[chunk, 0, 0]] * -(-PROMPT // chunk) + [[0, chunk, 0]] * -(-20 // chunk)
     plans += [[1, 1, None]] + [[1, 1, 1]] * 3  # the third prompt is one token: its first decode has C = 1
-    steps_match_vm(vm, gpu, scen, plans, f"kv_ring={kv_ring} splits={splits} head_split={head_split}")
+    steps_match_vm(vm, gpu, scen, plans, f"kv_ring={kv_ring} splits={splits}")
     assert gpu.last.ring_pages == 9
 
 
@@ -45,11 +40,9 @@ def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer
                                            (small(512, 8, 1, 64, 1024, 1, 300), 16),
                                            (small(512, 4, 1, 128, 1024, 1, 300), 16)],
                          ids=["hd64-ps32", "hd32-ps8", "hd128-ps8", "hd64-g8-ps16", "hd128-g4-ps16"])
-@pytest.mark.parametrize("head_split", [False, True])
-def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int, head_split: bool) -> None:  # noqa: ANN001
-    vm, gpu = pair(random_weights(cfg, seed=5), "lpt", num_pages=64, page_size=page_size,
-                   gpu_kw={"attn_ring_head_split": head_split})
+def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int) -> None:  # noqa: ANN001
+    vm, gpu = pair(random_weights(cfg, seed=5), "lpt", num_pages=64, page_size=page_size)
     scen = Scenario(cfg, [70, 3], page_size=page_size, num_pages=64, seed=9)
     chunk = gpu.max_tokens_per_step
     plans: list[list[int | None]] = [[chunk, 0]] * -(-70 // chunk) + [[0, 3]] + [[1, 1]] * 4
-    steps_match_vm(vm, gpu, scen, plans, f"page_size={page_size} head_split={head_split}")
+    steps_match_vm(vm, gpu, scen, plans, f"page_size={page_size}")

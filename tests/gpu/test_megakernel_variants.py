@@ -20,18 +20,11 @@ pytestmark = pytest.mark.gpu
 CFG = small(512, 8, 2, 64, 1024, 2, 512)
 
 
-@pytest.mark.parametrize("fused,batch1,want,head_split", [(True, True, VARIANT_BATCH1_FUSED, False),
-                                                          (False, True, VARIANT_BATCH1_SPLIT, False),
-                                                          (True, False, VARIANT_GENERAL, False),
-                                                          (False, False, VARIANT_GENERAL, False),
-                                                          (True, True, VARIANT_BATCH1_FUSED, True),
-                                                          (False, True, VARIANT_BATCH1_SPLIT, True)])
-def test_batch1_decode_variants_match_vm(fused: bool, batch1: bool, want: int, head_split: bool) -> None:
-    """`head_split`: the ring attention's warps take (page, head) items (KernelOptions.attn_ring_head_split), in the
-    fused ATTN_O_PROJ and in ATTN_PARTIAL."""
+@pytest.mark.parametrize("fused,batch1,want", [(True, True, VARIANT_BATCH1_FUSED), (False, True, VARIANT_BATCH1_SPLIT),
+                                               (True, False, VARIANT_GENERAL), (False, False, VARIANT_GENERAL)])
+def test_batch1_decode_variants_match_vm(fused: bool, batch1: bool, want: int) -> None:
     vm, gpu = pair(random_weights(CFG, seed=4), "lpt", fuse_o_proj=fused, fused_head_chunks=2 if fused else None,
-                   max_attn_splits=1 if fused else None,
-                   gpu_kw={"batch1_kernel": batch1, "attn_ring_head_split": head_split})
+                   max_attn_splits=1 if fused else None, gpu_kw={"batch1_kernel": batch1})
     scen = Scenario(CFG, [21], page_size=16, num_pages=64, seed=8)
     for step, chunk in enumerate([[8], [8], [None]] + [[1]] * 5):
         batch, seqs = scen.batch(chunk)
