@@ -5,7 +5,8 @@
 # defaults), the variants alternating inside each config, ROUNDS times. Each bench's table and JSON land in $OUT/w,
 # packed into $OUT/all.tgz every 15 s, so a run cut by its time limit still returns what it had; the summary lines
 # (config, variant, round, the megakernel rows) go to $OUT/w/ab.log. MICROBENCH: dev/microbench/*.cu files to build and
-# run first (each one's output in $OUT/w/<name>.txt).
+# run first (each one's output in $OUT/w/<name>.txt). AFTER: a shell command run last, with OUT=$OUT/w (e.g. profiles
+# into $OUT/<name>: packed like the rest).
 #   VARIANTS="pairs= single=tile_page_pairs=0" CONFIGS="--batch 32,64;--prefill-len 2048" bash dev/gpu_option_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,5 +41,9 @@ for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
     done
   done
 done
+if [ -n "${AFTER:-}" ]; then
+  eval "$AFTER" > "$OUT/after.log" 2>&1
+  step "after rc=$?"
+fi
 kill $PACKER
 cat "$OUT/steps.log" "$OUT/ab.log"
