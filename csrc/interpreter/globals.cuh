@@ -109,7 +109,6 @@ struct Globals {
   int lm_head_direct;        // 1: an LM head of one token group of sequences writes its logits directly (ops/lm_head.cuh)
   int attn_tiles;            // 1: many-query attention on the tensor cores (attention_tiles.cuh)
   int tile_page_pairs;       // 1: tiles of a bf16 input take their K steps two at a time (tile_matmul.cuh)
-  int tile_whole_boxes;      // 1: a tile's whole page, and a wide tile's stage, arrive as one box (tile_streams.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
   int chain_cap_ahead;       // ... for the pages of instructions this many or more past the running one (state.cuh)
   int embed_next;            // with advance_history: the next step has no EMBED, ARGMAX_REDUCE writes its hidden

@@ -164,7 +164,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_INT(gu_tile); MK_INT(lm_blocks); MK_INT(l2_prefetch_bytes);
   MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
   MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(chain_cap_ahead);
-  MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(mma_x_rows); MK_INT(token_group); MK_INT(lm_head_direct); MK_INT(attn_tiles); MK_INT(tile_page_pairs); MK_INT(tile_whole_boxes); MK_INT(embed_next); MK_INT(num_counters);
+  MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(mma_x_rows); MK_INT(token_group); MK_INT(lm_head_direct); MK_INT(attn_tiles); MK_INT(tile_page_pairs); MK_INT(embed_next); MK_INT(num_counters);
 #undef MK_INT
   const auto header = scalar_field<std::vector<int>>(d, "sa_header");
   if (header.size() != static_cast<size_t>(mk::vm::SA_HEADER_WORDS))
@@ -223,9 +223,7 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
 
 // TILE_MATMUL's maps (tile_matmul.cuh TileMapIndex) to dst (device memory, 64-byte aligned, NUM_TILE_MAPS maps):
 // the four layer-stacked matrices and the LM head in boxes of TILE_W_BOX_ROWS x TILE_K bf16, then the stream's
-// activations (`tokens` rows: bf16 in boxes of TILE_TOKENS x TILE_K, fp32 in boxes of TILE_X_BOX_ROWS x
-// TILE_X_BOX_COLS), then the same matrices in whole-page boxes and the bf16 activations in wide-stage boxes, all with
-// the 128-byte swizzle.
+// activations (`tokens` rows) in boxes of TILE_X_BOX_ROWS x TILE_X_BOX_COLS fp32, all with the 128-byte swizzle.
 void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, int intermediate, int qkv_rows,
                       int q_cols, int vocab, int tokens) {
   using mk::vm::bf16;
@@ -239,13 +237,9 @@ void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, 
     return mk::tk::make_tensor_map_2d(static_cast<const float*>(ptr(name)), (uint64_t)tokens, cols, cols,
                                       mk::vm::TILE_X_BOX_ROWS, mk::vm::TILE_X_BOX_COLS, CU_TENSOR_MAP_SWIZZLE_128B);
   };
-  const auto acts_bf16 = [&](const char* name, uint64_t cols, uint32_t box_rows) {  // a K step of box_rows rows
-    return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), (uint64_t)tokens, cols, cols, box_rows,
-                                      mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
-  };
-  const auto pages = [&](const char* name, uint64_t rows, uint64_t cols) {  // one box per whole page
-    return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), rows, cols, cols,
-                                      mk::vm::TILE_WEIGHT_ROWS, mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
+  const auto acts_bf16 = [&](const char* name, uint64_t cols) {  // a K step of TILE_TOKENS rows per box
+    return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), (uint64_t)tokens, cols, cols,
+                                      mk::vm::TILE_TOKENS, mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
   };
   CUtensorMap maps[mk::vm::NUM_TILE_MAPS];
   const uint64_t L = layers;
@@ -254,16 +248,9 @@ void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, 
   maps[mk::vm::TILE_GATE_UP] = weights("w_gate_up", L * 2 * intermediate, hidden);
   maps[mk::vm::TILE_DOWN] = weights("w_down", L * hidden, intermediate);
   maps[mk::vm::TILE_LM_HEAD] = weights("lm_head", vocab, hidden);
-  maps[mk::vm::TILE_MAP_X_BF16] = acts_bf16("x_bf16", hidden, mk::vm::TILE_TOKENS);
+  maps[mk::vm::TILE_MAP_X_BF16] = acts_bf16("x_bf16", hidden);
   maps[mk::vm::TILE_MAP_X_ATTN_OUT] = acts("attn_out", q_cols);
-  maps[mk::vm::TILE_MAP_X_ACT] = acts_bf16("act_bf16", intermediate, mk::vm::TILE_TOKENS);
-  maps[mk::vm::TILE_MAP_PAGES + mk::vm::TILE_QKV] = pages("w_qkv", L * qkv_rows, hidden);
-  maps[mk::vm::TILE_MAP_PAGES + mk::vm::TILE_O] = pages("w_o", L * hidden, q_cols);
-  maps[mk::vm::TILE_MAP_PAGES + mk::vm::TILE_GATE_UP] = pages("w_gate_up", L * 2 * intermediate, hidden);
-  maps[mk::vm::TILE_MAP_PAGES + mk::vm::TILE_DOWN] = pages("w_down", L * hidden, intermediate);
-  maps[mk::vm::TILE_MAP_PAGES + mk::vm::TILE_LM_HEAD] = pages("lm_head", vocab, hidden);
-  maps[mk::vm::TILE_MAP_WIDE_X_BF16] = acts_bf16("x_bf16", hidden, mk::vm::TILE_WIDE_TOKENS);
-  maps[mk::vm::TILE_MAP_WIDE_X_ACT] = acts_bf16("act_bf16", intermediate, mk::vm::TILE_WIDE_TOKENS);
+  maps[mk::vm::TILE_MAP_X_ACT] = acts_bf16("act_bf16", intermediate);
   MK_CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(dst), maps, sizeof(maps), cudaMemcpyHostToDevice));
 }
 

@@ -57,20 +57,10 @@ static_assert(TILE_STAGING_BYTES % 1024 == 0, "the copies start on 1 KiB swizzle
 
 // The kinds (TileKind, NormOf) and the maps of Globals::tile_maps (encode_tile_maps, interpreter.cu): the kind's
 // weight map is tile_maps[kind], its input's one of the three input maps. LM_HEAD's instructions (and the final
-// norm's) have layer -1 (its matrix is not per layer). With Globals::tile_whole_boxes a page of TILE_WEIGHT_ROWS rows
-// comes from tile_maps[TILE_MAP_PAGES + kind] (one box of the whole page) and a wide bf16 stage from the wide input
-// maps (one box of TILE_WIDE_TOKENS rows). Why: every SM together fills shared memory from L2 at ~8.9 TB/s in 16 KB
-// boxes against ~6.9 TB/s in 4 KB ones (H200, dev/microbench/l2_page_stream.cu), and a prompt chunk's tiles read
-// most of their pages from L2. The smaller boxes stay for tiles of fewer rows or tokens (no bytes past them).
+// norm's) have layer -1 (its matrix is not per layer).
 enum TileKindCode : int { TILE_QKV = 0, TILE_O = 1, TILE_GATE_UP = 2, TILE_DOWN = 3, TILE_LM_HEAD = 4, TILE_NORM = 5 };
 enum TileNormCode : int { NORM_ATTN = 0, NORM_MLP = 1, NORM_FINAL = 2 };
-enum TileMapIndex : int {
-  TILE_MAP_X_BF16 = 5, TILE_MAP_X_ATTN_OUT = 6, TILE_MAP_X_ACT = 7,
-  TILE_MAP_PAGES = 8,                                     // + kind: the weight maps in whole-page boxes
-  TILE_MAP_WIDE_X_BF16 = 13, TILE_MAP_WIDE_X_ACT = 14,  // the bf16 inputs in boxes of a wide stage
-  NUM_TILE_MAPS = 15
-};
-static_assert(TILE_MAP_PAGES + TILE_LM_HEAD < TILE_MAP_WIDE_X_BF16, "one whole-page map per weight kind");
+enum TileMapIndex : int { TILE_MAP_X_BF16 = 5, TILE_MAP_X_ATTN_OUT = 6, TILE_MAP_X_ACT = 7, NUM_TILE_MAPS = 8 };
 
 struct TileOperands {
   int kind, row_begin, rows, k_begin, k_steps, tok_begin, tokens;
@@ -80,10 +70,6 @@ struct TileOperands {
         tok_begin(w[W_OPERANDS + 5]), tokens(w[W_OPERANDS + 6] - w[W_OPERANDS + 5]) {}
   __device__ __forceinline__ int x_map() const {
     return kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
-  }
-  // The map of a wide stage in one box (a bf16 input).
-  __device__ __forceinline__ int wide_x_map() const {
-    return kind == TILE_DOWN ? TILE_MAP_WIDE_X_ACT : TILE_MAP_WIDE_X_BF16;
   }
   // The input is stored in bf16 (x_bf16 or act_bf16): its copies are the products' operand as they land.
   __device__ __forceinline__ bool bf16_input() const { return kind != TILE_O; }
@@ -113,11 +99,6 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
   tk::arrive_expect_tx(full, boxes * TILE_W_BOX_ROWS * TILE_K * 2);
   tk::store_release_shared(ring_issued, position + 1);  // after arming: see wait_page_issued
   const int row = (int)tile_first_row(g, w, t.kind) + t.row_begin;
-  if (g.tile_whole_boxes && t.rows == TILE_WEIGHT_ROWS) {
-    tk::tensor_load_2d<tk::cache_hint::evict_first>(dst, g.tile_maps + TILE_MAP_PAGES + t.kind, row,
-                                                    t.k_begin + p * TILE_K, full);
-    return;
-  }
   MK_ROLLED
   for (int b = 0; b < boxes; ++b)
     tk::tensor_load_2d<tk::cache_hint::evict_first>(dst + b * TILE_W_BOX_ROWS * TILE_K * 2, g.tile_maps + t.kind,
@@ -155,17 +136,13 @@ struct TileShared {
 };
 
 // Consumer thread 0: copy K step `step` of the tile's tokens into stage `s` (a bf16 input: a box of TILE_TOKENS rows
-// per warpgroup's tokens, or one box of both with tile_whole_boxes; rows past the activations' read as zeros).
+// per warpgroup's tokens, rows past the activations' read as zeros).
 __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared& ts, const TileOperands& t, int tok_pad,
                                              int step, int s) {
   tk::semaphore& bar = ts.bars[s];
   tk::arrive_expect_tx(bar, ts.stage_bytes);
   const CUtensorMap* map = g.tile_maps + t.x_map();
   uint8_t* base = ts.x + s * ts.stage_bytes;
-  if (t.bf16_input() && t.wide() && g.tile_whole_boxes) {
-    tk::tensor_load_2d(base, g.tile_maps + t.wide_x_map(), t.tok_begin, t.k_begin + step * TILE_K, bar);
-    return;
-  }
   if (t.bf16_input()) {
     MK_ROLLED
     for (int b = 0; b * TILE_STAGING_BYTES < ts.stage_bytes; ++b)

@@ -77,17 +77,21 @@ __device__ __forceinline__ void tile_wide_add_residual(const Globals& g, const T
   }
 }
 
-// QKV: RoPE and the q / paged-KV writes of every row pair (tile_epilogues.cuh), consecutive threads on consecutive
-// pairs of one token.
+// QKV: RoPE and the q / paged-KV writes of every row pair (tile_epilogues.cuh): a lane keeps two row pairs (their
+// places worked out once), a warp takes one token after another.
 __device__ __forceinline__ void tile_wide_qkv(const Globals& g, const int* w, const TileOperands& t,
                                               const float* staged, int stride) {
+  static_assert(TILE_WEIGHT_ROWS == 2 * 64, "a lane's two row pairs cover a tile's rows");
   const StepArgs sa(g);
-  const int pairs = t.rows / 2, layer = w[W_LAYER];
+  const int layer = w[W_LAYER], lr0 = 2 * tk::lane_id(), lr1 = lr0 + 64;
+  const QkvPair r0(g, t.row_begin + min(lr0, t.rows - 2)), r1(g, t.row_begin + min(lr1, t.rows - 2));
   MK_ROLLED
-  for (int idx = threadIdx.x; idx < t.tokens * pairs; idx += CONSUMER_THREADS) {
-    const int i = idx / pairs, lr = 2 * (idx % pairs);
-    const float2 v = *reinterpret_cast<const float2*>(staged + i * stride + lr);
-    tile_qkv_pair(g, sa, layer, t.row_begin + lr, t.tok_begin + i, v.x, v.y);
+  for (int i = tk::warp_id(); i < t.tokens; i += NUM_CONSUMER_WARPS) {
+    const int tok = t.tok_begin + i;
+    const QkvToken k(g, sa, layer, tok);
+    const float* row = staged + i * stride;
+    if (lr0 < t.rows) tile_qkv_write(g, r0, k, tok, row[lr0], row[lr0 + 1]);
+    if (lr1 < t.rows) tile_qkv_write(g, r1, k, tok, row[lr1], row[lr1 + 1]);
   }
 }
 

@@ -97,11 +97,6 @@ DEFAULT_TILE_MATMUL = True
 # CTA barrier, one release round and one group of eight products per pair instead of per page; a page visit's fixed
 # work was as long as a narrow tile's products (~0.86 us a page whatever its bytes, 1B, H200, batch 64).
 DEFAULT_TILE_PAGE_PAIRS = True
-# A tile's page of 128 rows, and a wide tile's K step of 128 tokens, copied as one 16 KB box each instead of four /
-# two smaller ones (csrc/interpreter/tile_streams.cuh): from L2, where a prompt chunk's tiles read most of their
-# pages, TMA fills shared memory ~1.3x faster in 16 KB boxes than in 4 KB ones (dev/microbench/l2_page_stream.cu).
-# Off until measured on a GPU.
-DEFAULT_TILE_WHOLE_BOXES = False
 # Tensor parallelism: steps of at most this many tokens (decode) all-reduce by pushing tagged 8-byte words straight into
 # every rank's receive slots (csrc/interpreter/ops/tp_allreduce.cuh, the push path: no fence, no remote load on the
 # way); larger steps through send slots and publish counts. 0: every step through the send slots. Host memory for it:
@@ -135,7 +130,6 @@ class KernelOptions:
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
     tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
     tile_page_pairs: bool = DEFAULT_TILE_PAGE_PAIRS
-    tile_whole_boxes: bool = DEFAULT_TILE_WHOLE_BOXES
     tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
     tp_vocab_argmax: bool = DEFAULT_TP_VOCAB_ARGMAX  # host-side: a tensor-parallel rank's greedy streams
 
@@ -171,5 +165,4 @@ class KernelOptions:
                 "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
-                "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs),
-                "tile_whole_boxes": int(self.tile_whole_boxes)}
+                "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs)}

@@ -28,18 +28,16 @@ def _tiles_ran(gpu) -> bool:  # noqa: ANN001
     return cs.stream.plan.tiles is not None and any(OPCODES.code_of(i) == Opcode.TILE_MATMUL for i in cs.stream.instrs)
 
 
-# (shape, policy, pages in pairs, whole-page boxes): the pair loop is the default for bf16 inputs with an even number
-# of K steps (KernelOptions.tile_page_pairs); O's fp32 input and odd K slices take the single-page loop either way.
-# Whole boxes (KernelOptions.tile_whole_boxes) take 128-row pages and wide stages in one copy each.
-CASES = ([(shape, policy, True, False) for shape in SHAPES for policy in ("dynamic", "lpt")]
-         + [("rows-2048", "dynamic", False, False), ("rows-2048", "lpt", True, True), ("rows-512", "dynamic", True, True)])
+# (shape, policy, pages in pairs): the pair loop is the default for bf16 inputs with an even number of K steps
+# (KernelOptions.tile_page_pairs); O's fp32 input and odd K slices take the single-page loop either way.
+CASES = [(shape, policy, True) for shape in SHAPES for policy in ("dynamic", "lpt")] + [("rows-2048", "dynamic", False)]
 
 
-@pytest.mark.parametrize(("shape", "policy", "pairs", "whole"), CASES)
-def test_tile_steps_match_vm(shape: str, policy: str, pairs: bool, whole: bool) -> None:
+@pytest.mark.parametrize(("shape", "policy", "pairs"), CASES)
+def test_tile_steps_match_vm(shape: str, policy: str, pairs: bool) -> None:
     cfg = SHAPES[shape]
     vm, gpu = pair(scaled_weights(cfg, seed=41), policy, num_pages=256,
-                   gpu_kw={"mma_matvec": True, "tile_page_pairs": pairs, "tile_whole_boxes": whole},
+                   gpu_kw={"mma_matvec": True, "tile_page_pairs": pairs},
                    token_group=16, held_pages=9, page_bytes=16384, tile_min_tokens=17)
     prompts = [70, 21, 9] + [3] * 37
     scen = Scenario(cfg, prompts, page_size=16, num_pages=256, seed=17)
@@ -56,15 +54,15 @@ def test_tile_steps_match_vm(shape: str, policy: str, pairs: bool, whole: bool) 
         assert _tiles_ran(gpu), f"step {step} did not run tiles"
 
 
-@pytest.mark.parametrize(("pairs", "whole"), [(True, False), (False, False), (True, True), (False, True)])
-def test_wide_tiles_match_vm(pairs: bool, whole: bool) -> None:
+@pytest.mark.parametrize("pairs", [True, False])
+def test_wide_tiles_match_vm(pairs: bool) -> None:
     """Chunks of more than 64 tokens run as wide tiles (each warpgroup 64 tokens against all 128 rows; O's tiles in
     halves): a prefill of 100 three-token prompts (300 tokens: three wide chunks), then decodes of the 100 sequences
     (one wide chunk, the LM head's tiles wide too), then of 65 (a wide chunk with one token in the second half); with
-    and without the pages taken in pairs, and in whole-page boxes or not."""
+    and without the pages taken in pairs."""
     cfg = SHAPES["rows-2048"]
     vm, gpu = pair(scaled_weights(cfg, seed=43), "dynamic", num_pages=256,
-                   gpu_kw={"mma_matvec": True, "tile_page_pairs": pairs, "tile_whole_boxes": whole},
+                   gpu_kw={"mma_matvec": True, "tile_page_pairs": pairs},
                    token_group=16, held_pages=9, page_bytes=16384, tile_min_tokens=17)
     scen = Scenario(cfg, [3] * 100, page_size=16, num_pages=256, seed=19)
     plans: list[list[int | None]] = [[None] * 100, [1] * 100, [1] * 65 + [0] * 35]

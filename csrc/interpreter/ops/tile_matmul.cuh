@@ -122,6 +122,26 @@ __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm,
   return true;
 }
 
+// A narrow QKV tile's epilogue from the accumulators: a thread's two tokens' places (QkvToken) once, then each of its
+// row pairs' (QkvPair) once, against both tokens' products.
+__device__ __forceinline__ void tile_qkv_narrow(const Globals& g, const int* w, const TileOperands& t,
+                                                const TileLanes& tl, const float (&acc)[TILE_N_BLOCKS<false>][4]) {
+  if (!tl.active) return;
+  const StepArgs sa(g);
+  const int tq = tk::lane_id() & 3, layer = w[W_LAYER], i0 = tl.tok0 + (tk::lane_id() >> 2);
+  const bool has0 = i0 < t.tokens, has1 = i0 + 8 < t.tokens;
+  const int tok0 = t.tok_begin + i0, tok1 = tok0 + 8;
+  const QkvToken k0(g, sa, layer, has0 ? tok0 : t.tok_begin), k1(g, sa, layer, has1 ? tok1 : t.tok_begin);
+#pragma unroll
+  for (int j = 0; j < TILE_N_BLOCKS<false>; ++j) {
+    const int lr = tl.row0 + 8 * j + 2 * tq;
+    if (lr >= t.rows) break;
+    const QkvPair r(g, t.row_begin + lr);
+    if (has0) tile_qkv_write(g, r, k0, tok0, acc[j][0], acc[j][1]);
+    if (has1) tile_qkv_write(g, r, k1, tok1, acc[j][2], acc[j][3]);
+  }
+}
+
 // A narrow tile (tile_matmul.cuh): its products and its kind's epilogue straight from the accumulators.
 __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Shared& sm, const int* w,
                                                    const TileOperands& t) {
@@ -134,8 +154,11 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
     if (tl.active) tile_add_residual(g, t, tl, acc);
     return true;
   }
-  const StepArgs sa(g);
-  const int tq = tk::lane_id() & 3, layer = w[W_LAYER];
+  if (t.kind == TILE_QKV) {
+    tile_qkv_narrow(g, w, t, tl, acc);
+    return true;
+  }
+  const int tq = tk::lane_id() & 3;
   float* stage_out = sm.x;  // GATE_UP: [tokens, rows + 4] (rows padded: a warp's 8 tokens in different banks)
   const int stride = t.rows + 4;
   if (tl.active) {
@@ -149,9 +172,7 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
         const int lr = tl.row0 + 8 * j + 2 * tq;
         if (lr >= t.rows) break;
         const float x0 = acc[j][2 * half], x1 = acc[j][2 * half + 1];
-        if (t.kind == TILE_QKV) {
-          tile_qkv_pair(g, sa, layer, t.row_begin + lr, tok, x0, x1);
-        } else if (t.kind == TILE_GATE_UP) {
+        if (t.kind == TILE_GATE_UP) {
           *reinterpret_cast<float2*>(stage_out + i * stride + lr) = make_float2(x0, x1);
         } else {  // LM_HEAD
           *reinterpret_cast<float2*>(g.logits + (long long)tok * g.vocab + t.row_begin + lr) = make_float2(x0, x1);
