@@ -11,13 +11,13 @@ import torch
 
 from engine.backends.base import Backend, OnRecords
 from engine.backends.step_feed import StepHandle, TokenFeed
-from engine.cuda.activation_arena import ActivationArena
 from engine.cuda.device_decode_run import run_decode_steps
 from engine.cuda.device_stream import DeviceStream, KernelFields, launch
 from engine.cuda.run_timer import RunTimer
 from engine.backends.cuda_launched_step import LaunchedStep
 from engine.cuda.watchdog import DEFAULT_TIMEOUT_NS, attention_products, step_timeout_ns
 from engine.cuda.device_tuning import device_tuning, peak_memory_gbps
+from engine.cuda.fitted_streams import FittedStreams, StreamFit
 from engine.cuda.fp8_weights import STREAMED_MATRICES, check_fp8_dims, is_fp8, kernel_weight_buffers
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.limits import InterpreterLimits
@@ -25,10 +25,9 @@ from engine.cuda.split_defaults import fill_split_defaults
 from engine.cuda.step_padding import pad_batch, padded_budget
 from engine.cuda.background_builds import BackgroundBuilds
 from engine.cuda.stream_hosting import StreamHosting, may_host
-from engine.cuda.tensor_maps import tile_maps, w_o_map
+from engine.cuda.tensor_maps import w_o_map
 from engine.cuda.tp_peers import TpPeers
-from engine.cuda.variant import kernel_variant
-from engine.cuda_build import cache_root, load_extension
+from engine.cuda_build import load_extension
 from engine.engine_config import DEFAULT_POLICY
 from engine.instructions.layout import ModelDims
 from engine.instructions.packing import pack_weights
@@ -36,9 +35,7 @@ from engine.run_stops import RunStops
 from engine.run_times import RunTimes
 from engine.sampling.run_sampler import RunSampler
 from engine.scheduler.compiler.split_params import SplitParams
-from engine.scheduler.compiler.step_builder_cache import BuildParams, CompiledStream, StreamCache, StreamStats
-from engine.scheduler.compiler.stream_store import StreamStore
-from engine.scheduler.compiler.target import TargetDevice
+from engine.scheduler.compiler.step_builder_cache import StreamStats
 from models.llama.config import LlamaConfig
 from models.llama.kv_cache import PagedKVCache
 from models.llama.step_batch import StepBatch
@@ -47,16 +44,6 @@ from models.llama.weights import LlamaWeights
 # Split-KV attention only once a split has >= 8 pages to read: below that the reduce hop costs more
 # than the parallelism buys (a sweep of min_pages_per_split on the GPU).
 DEFAULT_MIN_PAGES_PER_SPLIT = 8
-# Larger `waves` cut ops into more, smaller instructions; tried in order until a stream fits the
-# interpreter's buffers (only batches of several tokens need more than the first).
-WAVES_LADDER = (1.0, 2.0, 4.0, 8.0, 16.0)  # multiples of the configured `waves`
-
-
-# Compiled streams kept per cache: the warm-up compiles ~40 shapes (engine/warm_up.py) and a server meets a few more;
-# their activations share one arena (activation_arena.py), so a kept stream costs its program (0.5-20 MB) only.
-STREAM_CACHE_CAPACITY = 96
-
-
 
 def check_model_shape(config: LlamaConfig) -> None:
     """Raises UnsupportedOnGPU (one line naming the field) for a model shape the megakernel cannot run: from the
@@ -137,29 +124,22 @@ class CudaBackend(Backend):
         if background_builds and tp_world > 1:
             raise ValueError("background_builds: a tensor-parallel rank compiles every stream itself (each rank would "
                              "adopt a worker's stream at its own step)")
-        self._hosting = (StreamHosting(self._spare_page, builds=BackgroundBuilds() if background_builds else None)
-                         if self._pad_steps and host_steps else None)
+        hosting = (StreamHosting(self._spare_page, builds=BackgroundBuilds() if background_builds else None)
+                   if self._pad_steps and host_steps else None)
         self.page_size = page_size
-        self._split_kw = split_kw
-        params = [BuildParams(policy, SplitParams(waves=waves * w, **split_kw)) for w in WAVES_LADDER]  # type: ignore
-        self._caches = [self._stream_cache(p, stream_store) for p in params]
+        direct_max_seqs = int(split_kw.get("lm_head_direct_max_seqs", 0))  # type: ignore[call-overload]
+        fit = StreamFit(self.dims, page_size, self.kernel, self.limits, self.token_group, self._bf16_rows,
+                        panel_map is not None, direct_max_seqs)
         # A tensor-parallel rank's streams for steps whose logits nobody reads: its share of the LM head (TP_ARGMAX)
-        self._argmax_caches = self._caches
-        if tp_world > 1 and self.kernel.tp_vocab_argmax:
-            self._argmax_caches = [self._stream_cache(replace(p, split=replace(p.split, tp_vocab_rank=tp_rank)),
-                                                      stream_store) for p in params]
-        self._arena = ActivationArena(self._device)  # the streams' activations, shared
+        argmax_rank = tp_rank if tp_world > 1 and self.kernel.tp_vocab_argmax else None
+        self.streams = FittedStreams(self.module, self.weights, fit, self._device, self.num_sms, policy, waves,
+                                     split_kw, stream_store, hosting, argmax_rank)
         self.timing = False
         self.last: DeviceStream | None = None
         # The last run of decode steps' stop state on the device (csrc/interpreter/run_stop.cuh; None: that run had no
         # device stop checks): kept after the run for tests and post-mortems, a few words.
         self.last_run_stop: torch.Tensor | None = None
         self.run_timer = RunTimer()  # the runs' device time and the device's waits for the host (run_times)
-
-    def _stream_cache(self, params: BuildParams, stored: bool) -> StreamCache:
-        device = TargetDevice(num_sms=self.num_sms)
-        store = StreamStore(cache_root() / "streams", self.dims, self.page_size, params, device) if stored else None
-        return StreamCache(self.dims, self.page_size, params, device, capacity=STREAM_CACHE_CAPACITY, store=store)
 
     def step_token_budget(self, max_tokens: int, max_seqs: int) -> int:
         if not (self._pad_steps and self._pad_headroom) or max_tokens <= self.limits.max_tokens_per_matvec:
@@ -170,8 +150,7 @@ class CudaBackend(Backend):
         return self.run_timer.totals
 
     def stream_stats(self) -> StreamStats:
-        caches = self._caches + (self._argmax_caches if self._argmax_caches is not self._caches else [])
-        return sum((c.stats() for c in caches), StreamStats())
+        return self.streams.stats()
 
     def attach_tp(self, peers: TpPeers) -> None:
         """The tensor-parallel exchange memory every launch passes (tp_world > 1)."""
@@ -183,16 +162,18 @@ class CudaBackend(Backend):
 
     def close(self) -> None:
         """End the stream-build worker process, where there is one."""
-        if self._hosting is not None and self._hosting.builds is not None:
-            self._hosting.builds.close()
+        hosting = self.streams.hosting
+        if hosting is not None and hosting.builds is not None:
+            hosting.builds.close()
 
     @contextmanager
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
-        if self._hosting is None:
+        if self.streams.hosting is None:
             yield
             return
         # the hosts of new shapes: compiled, fitted to the kernel and run once
-        with self._hosting.warming_up(self.greedy, max_tokens, max_seqs, max_table_pages, self.max_tokens_per_step):
+        hosting = self.streams.hosting
+        with hosting.warming_up(self.greedy, max_tokens, max_seqs, max_table_pages, self.max_tokens_per_step):
             yield
 
     @property
@@ -218,56 +199,14 @@ class CudaBackend(Backend):
             fields.update(self._tp_fields)
         return fields
 
-    def _compiled(self, batch: StepBatch, step: StepBatch | None = None,
-                  argmax_only: bool = False) -> tuple[CompiledStream, StepBatch]:
-        """The stream `batch` runs in, and `batch` as it runs there: `step` (the step before padding, where it may
-        be hosted) padded into a fitted stream of a larger shape while `batch`'s own is not compiled
-        (stream_hosting.py), else `batch` in its own shape's stream, compiled now if it is not. `argmax_only`: no
-        logits are read (a tensor-parallel rank's stream then computes its share of them)."""
-        last_error: Exception | None = None
-        for cache in self._argmax_caches if argmax_only else self._caches:
-            key = cache.key(batch)
-            if step is not None and self._hosting is not None:
-                hosted = self._hosting.place(cache, key, step, batch,
-                                             lambda c: isinstance(c.backend_state, DeviceStream))
-                if hosted is not None:
-                    return hosted
-            cs = cache.get(batch, key)
-            if cs.backend_state is False:  # checked before: does not fit at this granularity
-                continue
-            if cs.backend_state is None:
-                try:
-                    # x of one row is 2-byte for the tensor cores, bf16 or (fp8 streams) f16; several rows bf16 only
-                    # where the streams are bf16
-                    bf16_x = self._bf16_rows or (self.kernel.mma_matvec and batch.num_tokens == 1)
-                    ring_pages = self.limits.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, self.dims,
-                                                        self.kernel.max_ring_pages, bf16_x,
-                                                        self.kernel.attn_tiles, self.token_group,
-                                                        self._split_kw.get("lm_head_direct_max_seqs", 0))
-                except ValueError as exc:
-                    last_error = exc
-                    cs.backend_state = False
-                    continue
-                rows = self.limits.matvec_row_elems(cs.words, self.dims, "w_o_map" in self._kernel_buffers)
-                variant = kernel_variant(cs.shape, self.dims, self.page_size, cs.stream.plan.fused, self.kernel,
-                                         self.limits.page_bytes, all(self.limits.row_takes_mma(k) for k in rows))
-                ds = DeviceStream.create(cs, self.dims, self._device, self.module.ERR_WORDS, ring_pages, variant,
-                                         self._arena)
-                if cs.stream.plan.tiles is not None:
-                    ds.tile_maps = tile_maps(self.module, self.weights, ds.acts, self.dims)
-                cs.backend_state = ds
-            return cs, batch
-        raise ValueError(f"this step (T={batch.num_tokens}, S={batch.num_seqs}) does not fit the megakernel"
-                         + (f": {last_error}" if last_error else ""))
-
     def _prepare(self, batch: StepBatch, feed: TokenFeed | None = None, step: StepBatch | None = None,
                  argmax_only: bool = False) -> DeviceStream:
-        """The compiled stream of `batch`'s shape (or of a host's, for `step`; `argmax_only`: _compiled) with `batch`'s
-        inputs on the device (`feed`'s slots from the previous step's ids there), ready to launch."""
+        """The compiled stream of `batch`'s shape (or of a host's, for `step`; `argmax_only`: FittedStreams.compiled)
+        with `batch`'s inputs on the device (`feed`'s slots from the previous step's ids there), ready to launch."""
         if batch.num_tokens > self.max_tokens_per_step:
             raise ValueError(f"step of {batch.num_tokens} tokens exceeds the megakernel's "
                              f"{self.max_tokens_per_step} tokens per step (the engine caps its token budget)")
-        cs, batch = self._compiled(batch, step, argmax_only)
+        cs, batch = self.streams.compiled(batch, step, argmax_only)
         ds: DeviceStream = cs.backend_state  # type: ignore[assignment]
         if (ds.timing is not None) != self.timing:
             ds.enable_timing(self.timing, self.module.TIMING_WORDS)
@@ -295,8 +234,8 @@ class CudaBackend(Backend):
         ds.after_launch()
 
     def run(self, batch: StepBatch, step: StepBatch | None = None, argmax_only: bool = False) -> DeviceStream:
-        """Launch one step (`step` padded to `batch`, where it may run hosted; `argmax_only`: _compiled); returns the
-        stream state whose buffers hold logits (unless `argmax_only`) and out_tokens."""
+        """Launch one step (`step` padded to `batch`, where it may run hosted; `argmax_only`: FittedStreams.compiled);
+        returns the stream state whose buffers hold logits (unless `argmax_only`) and out_tokens."""
         ds = self._prepare(batch, step=step, argmax_only=argmax_only)
         self._launch(ds)
         return ds
@@ -329,7 +268,7 @@ class CudaBackend(Backend):
 
     def _step(self, batch: StepBatch) -> StepBatch | None:
         """`batch` where a single step of it may run hosted (stream_hosting.py may_host), else None."""
-        return batch if self._hosting is not None and may_host(batch, self._pads(batch)) else None
+        return batch if self.streams.hosting is not None and may_host(batch, self._pads(batch)) else None
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:

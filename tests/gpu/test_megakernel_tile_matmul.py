@@ -100,7 +100,8 @@ def test_generate_batch_follows_reference(tiny_checkpoint: str) -> None:
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                         SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
     backend = llm.engine.backend
-    assert any(cs.stream.plan.tiles is not None for cache in backend._caches for cs in cache._streams.values()), \
+    streams = (cs for cache in backend.streams.caches for cs in cache._streams.values())
+    assert any(cs.stream.plan.tiles is not None for cs in streams), \
         "no step ran tiles"
     weights = load_weights(tiny_checkpoint, cfg, dtype=torch.bfloat16, device=torch.device("cuda"), progress=False)
     for prompt, out in zip(prompts, outs):
