@@ -26,11 +26,15 @@ from models.llama.weights import LlamaWeights
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Warm-up windows run before the timed one, until one compiles no stream. One is not always enough: a shape the
+# Warm-up windows run before the timed ones, until one compiles no stream. One is not always enough: a shape the
 # first window ran hosted in a larger stream (engine/cuda/stream_hosting.py) is compiled once it recurs, which can
 # fall in the next window; a compile inside the timed window added ~0.2-0.9 s to it (batch 96-128 on an H200 read
 # 4.1-7.3 ms/step from one window to the next).
 MAX_WARM_WINDOWS = 4
+# Timed windows after the warm-up; the row is their median (each window's time in the row's notes). One window now
+# and then reads 1.3-1.9x the others with no compile in it (H200, batch 64 and 128 greedy: 5.33 against 2.72 ms/step
+# in the same process's next round, docs/results/2026-11-28_h200_ring-head-split-ab-l2-microbench.json).
+TIMED_WINDOWS = 3
 
 
 def rotations(prompt: Sequence[int], n: int, lengths: Sequence[int] = ()) -> list[list[int]]:
@@ -43,9 +47,11 @@ def rotations(prompt: Sequence[int], n: int, lengths: Sequence[int] = ()) -> lis
 
 def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[int], new_tokens: int,
                  batch: int, backend: str = "cuda", sampled: bool = False,
-                 lengths: Sequence[int] = (), kernel_options: tuple[str, ...] = ()) -> tuple[Sequence[int], float]:
+                 lengths: Sequence[int] = (), kernel_options: tuple[str, ...] = ()
+                 ) -> tuple[Sequence[int], float, tuple[float, ...]]:
     """An engine runner (engine/bench/engines.py) for `batch` sequences (of the prompt's length, or of `lengths`):
-    (request 0's first `new_tokens` tokens, seconds per decode step of the whole batch)."""
+    (request 0's first `new_tokens` tokens, seconds per decode step of the whole batch: the median of TIMED_WINDOWS
+    windows, each window's)."""
     if new_tokens < 2:
         raise ValueError("the batch rows time decode steps after the first token: --new-tokens must be >= 2")
     prompts = rotations(prompt_ids, batch, lengths)
@@ -60,23 +66,31 @@ def batch_runner(weights: LlamaWeights, config: LlamaConfig, prompt_ids: list[in
         # then the runs of decodes at each context bucket) has its instruction stream built and cached: a shape's
         # first build takes a few hundred ms on the host, which a shorter warm-up left inside the window.
         window = partial(_window, llm.engine, prompts, params, new_tokens, weights.device)
-        result, compiled = warm_then_time(window, lambda: llm.engine.get_stats().stream_compiles)
+        results, compiled = warm_then_time(window, lambda: llm.engine.get_stats().stream_compiles)
         if compiled:
-            log.warning("batch %d: the timed window compiled %d step streams (its time includes them)", batch, compiled)
-        return result
+            log.warning("batch %d: the timed windows compiled %d step streams (their times include them)", batch,
+                        compiled)
+        return median_window(results)
 
 
-def warm_then_time(window: Callable[[], T], compiles: Callable[[], int]) -> tuple[T, int]:
-    """`window` run until a run compiles no stream (at most MAX_WARM_WINDOWS warm-up runs), then once more: (that
-    last run's result, the streams it compiled)."""
+def warm_then_time(window: Callable[[], T], compiles: Callable[[], int],
+                   timed: int = TIMED_WINDOWS) -> tuple[list[T], int]:
+    """`window` run until a run compiles no stream (at most MAX_WARM_WINDOWS warm-up runs), then `timed` more times:
+    (those runs' results, the streams they compiled)."""
     for _ in range(MAX_WARM_WINDOWS):
         before = compiles()
         window()
         if compiles() == before:
             break
     before = compiles()
-    result = window()
-    return result, compiles() - before
+    results = [window() for _ in range(timed)]
+    return results, compiles() - before
+
+
+def median_window(results: Sequence[tuple[list[int], float]]) -> tuple[list[int], float, tuple[float, ...]]:
+    """(the first window's tokens, the median of the windows' seconds per step, each window's seconds)."""
+    seconds = tuple(s for _, s in results)
+    return results[0][0], sorted(seconds)[len(seconds) // 2], seconds
 
 
 def _window(engine, prompts: list[list[int]], params, new_tokens: int,  # noqa: ANN001

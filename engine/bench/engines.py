@@ -4,7 +4,9 @@ bench's own, engine/bench/megakernel_runner.py).
 An engine runner is `fn(weights, config, prompt_ids, new_tokens) -> (token_ids, seconds_per_token)`
 and must follow the protocol in baselines.py: greedy, batch 1, `token_ids` = the first `new_tokens`
 greedy tokens after `prompt_ids`, `seconds_per_token` = device-synchronised time of the decode steps
-(one token in, one token out) divided by their number, prefill excluded, after its own warm-up.
+(one token in, one token out) divided by their number, prefill excluded, after its own warm-up. A runner that
+times several runs may return a third element, each run's seconds per token (`seconds_per_token` is then the one it
+reports, their median): the row's notes list them.
 
 The registry is a small object; `DEFAULT_REGISTRY` is the one process-wide instance the CLI reads, so
 that an engine module can register itself at import time (the usual plug-in pattern). `run_bench`
@@ -21,7 +23,8 @@ from models.llama.weights import LlamaWeights
 # A runner whose name ends so samples its tokens (not greedy): its tokens are not compared with the reference's.
 SAMPLED_SUFFIX = "-sampled"
 
-EngineRunner = Callable[[LlamaWeights, LlamaConfig, list[int], int], tuple[Sequence[int], float]]
+EngineRunner = Callable[[LlamaWeights, LlamaConfig, list[int], int],
+                        tuple[Sequence[int], float] | tuple[Sequence[int], float, Sequence[float]]]
 
 # Modules the CLI imports before every run so their import-time registrations take effect (besides its
 # --engine-module ones); a module that cannot be imported is reported in the result, not fatal.

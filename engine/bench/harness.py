@@ -88,12 +88,15 @@ def _summary(r: RunResult) -> str:
 
 def _run_engine(name: str, fn: EngineRunner, weights, prompt: list[int], new_tokens: int) -> RunResult:
     try:
-        tokens, spt = fn(weights, weights.config, list(prompt), new_tokens)
-        tokens = tuple(int(t) for t in tokens)
-        spt = float(spt)
+        out = fn(weights, weights.config, list(prompt), new_tokens)
+        tokens, spt = tuple(int(t) for t in out[0]), float(out[1])
+        windows = tuple(float(s) for s in out[2]) if len(out) > 2 else ()  # type: ignore[misc]
         if not spt > 0:
             return RunResult(name, "failed", tokens, reason=f"non-positive seconds_per_token {spt}")
-        return RunResult(name, "ok", tokens, spt)
+        notes: dict[str, float | str] = {}
+        if len(windows) > 1:  # the row is their median
+            notes["timed_windows_ms"] = ", ".join(f"{1e3 * s:.3f}" for s in windows)
+        return RunResult(name, "ok", tokens, spt, runs_seconds_per_token=windows, notes=notes)
     except Exception as e:  # noqa: BLE001 - the engine under test failing is a result, not a crash
         last = traceback.format_exception_only(type(e), e)[-1].strip()
         return RunResult(name, "failed", reason=f"engine raised {last[:400]}")

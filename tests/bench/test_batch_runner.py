@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.bench.baselines import generate
-from engine.bench.batch_runner import MAX_WARM_WINDOWS, rotations, warm_then_time
+from engine.bench.batch_runner import MAX_WARM_WINDOWS, TIMED_WINDOWS, median_window, rotations, warm_then_time
 from engine.bench.floor import decode_floor
 from engine.bench.harness import BenchConfig, run_bench
 from engine.bench.static_llama import StaticLlama
@@ -33,8 +33,14 @@ def test_warm_up_windows_run_until_one_compiles_nothing(compiles_per_window: lis
         total[0] += compiles_per_window[min(len(runs) - 1, len(compiles_per_window) - 1)]
         return len(runs)
 
-    result, compiled = warm_then_time(window, lambda: total[0])
-    assert result == warm_runs + 1 and compiled == in_timed
+    results, compiled = warm_then_time(window, lambda: total[0])
+    assert results == list(range(warm_runs + 1, warm_runs + 1 + TIMED_WINDOWS))
+    assert compiled == (in_timed * TIMED_WINDOWS if in_timed else 0)
+
+
+def test_the_row_is_the_median_window_with_the_first_windows_tokens() -> None:
+    tokens, median, each = median_window([([1, 2], 0.0053), ([1, 2], 0.0027), ([1, 2], 0.0028)])
+    assert tokens == [1, 2] and median == 0.0028 and each == (0.0053, 0.0027, 0.0028)
 
 
 def test_the_floor_reads_the_weights_once_and_every_kv() -> None:

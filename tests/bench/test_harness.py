@@ -74,6 +74,22 @@ def test_run_bench_cpu_end_to_end(tmp_path: Path, seed: int) -> None:
     assert data == json.loads(json.dumps(to_json_dict(result)))
 
 
+def test_a_runner_of_several_timed_windows_lists_them_in_its_row(tmp_path: Path) -> None:
+    """A runner may return each timed window's seconds after the one it reports (their median): the row's notes and
+    its JSON list them."""
+    def windowed(weights: LlamaWeights, config: LlamaConfig, prompt: list[int], new: int):  # noqa: ANN202
+        return reference_greedy(weights, prompt, new)[0], ENGINE_SPT, (2 * ENGINE_SPT, ENGINE_SPT, 1.5 * ENGINE_SPT)
+
+    config = BenchConfig(preset="tiny", prompt_len=6, new_tokens=4, dtype="float32", device="cpu", repeats=1,
+                         bandwidth_bytes=1 << 20, skip_baselines=frozenset({EAGER, CUDA_GRAPH, COMPILE_GRAPH}),
+                         logprob_check=False)
+    result = run_bench(config, {"windowed": windowed})
+    row = result.row("windowed")
+    assert row.ms_per_token == pytest.approx(1.0) and row.notes["timed_windows_ms"] == "2.000, 1.000, 1.500"
+    data = json.loads(write_json(result, tmp_path / "bench.json").read_text())
+    assert data["rows"][-1]["notes"]["timed_windows_ms"] == "2.000, 1.000, 1.500"
+
+
 def _ok(name: str, spt: float, tokens: tuple[int, ...]) -> RunResult:
     return RunResult(name, "ok", tokens, spt)
 
