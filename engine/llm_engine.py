@@ -25,32 +25,25 @@ from typing import Any
 
 import torch
 
-from engine.backends import create_backend, create_tensor_parallel_backend, resolve_backend
-from engine.cuda_build import cache_root
 from engine.decode_runs import DecodeRuns, Failed, Sampled, kernel_samples
 from engine.detokenizer import OutputText
-from engine.engine_config import (EngineConfig, check_tensor_parallel_setup, size_kv_cache,
-                                  tensor_parallel_rank_bytes)
+from engine.engine_config import EngineConfig
+from engine.engine_setup import set_up_engine
 from engine.errors import EngineFatalError, RequestError
-from engine.instructions.head_padding import stored_head_dim
 from engine.lookahead import LookAhead, StepHooks
 from engine.outputs import RequestMetrics, RequestOutput
 from engine.prompt_input import PromptInput, prompt_token_ids
 from engine.request_state import RequestState
 from engine.sampling.noise import seed_key
 from engine.prompt_scoring import record_prompt_logprobs, scores_prompt
-from engine.quantization import check_quantization, fp8_load_options
 from engine.sampling.results import sample_batch
 from engine.sampling.run_sampler import NoiseTables
 from engine.sampling_params import SEED_END, SEED_MIN, SamplingParams
 from engine.scheduler.requests.request_scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.sequence import Sequence, SequenceStatus
 from engine.step_times import StepClock, StepTimes
-from models.llama.config import LlamaConfig
-from models.llama.sources import resolve_model
 from models.llama.step_batch import StepBatch
-from models.llama.tokenizer import apply_chat_template, load_tokenizer
-from models.llama.weights import load_weights
+from models.llama.tokenizer import apply_chat_template
 
 
 
@@ -87,48 +80,10 @@ class LLMEngine:
     def __init__(self, model: str, **kwargs: Any):
         self.engine_config = EngineConfig(model=model, **kwargs)
         cfg = self.engine_config
-        # A Hub id or a GGUF file becomes a local checkpoint directory first (fetched or converted once).
-        model = str(resolve_model(model, cache_root() / "models", cfg.revision))
-        self.model_dir = model
-        self.config = LlamaConfig.from_dir(model)
-        self.tokenizer = load_tokenizer(model)
-        self.choice = resolve_backend(cfg.backend, cfg.device)
-        if self.choice.name == "cuda" and cfg.dtype != "bfloat16":
-            raise ValueError(f"the cuda megakernel runs bfloat16 weights; dtype {cfg.dtype!r} needs backend 'torch'")
-        self.backend_name = self.choice.name
-        weights_device = self.choice.device if self.choice.name != "vm" else torch.device("cpu")
-        check_quantization(cfg, self.choice.name)
-        if self.choice.name == "cuda":  # a shape the megakernel cannot run fails here, before the weights load
-            from engine.backends.cuda_backend import check_model_shape
-            check_model_shape(self.config)
-        # sizes the ranks cannot split fail here too, naming the field
-        check_tensor_parallel_setup(cfg, self.choice.name, self.choice.device.type, self.config)
-        load_options = dict(dtype=cfg.torch_dtype, device=weights_device, progress=cfg.progress,
-                            load_format=cfg.load_format, **fp8_load_options(cfg, self.choice.name, model))
-        # Several ranks read their shards themselves (the tensor-parallel backend), not the whole model here
-        weights = load_weights(model, self.config, **load_options) if cfg.tensor_parallel_size == 1 else None
-        # The cuda backend packs a second copy of the weights after the cache is sized: keep room for it (a
-        # tensor-parallel rank: for its shard, loaded and packed after the cache is sized).
-        reserve = weights.num_bytes() if weights is not None and self.choice.name == "cuda" else 0
-        if weights is None and self.choice.name == "cuda":
-            reserve = 2 * tensor_parallel_rank_bytes(self.config, cfg.tensor_parallel_size)
-        # The instruction-stream backends store heads in the kernel's widths (engine/instructions/head_padding.py).
-        stored = stored_head_dim(self.config.head_dim) if self.choice.name in ("vm", "cuda") else None
-        self.num_pages, self.max_model_len = size_kv_cache(cfg, self.config, weights_device, reserve, stored)
-        options: dict[str, object] = {}
-        if cfg.kv_cache_dtype != "auto":  # check_quantization let it through: the torch backend
-            options["kv_dtype"] = cfg.kv_torch_dtype
-        if self.choice.name in ("vm", "cuda"):
-            options["policy"] = cfg.policy
-        if self.choice.name == "cuda" and cfg.kernel_options:
-            from engine.cuda.backend_options import parse_kernel_options
-            options.update(parse_kernel_options(cfg.kernel_options))
-        if weights is None:
-            self.backend = create_tensor_parallel_backend(self.choice, model, self.config, load_options,
-                                                          self.num_pages, cfg.page_size, cfg.tensor_parallel_size,
-                                                          **options)
-        else:
-            self.backend = create_backend(self.choice, weights, self.num_pages, cfg.page_size, **options)
+        setup = set_up_engine(cfg)  # checks, weights, the KV cache's size and the backend (engine/engine_setup.py)
+        self.model_dir, self.config, self.tokenizer = setup.model_dir, setup.config, setup.tokenizer
+        self.choice, self.backend_name, self.backend = setup.choice, setup.choice.name, setup.backend
+        self.num_pages, self.max_model_len = setup.num_pages, setup.max_model_len
         budget = cfg.max_num_batched_tokens
         if self.backend.max_tokens_per_step is not None:
             budget = min(budget, self.backend.max_tokens_per_step)
