@@ -35,7 +35,8 @@ from models.llama.init_random import init_random_checkpoint
 from models.llama.step_batch import StepBatch
 from server.app import build_app
 from server.async_engine import ENGINE_THREAD, AsyncEngine
-from server.engine_process import EngineProcessClient, EngineSpec, freeze_startup_heap
+from server.engine_process import EngineProcessClient
+from server.serving_engine import EngineSpec, freeze_startup_heap
 
 
 def _cpu_seconds(thread: threading.Thread) -> float:

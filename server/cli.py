@@ -110,7 +110,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     url = f"http://{opts.host}:{sock.getsockname()[1]}"
 
-    from server.engine_process import EngineProcessClient, EngineSpec, freeze_startup_heap, load_serving_engine
+    from server.engine_process import EngineProcessClient
+    from server.serving_engine import EngineSpec, freeze_startup_heap, load_serving_engine
 
     def load() -> object:
         if opts.engine_process:

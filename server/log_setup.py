@@ -1,5 +1,5 @@
 """How the server's processes log: the server's and the engine's lines on stderr, shaped like uvicorn's. Used by
-`megakernel serve` (server/cli.py) and by its engine process (server/engine_process.py), which configures its own."""
+`megakernel serve` (server/cli.py) and by its engine process (server/engine_child.py), which configures its own."""
 from __future__ import annotations
 
 import logging

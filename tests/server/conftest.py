@@ -38,7 +38,8 @@ def fuzz_server(request: pytest.FixtureRequest, tiny_dir: Path) -> Iterator[Serv
     placements `serve` offers: in a process of its own (its default) and in a thread of the server's."""
     if request.param == "engine-process":
         from server.async_engine import AsyncEngine
-        from server.engine_process import EngineProcessClient, EngineSpec
+        from server.engine_process import EngineProcessClient
+        from server.serving_engine import EngineSpec
 
         spec = EngineSpec(str(tiny_dir), engine_kwargs(max_model_len=FUZZ_MAX_MODEL_LEN), "tiny", MODEL_NAME, "-",
                           "warning")

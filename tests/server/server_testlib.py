@@ -166,7 +166,7 @@ def load_after_starting_a_process(model_dir: str, engine_kwargs: dict, model_lab
     import functools
 
     from engine.cuda.background_builds import BackgroundBuilds
-    from server.engine_process import load_serving_engine
+    from server.serving_engine import load_serving_engine
 
     builds: BackgroundBuilds[int] = BackgroundBuilds()
     builds.submit((1,), functools.partial(int, "7"))

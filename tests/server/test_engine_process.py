@@ -14,7 +14,8 @@ import pytest
 from engine import SamplingParams
 from server.app import build_app
 from server.async_engine import AsyncEngine
-from server.engine_process import EngineProcessClient, EngineSpec
+from server.engine_process import EngineProcessClient
+from server.serving_engine import EngineSpec
 from server_testlib import MAX_MODEL_LEN, MODEL_NAME, ServerThread, wait_ready
 
 KWARGS: dict[str, Any] = dict(backend="torch", dtype="float32", max_model_len=MAX_MODEL_LEN, max_num_seqs=64,

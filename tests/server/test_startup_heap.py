@@ -1,11 +1,11 @@
-"""A serving process keeps what it loaded out of the garbage collector's reach (server/engine_process.py
+"""A serving process keeps what it loaded out of the garbage collector's reach (server/serving_engine.py
 freeze_startup_heap): collections set off by each step's allocations walk only what serving created since."""
 from __future__ import annotations
 
 import gc
 from pathlib import Path
 
-from server.engine_process import freeze_startup_heap, load_serving_engine
+from server.serving_engine import freeze_startup_heap, load_serving_engine
 
 
 def test_the_serving_engine_is_frozen_once_ready(tiny_dir: Path) -> None:
