@@ -14,21 +14,14 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include "tk/tma.cuh"
 
 namespace {
 
 constexpr int PAGE = 16384;
 constexpr int MAX_DEPTH = 12;
-
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    const cudaError_t e = (call);                                                            \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      return 1;                                                                              \
-    }                                                                                        \
-  } while (0)
 
 __global__ void __launch_bounds__(32) stream_pages(const uint8_t* buf, long long region_pages, int pages_per_sm,
                                                    int depth, int pieces, unsigned long long* sink) {

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
+#include "check.cuh"
+
 #include "tk/mbarrier.cuh"
 #include "tk/wgmma.cuh"
 
@@ -24,15 +26,6 @@ namespace {
 constexpr int THREADS = 256;  // two consumer warpgroups, as the megakernel's
 constexpr int STAGE = 16384;  // a page (128 rows x 64 bf16) or a wide x stage (128 tokens x 64 bf16)
 constexpr int VISITS = 4096;
-
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    const cudaError_t e = (call);                                                            \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      return 1;                                                                              \
-    }                                                                                        \
-  } while (0)
 
 // One K step of one warpgroup: four wgmma of 16 columns (wide: 64 tokens x 128 rows; narrow: 64 x 64).
 template <bool WIDE, int N>
