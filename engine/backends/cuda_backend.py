@@ -168,11 +168,11 @@ class CudaBackend(Backend):
 
     @contextmanager
     def warming_up(self, max_tokens: int, max_seqs: int, max_table_pages: int) -> Iterator[None]:
-        if self.streams.hosting is None:
+        hosting = self.streams.hosting
+        if hosting is None:
             yield
             return
         # the hosts of new shapes: compiled, fitted to the kernel and run once
-        hosting = self.streams.hosting
         with hosting.warming_up(self.greedy, max_tokens, max_seqs, max_table_pages, self.max_tokens_per_step):
             yield
 
