@@ -49,8 +49,10 @@ struct Globals {
   float* o_part;
   float* lse_part;
   float* act;
-  // TILE_MATMUL's bf16 inputs (ops/tile_matmul.cuh): the NORM tiles' normalised hidden, the GATE_UP tiles' act
+  // TILE_MATMUL's bf16 inputs (ops/tile_matmul.cuh): the NORM tiles' normalised hidden, the attention output (written
+  // next to attn_out by the attention ops: O's tiles), the GATE_UP tiles' act
   bf16* x_bf16;
+  bf16* attn_bf16;
   bf16* act_bf16;
   float* logits;
   float* lm_max;

@@ -130,7 +130,8 @@ Globals globals_from_dict(const py::dict& d) {
   MK_PTR(w_down, const mk::vm::bf16); MK_PTR(final_norm, const mk::vm::bf16); MK_PTR(lm_head, const mk::vm::bf16);
   MK_PTR(rope_inv_freq, const float); MK_PTR(k_cache, mk::vm::bf16); MK_PTR(v_cache, mk::vm::bf16);
   MK_PTR(hidden, float); MK_PTR(mid, float); MK_PTR(q, float); MK_PTR(attn_out, float); MK_PTR(o_part, float);
-  MK_PTR(lse_part, float); MK_PTR(act, float); MK_PTR(x_bf16, mk::vm::bf16); MK_PTR(act_bf16, mk::vm::bf16);
+  MK_PTR(lse_part, float); MK_PTR(act, float); MK_PTR(x_bf16, mk::vm::bf16);
+  MK_PTR(attn_bf16, mk::vm::bf16); MK_PTR(act_bf16, mk::vm::bf16);
   MK_PTR(logits, float); MK_PTR(lm_max, float);
   MK_PTR(lm_arg, int); MK_PTR(out_tokens, int); MK_PTR(counters, int); MK_PTR(counter_period, const int);
   MK_PTR(queue_head, int); MK_PTR(step_args, const int); MK_PTR(instructions, const int); MK_PTR(error, int);
@@ -222,8 +223,8 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
 }
 
 // TILE_MATMUL's maps (tile_matmul.cuh TileMapIndex) to dst (device memory, 64-byte aligned, NUM_TILE_MAPS maps):
-// the four layer-stacked matrices and the LM head in boxes of TILE_W_BOX_ROWS x TILE_K bf16, then the stream's
-// activations (`tokens` rows) in boxes of TILE_X_BOX_ROWS x TILE_X_BOX_COLS fp32, all with the 128-byte swizzle.
+// the four layer-stacked matrices and the LM head in boxes of TILE_W_BOX_ROWS x TILE_K bf16, then the stream's bf16
+// activations (`tokens` rows) in boxes of TILE_TOKENS x TILE_K, all with the 128-byte swizzle.
 void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, int intermediate, int qkv_rows,
                       int q_cols, int vocab, int tokens) {
   using mk::vm::bf16;
@@ -232,10 +233,6 @@ void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, 
   const auto weights = [&](const char* name, uint64_t rows, uint64_t cols) {
     return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), rows, cols, cols, mk::vm::TILE_W_BOX_ROWS,
                                       mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
-  };
-  const auto acts = [&](const char* name, uint64_t cols) {
-    return mk::tk::make_tensor_map_2d(static_cast<const float*>(ptr(name)), (uint64_t)tokens, cols, cols,
-                                      mk::vm::TILE_X_BOX_ROWS, mk::vm::TILE_X_BOX_COLS, CU_TENSOR_MAP_SWIZZLE_128B);
   };
   const auto acts_bf16 = [&](const char* name, uint64_t cols) {  // a K step of TILE_TOKENS rows per box
     return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), (uint64_t)tokens, cols, cols,
@@ -249,7 +246,7 @@ void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, 
   maps[mk::vm::TILE_DOWN] = weights("w_down", L * hidden, intermediate);
   maps[mk::vm::TILE_LM_HEAD] = weights("lm_head", vocab, hidden);
   maps[mk::vm::TILE_MAP_X_BF16] = acts_bf16("x_bf16", hidden);
-  maps[mk::vm::TILE_MAP_X_ATTN_OUT] = acts("attn_out", q_cols);
+  maps[mk::vm::TILE_MAP_X_ATTN_OUT] = acts_bf16("attn_bf16", q_cols);
   maps[mk::vm::TILE_MAP_X_ACT] = acts_bf16("act_bf16", intermediate);
   MK_CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(dst), maps, sizeof(maps), cudaMemcpyHostToDevice));
 }
@@ -323,7 +320,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.def("encode_tile_maps", &encode_tile_maps, py::arg("dst"), py::arg("buffers"), py::arg("layers"),
         py::arg("hidden"), py::arg("intermediate"), py::arg("qkv_rows"), py::arg("q_cols"), py::arg("vocab"), py::arg("tokens"),
         "Write TILE_MATMUL's tensor maps to dst (device, TILE_MAPS_BYTES): buffers maps w_qkv, w_o, w_gate_up, w_down, "
-        "lm_head, x_bf16, attn_out and act_bf16 to device pointers; tokens: the activations' rows.");
+        "lm_head, x_bf16, attn_bf16 and act_bf16 to device pointers; tokens: the activations' rows.");
   m.attr("TILE_MAPS_BYTES") = (int)(mk::vm::NUM_TILE_MAPS * sizeof(CUtensorMap));
   m.attr("SAMPLE_MAX_VOCAB") = mk::sampling::SAMPLE_MAX_VOCAB;
   m.attr("FORMAT_VERSION") = mk::vm::FORMAT_VERSION;

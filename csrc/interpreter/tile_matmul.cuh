@@ -59,20 +59,20 @@ __device__ __forceinline__ void tile_pair_products(uint32_t a_addr0, uint32_t b_
   tk::wgmma_commit();
 }
 
-// Whether a tile takes its pages in pairs (KernelOptions.tile_page_pairs): a bf16 input, an even number of K steps,
-// and at least four x stages (a pair's two stages are refilled after the next pair's barrier, so the pair after that
+// Whether a tile takes its pages in pairs (KernelOptions.tile_page_pairs): an even number of K steps and at least four
+// x stages (a pair's two stages are refilled after the next pair's barrier, so the pair after that
 // must already be in flight). Why pairs: a page visit's fixed work (the waits, the CTA barrier, thread 0's release
 // and x copy, the products' issue and their wait with nothing overlapping) is about as long as a narrow tile's
 // products; a pair pays it once for twice the products.
 __device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared& sm, const TileOperands& t) {
-  if (!g.tile_page_pairs || !t.bf16_input() || t.k_steps % 2 != 0) return false;
-  return tile_x_stages(sm, 0, tile_bf16_stage_bytes(t.wide())) >= 4;
+  if (!g.tile_page_pairs || t.k_steps % 2 != 0) return false;
+  return tile_x_stages(sm, tile_stage_bytes(t.wide())) >= 4;
 }
 
 // The consumers' side of a tile: every page's products into acc (this thread's share, TileLanes). Each page waits
 // for its input stage and weight page, then one barrier (everyone's products of the previous page done: its page and
-// stage are freed and refilled); O's fp32 input is converted into a bf16 copy while the previous page's products
-// run (no wgmma group stays open across the loop's back edge: that makes ptxas serialise every product, C7515).
+// stage are freed and refilled; no wgmma group stays open across the loop's back edge: that makes ptxas serialise
+// every product, C7515).
 // A failed wait does not leave the loop: the remaining pages skip their waits and multiply stale shared memory, and
 // the tile returns false after it; a return from inside the loop put the products on a path ptxas takes as divergent
 // and serialised every wgmma (C7520; measured, H200, 1B: 2.613 against 3.027 ms per batch-32 step without it).
@@ -82,12 +82,9 @@ __device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared&
 template <bool WIDE, bool PAIRS>
 __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
                                               const TileLanes& tl, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
-  const int tid = threadIdx.x, tok_pad = (t.tokens + 15) & ~15;
-  const bool direct = WIDE || t.bf16_input();  // a wide tile's input is bf16 (engine/cuda/limits.py keeps O narrow)
-  const TileShared ts(sm, tok_pad, direct, WIDE);
+  const int tid = threadIdx.x;
+  const TileShared ts(sm, WIDE);
   const int NP = t.k_steps, keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
-  const int tt = tid % TILE_TOKENS, q = tid / TILE_TOKENS;  // O's conversion: token tt, columns 16q .. 16q + 15
-  const bool converts = !direct && tt < tok_pad;
   if (tid == 0) {
     for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
     tk::fence_semaphore_init();
@@ -95,7 +92,7 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     // the dependency counters); the copies below read them through the async proxy.
     asm volatile("fence.proxy.async.global;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // shared x was last written by generic stores
-    for (int s = 0; s < ts.n_stages && s < NP; ++s) issue_tile_x(g, ts, t, tok_pad, s, s);
+    for (int s = 0; s < ts.n_stages && s < NP; ++s) issue_tile_x(g, ts, t, s, s);
     // The input streams with the pages (no separate read to shield): the loader back to its streaming cap.
     timing_mark(g, w, MARK_INPUT);
     set_low_cap_from(sm, NO_LOW_CAP);
@@ -109,7 +106,7 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0];
   uint32_t ring = sm.ring_cursor[1], round = sm.ring_cursor[2], prev_ring = 0;
   const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page (wide: all, from row 0)
-  const uint32_t a_toks = WIDE ? tl.wg * TILE_STAGING_BYTES : 0;  // this warpgroup's tokens of a stage
+  const uint32_t a_toks = WIDE ? tl.wg * TILE_X_BOX_BYTES : 0;  // this warpgroup's tokens of a stage
   bool ok = true;
   // The input's stages are waited in page order: the next one's index and parity are counters, not p % n_stages and
   // p / n_stages (two divisions by a run-time value per page: 14 % of the page loop's warp samples, ncu, batch 64).
@@ -124,19 +121,11 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     }
     return s;
   };
-  // O: K step p's x into copy p % 2 (last read by page p - 2's products); returns the stage it came from.
-  const auto convert_step = [&](int p) -> int {
-    const int s = wait_stage(p);
-    if (ok && converts)
-      convert_tile_x(ts.stages + s * ts.stage_bytes, ts.staging + (p & 1) * TILE_STAGING_BYTES, tok_pad, tt, q);
-    return s;
-  };
   consumer_sync();  // the stage barriers' initialisation before anyone waits on them
-  // stage: a bf16 input's stage of page p (prev_stage: page p - 1's); O's, the stage page p was converted from
-  int stage = 0, prev_stage = 0;
+  int stage = 0, prev_stage = 0;  // page p's input stage, page p - 1's
   uint32_t pair_ring0 = 0;
   if constexpr (PAIRS) {
-    // A bf16 input, NP even, four or more stages (tile_takes_pairs). Pages p and p + 1 with their stages; past the
+    // NP even, four or more stages (tile_takes_pairs). Pages p and p + 1 with their stages; past the
     // barrier the previous pair's products are done, so thread 0 frees its two pages and refills its two stages.
     int stage1 = 0, prev_stage1 = 0;
     uint32_t prev_ring1 = 0;
@@ -156,8 +145,8 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
         if (p >= 2) {
           if (p - 2 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
           if (p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring1]);
-          if (p - 2 + ts.n_stages < NP) issue_tile_x(g, ts, t, tok_pad, p - 2 + ts.n_stages, prev_stage);
-          if (p - 1 + ts.n_stages < NP) issue_tile_x(g, ts, t, tok_pad, p - 1 + ts.n_stages, prev_stage1);
+          if (p - 2 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 2 + ts.n_stages, prev_stage);
+          if (p - 1 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 1 + ts.n_stages, prev_stage1);
         }
       }
       tile_pair_products<WIDE>(ts.stages + stage * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring)) + b_rows,
@@ -172,12 +161,9 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     pair_ring0 = prev_ring;  // the last pair's first page: freed below, after everyone's products
     prev_ring = prev_ring1;
   } else {
-    if (!direct && NP > 0) stage = convert_step(0);
     for (int p = 0; p < NP; ++p) {
-      if (direct) {
-        prev_stage = stage;
-        stage = wait_stage(p);
-      }
+      prev_stage = stage;
+      stage = wait_stage(p);
       if (ok) ok = wait_page_issued(g, sm, pos0 + p, w);
       if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
       // Past this barrier: page p - 1's products are done (its page and input stage free), page p's input is ready (or
@@ -187,14 +173,10 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
         if (p == 0) timing_mark(g, w, MARK_FIRST_PAGE);
         if (p == NP - 1) timing_mark(g, w, MARK_LAST_PAGE);
         if (p >= 1 && p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
-        // The stage refilled: a bf16 input's stage of page p - 1 (read by its products), O's of page p (converted).
-        const int next = direct ? p - 1 + ts.n_stages : p + ts.n_stages;
-        if ((!direct || p >= 1) && next < NP) issue_tile_x(g, ts, t, tok_pad, next, direct ? prev_stage : stage);
+        // page p - 1's stage (read by its products) refilled
+        if (p >= 1 && p - 1 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 1 + ts.n_stages, prev_stage);
       }
-      const uint32_t a_addr =
-          direct ? ts.stages + stage * ts.stage_bytes + a_toks : ts.staging + (p & 1) * TILE_STAGING_BYTES;
-      tile_step_products<WIDE>(a_addr, tk::smem_addr(sm.page(ring)) + b_rows, acc);
-      if (!direct && p + 1 < NP) stage = convert_step(p + 1);
+      tile_step_products<WIDE>(ts.stages + stage * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring)) + b_rows, acc);
       tk::wgmma_wait<0>();
       prev_ring = ring;
       if (++ring == R) {

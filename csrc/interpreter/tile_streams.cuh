@@ -9,14 +9,14 @@
 // 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)), copied by the loader from the matrix's tensor
 // map (Globals::tile_maps) like any weight page, ahead of the instruction. The input's K step arrives the same way,
 // copied by consumer thread 0 once the dependencies are met, up to TILE_X_STAGES steps ahead, into x stages in shared
-// x: for QKV, GATE_UP, LM_HEAD (x_bf16, normalised once per token by the NORM tiles) and DOWN (act_bf16) a stage is
-// TILE_TOKENS bf16 rows laid out as a page is, and the two warpgroups multiply it with 64 rows of the page each
-// (wgmma m64n64k16, both operands read from shared memory by the tensor cores; tk/wgmma.cuh); O's input (the
-// attention output, fp32) is converted to such a copy first. Measured (1B, H200, batch 64, per GATE_UP page): the
-// products of mma.sync with every warp loading every token's x into registers took 0.9 us of a 2 us page, and the
-// fp32 input's copies and conversion 0.6 us more, against the weights' 0.5 us alone.
+// x: every input is bf16 (QKV, GATE_UP, LM_HEAD: x_bf16, normalised once per token by the NORM tiles; O: attn_bf16,
+// which the attention ops write next to their fp32 output; DOWN: act_bf16), and a stage is TILE_TOKENS of its rows
+// laid out as a page is, which the two warpgroups multiply with 64 rows of the page each as it lands (wgmma
+// m64n64k16, both operands read from shared memory by the tensor cores; tk/wgmma.cuh). Measured (1B, H200, batch 64,
+// per GATE_UP page): the products of mma.sync with every warp loading every token's x into registers took 0.9 us of a
+// 2 us page, and an fp32 input's copies and conversion 0.6 us more, against the weights' 0.5 us alone.
 //
-// A tile of more than TILE_TOKENS tokens (up to TILE_WIDE_TOKENS; bf16 inputs only) is wide: each warpgroup takes 64
+// A tile of more than TILE_TOKENS tokens (up to TILE_WIDE_TOKENS) is wide: each warpgroup takes 64
 // of its tokens against all the page's rows (m64n128k16), so a page visit multiplies twice the tokens. Why: a page
 // visit costs ~0.86 us whatever its bytes (the consumers' per-page work: waits, barrier, issue, the products' wait;
 // 1B, H200, batch 64), so a prompt chunk's time is its tiles' page visits, and wide tiles halve them.
@@ -36,24 +36,19 @@ inline constexpr int TILE_K = 64;          // K columns per ring page (step_buil
 inline constexpr int TILE_TOKENS = 64;     // tokens of one warpgroup's products, and of a narrow tile
 inline constexpr int TILE_WIDE_TOKENS = 128;  // tokens of a wide tile (step_builder_tiles.py TILE_MAX_TOKENS)
 inline constexpr int TILE_W_BOX_ROWS = 32;  // the weight maps' boxes: 32 rows x TILE_K bf16
-inline constexpr int TILE_X_BOX_ROWS = 16;  // the activation maps' boxes: 16 tokens x TILE_X_BOX_COLS fp32
-inline constexpr int TILE_X_BOX_COLS = 32;
 inline constexpr int TILE_X_STAGES = 8;    // most K steps of x in flight (as many as x holds)
-inline constexpr int TILE_STAGING = 2;     // bf16 copies of a K step (TileShared)
-inline constexpr int TILE_STAGING_BYTES = TILE_TOKENS * 128;
+inline constexpr int TILE_X_BOX_BYTES = TILE_TOKENS * 128;  // the activation maps' boxes: TILE_TOKENS rows x TILE_K bf16
 // Column blocks of 8 weight rows a thread's products hold: narrow, its warpgroup's 64 rows; wide, all 128.
 template <bool WIDE>
 inline constexpr int TILE_N_BLOCKS = WIDE ? 16 : 8;
 inline constexpr int TILE_NORM_VECS = 8;   // float4 of a row per consumer thread in a NORM tile: hidden <= 8192
 static_assert(TILE_WEIGHT_ROWS / TILE_W_BOX_ROWS * TILE_W_BOX_ROWS * TILE_K * 2 == PAGE_BYTES, "a page is one K step");
-static_assert(TILE_K * 2 == 128 && TILE_X_BOX_COLS * 4 == 128, "boxes of 128-byte rows (the 128-byte swizzle)");
-static_assert(TILE_K == 2 * TILE_X_BOX_COLS, "two x boxes per K step");
-static_assert(TILE_K == 4 * 16 && TILE_TOKENS * 4 == CONSUMER_THREADS, "a thread converts 16 columns of one token");
+static_assert(TILE_K * 2 == 128, "boxes of 128-byte rows (the 128-byte swizzle)");
 static_assert(TILE_X_STAGES * 8 <= SCRATCH_FLOATS * 4 - 64, "the x stages' barriers sit in scratch");
 static_assert(NUM_CONSUMER_WARPS == 8 && TILE_WEIGHT_ROWS == 2 * 64 && TILE_TOKENS == 64 && TILE_WIDE_TOKENS == 128,
               "two warpgroups of 64 x 64 products (wgmma m64n64k16) or, wide, of 64 x 128 (m64n128k16)");
 static_assert(TILE_N_BLOCKS<true> * 8 == TILE_WEIGHT_ROWS && TILE_N_BLOCKS<false> * 8 == 64, "8-row column blocks");
-static_assert(TILE_STAGING_BYTES % 1024 == 0, "the copies start on 1 KiB swizzle atoms");
+static_assert(TILE_X_BOX_BYTES % 1024 == 0, "the x boxes start on 1 KiB swizzle atoms");
 
 // The kinds (TileKind, NormOf) and the maps of Globals::tile_maps (encode_tile_maps, interpreter.cu): the kind's
 // weight map is tile_maps[kind], its input's one of the three input maps. LM_HEAD's instructions (and the final
@@ -71,9 +66,7 @@ struct TileOperands {
   __device__ __forceinline__ int x_map() const {
     return kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
   }
-  // The input is stored in bf16 (x_bf16 or act_bf16): its copies are the products' operand as they land.
-  __device__ __forceinline__ bool bf16_input() const { return kind != TILE_O; }
-  // Each warpgroup takes 64 of the tokens against all rows (the host cuts such tiles for bf16 inputs only).
+  // Each warpgroup takes 64 of the tokens against all rows.
   __device__ __forceinline__ bool wide() const { return tokens > TILE_TOKENS; }
 };
 
@@ -105,80 +98,38 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
                                                     row + b * TILE_W_BOX_ROWS, t.k_begin + p * TILE_K, full);
 }
 
-// A bf16 input's stage: TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile.
-__device__ __forceinline__ int tile_bf16_stage_bytes(bool wide) { return (wide ? 2 : 1) * TILE_STAGING_BYTES; }
+// An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile.
+__device__ __forceinline__ int tile_stage_bytes(bool wide) { return (wide ? 2 : 1) * TILE_X_BOX_BYTES; }
 
-// K steps of x in flight: as many stages of `stage_bytes` as x holds past its first `reserved` bytes, at most
-// TILE_X_STAGES, at least one.
-__device__ __forceinline__ int tile_x_stages(const Shared& sm, int reserved, int stage_bytes) {
-  return max(1, min(TILE_X_STAGES, (sm.x_floats * 4 - reserved) / stage_bytes));
+// K steps of x in flight: as many stages of `stage_bytes` as x holds, at most TILE_X_STAGES, at least one.
+__device__ __forceinline__ int tile_x_stages(const Shared& sm, int stage_bytes) {
+  return max(1, min(TILE_X_STAGES, sm.x_floats * 4 / stage_bytes));
 }
 
-// Shared x during a tile. A bf16 input: the stages are its K steps, TILE_TOKENS rows of 128 bytes each (16-byte chunk
-// c of token t at chunk c ^ (t % 8), as TMA's 128-byte swizzle writes them: the layout wgmma reads; a wide tile's
-// stage is two such boxes, one per warpgroup). O's fp32 input:
-// TILE_STAGING bf16 copies first (the products read one while the next K step is converted into the other), then the
-// fp32 stages (two boxes of 32 columns per 16 tokens).
+// Shared x during a tile: the stages are its input's K steps, TILE_TOKENS rows of 128 bytes each (16-byte chunk c of
+// token t at chunk c ^ (t % 8), as TMA's 128-byte swizzle writes them: the layout wgmma reads; a wide tile's stage is
+// two such boxes, one per warpgroup).
 struct TileShared {
-  uint8_t* x;                // the stages (generic address, for the copies)
-  uint32_t stages, staging;  // shared-window addresses (staging: O's copies)
+  uint8_t* x;       // the stages (generic address, for the copies)
+  uint32_t stages;  // ... (shared-window address, for the products)
   int stage_bytes, n_stages;
   tk::semaphore* bars;  // one per stage, in scratch
-  __device__ __forceinline__ TileShared(const Shared& sm, int tok_pad, bool bf16_input, bool wide) {
-    const int copies = bf16_input ? 0 : TILE_STAGING * TILE_STAGING_BYTES;
-    stage_bytes = bf16_input ? tile_bf16_stage_bytes(wide) : 2 * tok_pad * 128;
-    n_stages = tile_x_stages(sm, copies, stage_bytes);
-    staging = tk::smem_addr(sm.x);
-    stages = staging + copies;
-    x = reinterpret_cast<uint8_t*>(sm.x) + copies;
-    bars = reinterpret_cast<tk::semaphore*>(sm.scratch);
-  }
+  __device__ __forceinline__ TileShared(const Shared& sm, bool wide)
+      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), stage_bytes(tile_stage_bytes(wide)),
+        n_stages(tile_x_stages(sm, stage_bytes)), bars(reinterpret_cast<tk::semaphore*>(sm.scratch)) {}
 };
 
-// Consumer thread 0: copy K step `step` of the tile's tokens into stage `s` (a bf16 input: a box of TILE_TOKENS rows
-// per warpgroup's tokens, rows past the activations' read as zeros).
-__device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared& ts, const TileOperands& t, int tok_pad,
-                                             int step, int s) {
+// Consumer thread 0: copy K step `step` of the tile's tokens into stage `s`, a box of TILE_TOKENS rows per
+// warpgroup's tokens (rows past the activations' read as zeros).
+__device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared& ts, const TileOperands& t, int step,
+                                             int s) {
   tk::semaphore& bar = ts.bars[s];
   tk::arrive_expect_tx(bar, ts.stage_bytes);
   const CUtensorMap* map = g.tile_maps + t.x_map();
   uint8_t* base = ts.x + s * ts.stage_bytes;
-  if (t.bf16_input()) {
-    MK_ROLLED
-    for (int b = 0; b * TILE_STAGING_BYTES < ts.stage_bytes; ++b)
-      tk::tensor_load_2d(base + b * TILE_STAGING_BYTES, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K,
-                         bar);
-    return;
-  }
   MK_ROLLED
-  for (int h = 0; h < 2; ++h)
-    for (int r = 0; r < tok_pad; r += TILE_X_BOX_ROWS)
-      tk::tensor_load_2d(base + h * tok_pad * 128 + r * 128, map, t.tok_begin + r,
-                         t.k_begin + step * TILE_K + h * TILE_X_BOX_COLS, bar);
-}
-
-// O's input: 16 fp32 of row `tt` (columns 16q .. 16q + 15 of the stage's K step) -> bf16 in the staging copy.
-__device__ __forceinline__ void convert_tile_x(uint32_t stage, uint32_t staging, int tok_pad, int tt, int q) {
-  const int h = q >> 1, cb = (q & 1) * 4;
-  const uint32_t row = stage + h * tok_pad * 128 + tt * 128;
-  uint32_t packed[8];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float4 v = tk::load_shared_f4(row + (((cb + j) ^ (tt & 7)) << 4));
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-    packed[2 * j] = *reinterpret_cast<const uint32_t*>(&lo);
-    packed[2 * j + 1] = *reinterpret_cast<const uint32_t*>(&hi);
-  }
-  const uint32_t dst = staging + tt * 128;
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const uint32_t at = dst + (((2 * q + c) ^ (tt & 7)) << 4);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(packed[4 * c]), "r"(packed[4 * c + 1]),
-                 "r"(packed[4 * c + 2]), "r"(packed[4 * c + 3])
-                 : "memory");
-  }
-  // The products read the copy through the async proxy (wgmma): these generic stores must be visible to it.
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  for (int b = 0; b * TILE_X_BOX_BYTES < ts.stage_bytes; ++b)
+    tk::tensor_load_2d(base + b * TILE_X_BOX_BYTES, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K, bar);
 }
 
 }  // namespace mk::vm

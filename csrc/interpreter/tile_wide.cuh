@@ -1,5 +1,5 @@
-// tile_wide.cuh: a wide TILE_MATMUL tile (more than TILE_TOKENS tokens, up to TILE_WIDE_TOKENS; bf16 inputs: QKV,
-// GATE_UP, DOWN, LM_HEAD): each warpgroup multiplies 64 of its tokens with all the page's rows (tile_matmul.cuh), then
+// tile_wide.cuh: a wide TILE_MATMUL tile (more than TILE_TOKENS tokens, up to TILE_WIDE_TOKENS; any kind but NORM):
+// each warpgroup multiplies 64 of its tokens with all the page's rows (tile_matmul.cuh), then
 // the products are staged in shared x ([tokens, rows + 4] fp32) and every kind's epilogue reads them from there.
 //
 // Why staged: a thread's 64 accumulators live through the page loop; an epilogue unrolled over them (QKV's RoPE and KV
@@ -65,7 +65,7 @@ __device__ __forceinline__ void tile_wide_lm_head(const Globals& g, const int* w
   }
 }
 
-// DOWN: the products added into the residual, four consecutive rows of one token per vector reduction.
+// O, DOWN: the products added into the residual, four consecutive rows of one token per vector reduction.
 __device__ __forceinline__ void tile_wide_add_residual(const Globals& g, const TileOperands& t, const float* staged,
                                                        int stride) {
   const int quads = t.rows / 4;
@@ -115,7 +115,7 @@ __device__ __forceinline__ bool tile_matmul_wide(const Globals& g, const Shared&
     tile_gate_up_act(g, t, staged, stride);
   } else if (t.kind == TILE_LM_HEAD) {
     tile_wide_lm_head(g, w, t, staged, stride);
-  } else {  // DOWN (O is never wide: its fp32 input is converted 64 tokens at a time)
+  } else {  // O, DOWN
     tile_wide_add_residual(g, t, staged, stride);
   }
   return true;

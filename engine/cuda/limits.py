@@ -15,11 +15,9 @@ from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 from engine.scheduler.compiler.step_builder_tiles import (
     TILE_K_STEP, TILE_MAX_ROWS, TILE_MAX_TOKENS, TILE_NARROW_TOKENS, TILE_ROW_UNIT)
 
-# x stages a tile stream's ring leaves room for (tile_streams.cuh: up to TILE_X_STAGES K steps of x in flight): four of
-# a bf16 input (a tile takes its pages in pairs with four or more: tile_takes_pairs), three of O's fp32 input (three
-# at 64 tokens, with O's two bf16 copies, take the smallest ring's x; O's tiles take single pages).
+# x stages a tile stream's ring leaves room for (tile_streams.cuh: up to TILE_X_STAGES K steps of x in flight): a tile
+# takes its pages in pairs with four or more (tile_matmul.cuh tile_takes_pairs).
 TILE_X_STAGES_WANTED = 4
-TILE_O_X_STAGES_WANTED = 3
 
 # Head dims whose many-query attention runs on the tensor cores (ops/attn_partial.cuh: 2 and 4 dims per lane).
 ATTN_TILE_HEAD_DIMS = (64, 128)
@@ -267,22 +265,16 @@ class InterpreterLimits:
     def _tile_x(a: np.ndarray) -> int:
         """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...): a tile keeps in x
         TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes, twice that for a wide
-        tile (O's fp32 input, never wide: TILE_O_X_STAGES_WANTED fp32 steps of its tokens, 256 bytes per token, and
-        two bf16 copies), then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32); its blocks must be
-        whole tile units (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
+        tile, then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32); its blocks must be whole tile
+        units (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
         if int(a[0]) == TileKind.NORM:
             return 1
         rows, k, tokens = int(a[2] - a[1]), int(a[4] - a[3]), int(a[6] - a[5])
         if not (TILE_ROW_UNIT <= rows <= TILE_MAX_ROWS and rows % TILE_ROW_UNIT == 0 and k > 0
-                and k % TILE_K_STEP == 0 and int(a[3]) % TILE_K_STEP == 0 and 1 <= tokens <= TILE_MAX_TOKENS
-                and (tokens <= TILE_NARROW_TOKENS or int(a[0]) != TileKind.O)):
+                and k % TILE_K_STEP == 0 and int(a[3]) % TILE_K_STEP == 0 and 1 <= tokens <= TILE_MAX_TOKENS):
             raise UnsupportedOnGPU(f"TILE_MATMUL of {rows} rows x [{a[3]}, {a[4]}) x {tokens} tokens: tiles take "
                                    f"{TILE_ROW_UNIT}-row multiples up to {TILE_MAX_ROWS} rows, whole "
-                                   f"{TILE_K_STEP}-column K steps and at most {TILE_MAX_TOKENS} tokens "
-                                   f"({TILE_NARROW_TOKENS} for O)")
-        if int(a[0]) == TileKind.O:
-            tok_pad = -(-tokens // 16) * 16
-            return (2 * TILE_NARROW_TOKENS + 2 * TILE_O_X_STAGES_WANTED * tok_pad) * 128 // 4
+                                   f"{TILE_K_STEP}-column K steps and at most {TILE_MAX_TOKENS} tokens")
         stage_tokens = 2 * TILE_NARROW_TOKENS if tokens > TILE_NARROW_TOKENS else TILE_NARROW_TOKENS
         return max(TILE_X_STAGES_WANTED * stage_tokens * 128 // 4, tokens * (rows + 4))
 

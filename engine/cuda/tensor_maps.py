@@ -23,11 +23,11 @@ def w_o_map(module: ModuleType, weights: dict[str, torch.Tensor], d: ModelDims) 
 
 def tile_maps(module: ModuleType, weights: dict[str, torch.Tensor], acts: dict[str, torch.Tensor],
               d: ModelDims) -> torch.Tensor:
-    """TILE_MATMUL's maps: the four layer matrices and the LM head, then this stream's tile inputs: the normalised
-    hidden and act in bf16, the attention output in fp32 (`acts`: the stream's activation buffers)."""
+    """TILE_MATMUL's maps: the four layer matrices and the LM head, then this stream's tile inputs, all bf16: the
+    normalised hidden, the attention output and act (`acts`: the stream's activation buffers)."""
     out = torch.empty(int(module.TILE_MAPS_BYTES), dtype=torch.uint8, device=weights["w_qkv"].device)
     buffers = {name: weights[name].data_ptr() for name in ("w_qkv", "w_o", "w_gate_up", "w_down", "lm_head")}
-    buffers.update({name: acts[name].data_ptr() for name in ("x_bf16", "attn_out", "act_bf16")})
+    buffers.update({name: acts[name].data_ptr() for name in ("x_bf16", "attn_bf16", "act_bf16")})
     module.encode_tile_maps(out.data_ptr(), buffers, d.layers, d.hidden, d.intermediate, d.qkv_rows, d.q_cols,
                             d.vocab, int(acts["hidden"].shape[0]))
     return out

@@ -150,8 +150,9 @@ def activation_specs(d: ModelDims, shape: StepShape, num_splits: int, lm_blocks:
         f("o_part", (num_splits, T, d.q_cols)), f("lse_part", (num_splits, T, d.n_heads)),
         f("act", (T, d.intermediate)), f("logits", (S, d.vocab)),
         # TILE_MATMUL's inputs in the tensor cores' type, written once per layer (ops/tile_matmul.py: NORM tiles,
-        # GATE_UP tiles) and read by every tile of the next op
+        # the attention ops next to attn_out, GATE_UP tiles) and read by every tile of the next op
         BufferSpec("x_bf16", (T, H), "bfloat16", "activations"),
+        BufferSpec("attn_bf16", (T, d.q_cols), "bfloat16", "activations"),
         BufferSpec("act_bf16", (T, d.intermediate), "bfloat16", "activations"),
         f("lm_max", (S, lm_blocks)), BufferSpec("lm_arg", (S, lm_blocks), "int32", "activations"),
         BufferSpec("out_tokens", (S,), "int32", "activations"),

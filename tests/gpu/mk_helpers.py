@@ -63,7 +63,7 @@ VM_ATTN_OUT_TOLERANCE = 1.5e-1
 
 def vm_tolerance(name: str) -> float:
     """The relative tolerance of buffer `name` against the VM (see VM_REL_TOLERANCE)."""
-    return VM_ATTN_OUT_TOLERANCE if name == "attn_out" else VM_REL_TOLERANCE
+    return VM_ATTN_OUT_TOLERANCE if name in ("attn_out", "attn_bf16") else VM_REL_TOLERANCE
 
 
 def steps_match_vm(vm: VMBackend, gpu: CudaBackend, scen: Scenario, plans: list[list[int | None]], label: str,

@@ -48,7 +48,7 @@ def tolerance(buffer: str, mma: bool) -> float:
     (a dropped row or split is O(1))."""
     if not mma:
         return 2e-2
-    return 1.5e-1 if buffer == "attn_out" else 4e-2
+    return 1.5e-1 if buffer in ("attn_out", "attn_bf16") else 4e-2  # attn_bf16: attn_out rounded to bf16
 
 
 @pytest.mark.parametrize("mma", [True, False])

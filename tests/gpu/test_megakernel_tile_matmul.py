@@ -50,14 +50,13 @@ def test_tile_steps_match_vm(shape: str, policy: str, pairs: bool) -> None:
     for step, plan in enumerate(plans):
         steps_match_vm(vm, gpu, scen, [plan], f"{shape} {policy} tiles step {step}",
                        lambda name: tolerance(name, True), check_kv=True, skip=("mid", "act"),
-                       also=("x_bf16", "act_bf16"))  # a tile layer's MLP input and activation are its bf16 ones
+                       also=("x_bf16", "attn_bf16", "act_bf16"))  # a tile layer's inputs are its bf16 ones
         assert _tiles_ran(gpu), f"step {step} did not run tiles"
 
 
 @pytest.mark.parametrize("pairs", [True, False])
 def test_wide_tiles_match_vm(pairs: bool) -> None:
-    """Chunks of more than 64 tokens run as wide tiles (each warpgroup 64 tokens against all 128 rows; O's tiles in
-    halves): a prefill of 100 three-token prompts (300 tokens: three wide chunks), then decodes of the 100 sequences
+    """Chunks of more than 64 tokens run as wide tiles (each warpgroup 64 tokens against all 128 rows): a prefill of 100 three-token prompts (300 tokens: three wide chunks), then decodes of the 100 sequences
     (one wide chunk, the LM head's tiles wide too), then of 65 (a wide chunk with one token in the second half); with
     and without the pages taken in pairs."""
     cfg = SHAPES["rows-2048"]
@@ -68,7 +67,7 @@ def test_wide_tiles_match_vm(pairs: bool) -> None:
     plans: list[list[int | None]] = [[None] * 100, [1] * 100, [1] * 65 + [0] * 35]
     for step, plan in enumerate(plans):
         steps_match_vm(vm, gpu, scen, [plan], f"wide tiles step {step}", lambda name: tolerance(name, True),
-                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "act_bf16"))
+                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "attn_bf16", "act_bf16"))
         tiles = [i for i in gpu.last.compiled.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL]
         assert any(i.tok_end - i.tok_begin > 64 for i in tiles), f"step {step} ran no wide tile"
 
@@ -85,7 +84,7 @@ def test_8b_widths_run_tile_steps_past_one_token_group() -> None:
     plans: list[list[int | None]] = [[None] * 24, [1] * 24]  # a prefill of 24 sequences (85 tokens), 24 decodes
     for step, plan in enumerate(plans):
         steps_match_vm(vm, gpu, scen, [plan], f"8b widths tiles step {step}", lambda name: tolerance(name, True),
-                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "act_bf16"))
+                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "attn_bf16", "act_bf16"))
         assert _tiles_ran(gpu), f"step {step} did not run tiles"
 
 

@@ -12,7 +12,8 @@
 
 namespace mk::vm {
 
-// Where ATTN_PARTIAL's outputs go: attn_out with one split, else this split's o_part / lse_part rows.
+// Where ATTN_PARTIAL's outputs go: attn_out (and its bf16 copy, O's tiles' input) with one split, else this split's
+// o_part / lse_part rows.
 __device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
   const int grp = w[4], split = w[5], nsplit = w[6], hd = g.head_dim, qcols = g.n_heads * hd;
   const int T = StepArgs(g).num_tokens(), head0 = grp * (g.n_heads / g.n_kv) + w[7];
@@ -20,6 +21,7 @@ __device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
     const int head = head0 + h;
     if (nsplit == 1) {
       g.attn_out[(long long)t * qcols + head * hd + d] = out;
+      g.attn_bf16[(long long)t * qcols + head * hd + d] = __float2bfloat16(out);
     } else {
       g.o_part[((long long)split * T + t) * qcols + head * hd + d] = out;
       if (d == 0) g.lse_part[((long long)split * T + t) * g.n_heads + head] = lse;

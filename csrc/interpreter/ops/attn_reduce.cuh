@@ -1,5 +1,5 @@
 // ops/attn_reduce.cuh: ATTN_REDUCE (engine/instructions/ops/attn_reduce.py), the log-sum-exp merge of a
-// (sequence, KV group)'s attention splits (ops/attn_partial.cuh) into attn_out.
+// (sequence, KV group)'s attention splits (ops/attn_partial.cuh) into attn_out and attn_bf16.
 #pragma once
 
 #include "../code_size.cuh"
@@ -25,7 +25,9 @@ __device__ void op_attn_reduce(const Globals& g, const int* w) {
       den += f;
       num = fmaf(f, load_cg(g.o_part + ((long long)k * T + t) * qcols + head * hd + d), num);
     }
-    g.attn_out[(long long)t * qcols + head * hd + d] = num / den;
+    const float out = num / den;
+    g.attn_out[(long long)t * qcols + head * hd + d] = out;
+    g.attn_bf16[(long long)t * qcols + head * hd + d] = __float2bfloat16(out);  // O's tiles' input
   }
 }
 

@@ -40,6 +40,7 @@ def execute(i: AttnPartial, b: Buffers) -> None:
     cols = head_cols(d, i)
     if i.num_splits == 1:
         b.get("attn_out")[q0:q1, cols] = o
+        b.get("attn_bf16")[q0:q1, cols] = o  # O's tiles' input (rounded to bf16)
         return
     b.get("o_part")[i.split, q0:q1, cols] = o
     first = i.kv_group * d.gqa
@@ -55,6 +56,7 @@ def accesses(i: AttnPartial, b: Buffers) -> list[Access]:
     out = attention_reads(i, b)
     if i.num_splits == 1:
         out.append(Access("attn_out", "w", (box((t0, t1), cols),)))
+        out.append(Access("attn_bf16", "w", (box((t0, t1), cols),)))
     else:
         out.append(Access("o_part", "w", (box((i.split, i.split + 1), (t0, t1), cols),)))
         out.append(Access("lse_part", "w", (box((i.split, i.split + 1), (t0, t1), heads),)))

@@ -34,6 +34,7 @@ def execute(i: AttnReduce, b: Buffers) -> None:
     w = torch.exp(lse - M)
     out = (w[..., None] * o).sum(dim=0) / w.sum(dim=0)[..., None]
     b.get("attn_out")[q0:q1, group_cols(d, i.kv_group)] = out.reshape(n, G * hd)
+    b.get("attn_bf16")[q0:q1, group_cols(d, i.kv_group)] = out.reshape(n, G * hd)  # O's tiles' input
 
 
 def accesses(i: AttnReduce, b: Buffers) -> list[Access]:
@@ -43,7 +44,7 @@ def accesses(i: AttnReduce, b: Buffers) -> list[Access]:
     cols = (g * G * hd, (g + 1) * G * hd)
     return [Access("o_part", "r", (box((0, i.num_splits), (t0, t1), cols),)),
             Access("lse_part", "r", (box((0, i.num_splits), (t0, t1), (g * G, (g + 1) * G)),)),
-            Access("attn_out", "w", (box((t0, t1), cols),))]
+            Access("attn_out", "w", (box((t0, t1), cols),)), Access("attn_bf16", "w", (box((t0, t1), cols),))]
 
 
 def cost(i: AttnReduce, c: CostInputs) -> InstrCost:

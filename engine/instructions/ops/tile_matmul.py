@@ -7,7 +7,8 @@ A tile is weight rows [row_begin, row_end) of one matrix times columns [k_begin,
   the QKV, GATE_UP and LM_HEAD tiles after it, normalised once per token instead of once per tile;
 - QKV: W_qkv rows of one KV group over the whole hidden width, x_bf16 as the input; RoPE, q rows into q, k/v rows
   into the paged cache (RMS_QKV_ROPE_APPEND's semantics for those tokens);
-- O: W_o over a K-slice of the attention output, added into hidden (the residual);
+- O: W_o over a K-slice of attn_bf16 (the attention output, which the attention ops write next to attn_out), added
+  into hidden (the residual);
 - GATE_UP: interleaved W_gate_up rows (whole gate/up tile pairs) over the whole hidden width, x_bf16 as the input;
   silu(gate) * up into act_bf16;
 - DOWN: W_down over a K-slice of act_bf16, added into hidden;
@@ -101,7 +102,7 @@ def execute(i: TileMatmul, b: Buffers) -> None:
         act = (F.silu(y[:, :, 0]) * y[:, :, 1]).reshape(x.shape[0], -1)
         b.get("act_bf16")[t, i.row_begin // 2: i.row_end // 2] = act
     else:
-        src, matrix = ("attn_out", "w_o") if i.kind == TileKind.O else ("act_bf16", "w_down")
+        src, matrix = ("attn_bf16", "w_o") if i.kind == TileKind.O else ("act_bf16", "w_down")
         y = b.get(src)[t, k].to(torch.float32) @ b.matrix(matrix, layer, rows, k).T
         b.accumulate("hidden", i.header.instr_id, (t, rows), y)
 
@@ -119,7 +120,7 @@ def accesses(i: TileMatmul, b: Buffers) -> list[Access]:
     if i.kind == TileKind.GATE_UP:
         return [Access("x_bf16", "r", (box(t, (0, d.hidden)),)),
                 Access("act_bf16", "w", (box(t, (i.row_begin // 2, i.row_end // 2)),))]
-    src = "attn_out" if i.kind == TileKind.O else "act_bf16"
+    src = "attn_bf16" if i.kind == TileKind.O else "act_bf16"
     return [Access(src, "r", (box(t, (i.k_begin, i.k_end)),)),
             Access("hidden", "acc", (box(t, (i.row_begin, i.row_end)),))]
 
@@ -128,9 +129,8 @@ def cost(i: TileMatmul, c: CostInputs) -> InstrCost:
     n, r, k = i.tok_end - i.tok_begin, i.row_end - i.row_begin, i.k_end - i.k_begin
     if i.kind == TileKind.NORM:
         return InstrCost(0, n * c.dims.hidden * (4 + 2), 4 * n * c.dims.hidden)
-    x_bytes = 4 if i.kind == TileKind.O else 2
     out_bytes = n * r * (2 if i.kind in (TileKind.QKV, TileKind.GATE_UP) else 4)
-    return InstrCost(r * k * c.weight_bytes, n * k * x_bytes + out_bytes, 2 * n * r * k)
+    return InstrCost(r * k * c.weight_bytes, n * k * 2 + out_bytes, 2 * n * r * k)
 
 
 SPEC = OpSpec("TILE_MATMUL", TileMatmul, execute, accesses, cost, kinds=("kind", {k.value: k.name for k in TileKind}))

@@ -224,15 +224,14 @@ def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, l
     attn_wait = _attention(emit, dims, shape, plan, layer, c_qkv, per_group)
 
     def tiles(kind: TileKind, rows: tuple[tuple[int, int], ...], ks: tuple[tuple[int, int], ...], waits: Waits,
-              name: str, chunks: tuple[tuple[int, int], ...] = tp.tokens) -> tuple[int, int]:
+              name: str) -> tuple[int, int]:
         counter = emit.ctr(f"{name}[{layer}]")
         blocks = [(a, b, k0, k1) for a, b in rows for k0, k1 in ks]
         emit.many(TileMatmul, layer, waits, counter,
-                  ((kind, a, b, k0, k1, t0, t1, 0) for (a, b, k0, k1), (t0, t1) in tp.ordered(blocks, chunks)))
-        return counter, len(chunks) * len(rows) * len(ks)
+                  ((kind, a, b, k0, k1, t0, t1, 0) for (a, b, k0, k1), (t0, t1) in tp.ordered(blocks)))
+        return counter, len(tp.tokens) * len(rows) * len(ks)
 
-    o_done = _all_reduced(emit, plan, layer, False, tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ",
-                                                          tp.o_chunks))
+    o_done = _all_reduced(emit, plan, layer, False, tiles(TileKind.O, tp.o_rows, tp.o_k, [attn_wait], "OPROJ"))
     mlp_norm = _tile_norm(emit, tp, layer, NormOf.MLP, [o_done])
     gu_rows = tuple((2 * a, 2 * b) for a, b in tp.gate_up)
     gu_done = tiles(TileKind.GATE_UP, gu_rows, ((0, dims.hidden),), [mlp_norm], "GATE_UP")

@@ -6,8 +6,7 @@ form, and every product runs on the tensor cores. Ops whose output is narrow (O,
 cut over K (their tiles add into hidden), so every op has about `waves * num_sms` tiles.
 
 A chunk of more than TILE_NARROW_TOKENS tokens makes wide tiles (each warpgroup 64 of the tokens against all the
-rows: half the page visits of two narrow chunks), except O's, whose fp32 input the kernel converts 64 tokens at a
-time: O's tiles take each chunk in halves (`TilePlan.o_tokens`).
+rows: half the page visits of two narrow chunks).
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ TILE_MAX_ROWS = 128  # weight rows of one tile (csrc/interpreter/tile_streams.cu
 TILE_K_STEP = 64     # columns per ring page of a tile (csrc/interpreter/tile_streams.cuh TILE_K)
 TILE_ROW_UNIT = 16   # a tile's rows are whole tensor-core row blocks
 TILE_MAX_TOKENS = 128  # tokens of one wide tile (csrc/interpreter/tile_streams.cuh TILE_WIDE_TOKENS)
-TILE_NARROW_TOKENS = 64  # ... of a narrow one, and of any O tile (tile_streams.cuh TILE_TOKENS)
+TILE_NARROW_TOKENS = 64  # ... of a narrow one (tile_streams.cuh TILE_TOKENS)
 TILE_NORM_MAX_HIDDEN = 8192  # a NORM tile holds a row in its threads' registers (tile_streams.cuh TILE_NORM_VECS)
 
 Range = tuple[int, int]
@@ -45,20 +44,12 @@ class TilePlan:
     # The order tiles are listed in, which the static schedule follows between equal tiles: True, a weight block's
     # tiles over every token chunk together (SplitParams.tile_weight_major); False, chunk by chunk.
     weight_major: bool = False
-    # O's token chunks: `tokens` with each chunk of more than TILE_NARROW_TOKENS cut in halves (empty: `tokens`)
-    o_tokens: tuple[Range, ...] = ()
 
-    def ordered(self, blocks: list[tuple[int, ...]], tokens: tuple[Range, ...] | None = None,
-                ) -> list[tuple[tuple[int, ...], Range]]:
-        """(weight block, token chunk) pairs of one op in the plan's order (`tokens`: its chunks, default `tokens`)."""
-        chunks = self.tokens if tokens is None else tokens
+    def ordered(self, blocks: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], Range]]:
+        """(weight block, token chunk) pairs of one op in the plan's order."""
         if self.weight_major:
-            return [(b, t) for b in blocks for t in chunks]
-        return [(b, t) for t in chunks for b in blocks]
-
-    @property
-    def o_chunks(self) -> tuple[Range, ...]:
-        return self.o_tokens or self.tokens
+            return [(b, t) for b in blocks for t in self.tokens]
+        return [(b, t) for t in self.tokens for b in blocks]
 
 
 def _cut(lo: int, hi: int, parts: int, unit: int) -> list[Range]:
@@ -107,6 +98,5 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
     if norm_max_tokens is not None:
         norms = max(norms, math.ceil(shape.num_tokens / norm_max_tokens))
     norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, norms), 1)
-    o_tokens = [half for a, b in chunks for half in (_cut(a, b, 2, 1) if b - a > TILE_NARROW_TOKENS else [(a, b)])]
     return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
-                    tuple(lm_rows), tuple(norm_tokens), weight_major, tuple(o_tokens) if o_tokens != chunks else ())
+                    tuple(lm_rows), tuple(norm_tokens), weight_major)
