@@ -2,14 +2,12 @@
 // piece. A diagnostic, not part of the product.
 //
 // Why: the megakernel's tiles take 0.67 us (wide, 128 tokens x 128 rows) and 0.86 us (narrow, 64 tokens) per K-step
-// page visit (1B, H200 profiles), against ~0.28 us of tensor-core products at the peak rate; the copies keep up (the
-// waits pass at the first try, and L2 fills shared memory faster than the tiles read it: l2_page_stream.cu), and
-// neither the CTA barrier, pages in pairs nor thread 0's refill work moved it. This runs the consumers' loop alone on
-// every SM - 256 threads, two warpgroups, operands resident in shared memory - and adds its pieces one at a time:
-// the products (four wgmma per warpgroup and K step, committed and waited), the CTA barrier, the two mbarrier waits
-// (already complete), pairs of K steps per group, and one group kept in flight across visits (wait<1>). Cycles per
-// visit far under the kernel's mean that the visit's cost is elsewhere (instruction fetch in a large kernel, the
-// loader's ring, the refills); near it, that the structure itself is the cost.
+// page visit (1B, H200 profiles), against ~0.26 us of tensor-core products at the peak rate. This runs the consumers'
+// loop alone on every SM - 256 threads, two warpgroups, operands resident in shared memory - and adds its pieces one
+// at a time: the products (four wgmma per warpgroup and K step, committed and waited), the CTA barrier, the two
+// mbarrier waits (already complete), pairs of K steps per group, and one group kept in flight across visits
+// (wait<1>). Measured (H200, docs/PERFORMANCE.md "What a prefill page visit waits for"): the kernel's wide loop alone
+// takes 0.34 us a visit, half the kernel's; the rest is waiting for the copies (Nsight Compute, dev/ncu_source.sh).
 // On the GPU machine:
 //   nvcc -std=c++20 -gencode=arch=compute_90a,code=sm_90a -O3 --expt-relaxed-constexpr -I csrc \
 //        -o /tmp/tile_visit dev/microbench/tile_visit.cu && /tmp/tile_visit
