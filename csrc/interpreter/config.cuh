@@ -59,11 +59,16 @@ inline constexpr int MAX_TP_RANKS = 8;
 inline constexpr int CONSUMER_BARRIER = 1;  // named barrier id for the consumer warps
 
 // Compiled variants of the interpreter (interpreter.cu; the host picks one per stream: engine/cuda/variant.py).
-// The batch-1 ones hold only the paths of one sequence's one new token, and only one attention path each.
+// The batch-1 ones hold only the paths of one sequence's one new token, and only one attention path each; the
+// tall-tile one is the general kernel whose TILE_MATMUL also takes tall tiles (tile_wide.cuh), kept apart because their
+// 128 accumulators a thread make ptxas spill the whole interpreter's state (the general kernel's spills 40/252 ->
+// 244/1192 bytes with them in it).
 enum KernelVariant : int {
   VARIANT_GENERAL = 0,
   VARIANT_BATCH1_SPLIT = 1,  // ATTN_PARTIAL (+ ATTN_REDUCE) and O_PROJ_RESIDUAL
   VARIANT_BATCH1_FUSED = 2,  // ATTN_O_PROJ
+  VARIANT_TILES_TALL = 3,    // the general kernel's opcodes, TILE_MATMUL with tall tiles
+  NUM_VARIANTS = 4,
 };
 
 struct SharedPlan {

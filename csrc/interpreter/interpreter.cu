@@ -196,12 +196,13 @@ void launch(const py::dict& fields, int grid, uintptr_t stream) {
   using mk::vm::megakernel;
   using KernelFn = void (*)(const Globals);
   const int variant = scalar_field<int>(fields, "variant");
-  const KernelFn by_variant[2][3] = {
+  const KernelFn by_variant[2][mk::vm::NUM_VARIANTS] = {
       {&megakernel<false, mk::vm::VARIANT_GENERAL>, &megakernel<false, mk::vm::VARIANT_BATCH1_SPLIT>,
-       &megakernel<false, mk::vm::VARIANT_BATCH1_FUSED>},
+       &megakernel<false, mk::vm::VARIANT_BATCH1_FUSED>, &megakernel<false, mk::vm::VARIANT_TILES_TALL>},
       {&megakernel<true, mk::vm::VARIANT_GENERAL>, &megakernel<true, mk::vm::VARIANT_BATCH1_SPLIT>,
-       &megakernel<true, mk::vm::VARIANT_BATCH1_FUSED>}};
-  if (variant < 0 || variant > 2) throw std::invalid_argument("megakernel launch: 'variant' must be 0, 1 or 2");
+       &megakernel<true, mk::vm::VARIANT_BATCH1_FUSED>, &megakernel<true, mk::vm::VARIANT_TILES_TALL>}};
+  if (variant < 0 || variant >= mk::vm::NUM_VARIANTS)
+    throw std::invalid_argument("megakernel launch: 'variant' must be 0, 1, 2 or 3");
   const KernelFn kernel = by_variant[g.timing ? 1 : 0][variant];
   MK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const bool pdl = fields.contains("pdl") && fields["pdl"].cast<int>() != 0;

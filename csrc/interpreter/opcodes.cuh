@@ -100,7 +100,7 @@ inline constexpr int ERR_COUNTER_TIMEOUT = 1;  // a dependency wait never got sa
 inline constexpr int ERR_BAD_OPCODE = 2;
 inline constexpr int ERR_PIPELINE_TIMEOUT = 3;  // an intra-SM mbarrier wait timed out
 inline constexpr int ERR_QUEUE_EPOCH = 4;  // a dynamic claim fell before this launch's queue (bad epoch)
-inline constexpr int ERR_VARIANT = 5;  // an instruction outside the batch-1 kernel's paths (state.cuh)
+inline constexpr int ERR_VARIANT = 5;  // an instruction outside its kernel variant's paths (state.cuh)
 inline constexpr int ERR_RING_HOLD = 6;  // a token-grouped instruction streams more pages than the ring holds
 // TP_ALLREDUCE (ops/tp_allreduce.cuh): a peer rank never published its chunk (watchdog; counter = the rank, target =
 // the count awaited, observed = its count), or, with counter -1, a step of more tokens (observed) than the exchange's

@@ -59,6 +59,18 @@ __device__ __forceinline__ void tile_pair_products(uint32_t a_addr0, uint32_t b_
   tk::wgmma_commit();
 }
 
+// ... of a tall tile's K step: the input's stage at a_addr times the step's two pages (b_addr0: rows 0..127 into acc,
+// b_addr1: the rest into acc_hi), eight wgmma committed as one group.
+__device__ __forceinline__ void tile_tall_products(uint32_t a_addr, uint32_t b_addr0, uint32_t b_addr1,
+                                                   float (&acc)[TILE_N_BLOCKS<true>][4],
+                                                   float (&acc_hi)[TILE_N_BLOCKS<true>][4]) {
+  tk::wgmma_fence();
+  const uint64_t a = tk::wgmma_desc_sw128(a_addr);
+  tile_k_step<true>(a, tk::wgmma_desc_sw128(b_addr0), acc);
+  tile_k_step<true>(a, tk::wgmma_desc_sw128(b_addr1), acc_hi);
+  tk::wgmma_commit();
+}
+
 // Whether a tile takes its pages in pairs (KernelOptions.tile_page_pairs): an even number of K steps and at least four
 // x stages (a pair's two stages are refilled after the next pair's barrier, so the pair after that
 // must already be in flight). Why pairs: a page visit's fixed work (the waits, the CTA barrier, thread 0's release
@@ -78,13 +90,18 @@ __device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared&
 // and serialised every wgmma (C7520; measured, H200, 1B: 2.613 against 3.027 ms per batch-32 step without it).
 // Frees the pages as matvecs do (consumer_matvec.cuh) and moves the ring cursor. False: a wait failed (recorded).
 // WIDE: t.wide() (one loop per form: the products' shapes are the instructions'). PAIRS: tile_takes_pairs (pages
-// taken two at a time: one wait per page, one barrier and one group of eight products per pair).
-template <bool WIDE, bool PAIRS>
+// taken two at a time: one wait per page, one barrier and one group of eight products per pair). TALL: t.tall() (WIDE
+// and PAIRS: a pair is one K step's two pages of rows, multiplied with one x stage into acc and acc_hi; acc_hi is
+// untouched otherwise).
+template <bool WIDE, bool PAIRS, bool TALL = false>
 __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm, const int* w, const TileOperands& t,
-                                              const TileLanes& tl, float (&acc)[TILE_N_BLOCKS<WIDE>][4]) {
+                                              const TileLanes& tl, float (&acc)[TILE_N_BLOCKS<WIDE>][4],
+                                              float (&acc_hi)[TILE_N_BLOCKS<WIDE>][4]) {
+  static_assert(!TALL || (WIDE && PAIRS), "a tall tile is wide and takes a K step's two pages together");
   const int tid = threadIdx.x;
   const TileShared ts(sm, WIDE);
-  const int NP = t.k_steps, keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
+  const int NK = t.k_steps, NP = TALL ? 2 * NK : NK;  // K steps (x stages), ring pages
+  const int keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
   if (tid == 0) {
     for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
     tk::fence_semaphore_init();
@@ -92,7 +109,7 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
     // the dependency counters); the copies below read them through the async proxy.
     asm volatile("fence.proxy.async.global;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // shared x was last written by generic stores
-    for (int s = 0; s < ts.n_stages && s < NP; ++s) issue_tile_x(g, ts, t, s, s);
+    for (int s = 0; s < ts.n_stages && s < NK; ++s) issue_tile_x(g, ts, t, s, s);
     // The input streams with the pages (no separate read to shield): the loader back to its streaming cap.
     timing_mark(g, w, MARK_INPUT);
     set_low_cap_from(sm, NO_LOW_CAP);
@@ -102,7 +119,10 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
 #pragma unroll
   for (int j = 0; j < TILE_N_BLOCKS<WIDE>; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+    for (int e = 0; e < 4; ++e) {
+      acc[j][e] = 0.f;
+      if constexpr (TALL) acc_hi[j][e] = 0.f;
+    }
   const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0];
   uint32_t ring = sm.ring_cursor[1], round = sm.ring_cursor[2], prev_ring = 0;
   const uint32_t b_rows = tl.row0 * 128;  // this warpgroup's rows of a page (wide: all, from row 0)
@@ -125,15 +145,16 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   int stage = 0, prev_stage = 0;  // page p's input stage, page p - 1's
   uint32_t pair_ring0 = 0;
   if constexpr (PAIRS) {
-    // NP even, four or more stages (tile_takes_pairs). Pages p and p + 1 with their stages; past the
-    // barrier the previous pair's products are done, so thread 0 frees its two pages and refills its two stages.
+    // NP even, four or more stages (tile_takes_pairs; a tall tile, two or more). Pages p and p + 1 with their stages
+    // (a tall tile's: K step p / 2's one); past the barrier the previous pair's products are done, so thread 0 frees
+    // its two pages and refills its stages.
     int stage1 = 0, prev_stage1 = 0;
     uint32_t prev_ring1 = 0;
     for (int p = 0; p < NP; p += 2) {
       prev_stage = stage;
       prev_stage1 = stage1;
-      stage = wait_stage(p);
-      stage1 = wait_stage(p + 1);
+      stage = wait_stage(TALL ? p / 2 : p);
+      if constexpr (!TALL) stage1 = wait_stage(p + 1);
       const uint32_t ring1 = ring + 1 == R ? 0 : ring + 1, round1 = ring + 1 == R ? round + 1 : round;
       if (ok) ok = wait_page_issued(g, sm, pos0 + p + 1, w);
       if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
@@ -145,13 +166,22 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
         if (p >= 2) {
           if (p - 2 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
           if (p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring1]);
-          if (p - 2 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 2 + ts.n_stages, prev_stage);
-          if (p - 1 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 1 + ts.n_stages, prev_stage1);
+          if constexpr (TALL) {
+            if (p / 2 - 1 + ts.n_stages < NK) issue_tile_x(g, ts, t, p / 2 - 1 + ts.n_stages, prev_stage);
+          } else {
+            if (p - 2 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 2 + ts.n_stages, prev_stage);
+            if (p - 1 + ts.n_stages < NP) issue_tile_x(g, ts, t, p - 1 + ts.n_stages, prev_stage1);
+          }
         }
       }
-      tile_pair_products<WIDE>(ts.stages + stage * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring)) + b_rows,
-                               ts.stages + stage1 * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring1)) + b_rows,
-                               acc);
+      if constexpr (TALL) {
+        tile_tall_products(ts.stages + stage * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring)) + b_rows,
+                           tk::smem_addr(sm.page(ring1)) + b_rows, acc, acc_hi);
+      } else {
+        tile_pair_products<WIDE>(ts.stages + stage * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring)) + b_rows,
+                                 ts.stages + stage1 * ts.stage_bytes + a_toks, tk::smem_addr(sm.page(ring1)) + b_rows,
+                                 acc);
+      }
       tk::wgmma_wait<0>();
       prev_ring = ring;
       prev_ring1 = ring1;

@@ -20,6 +20,11 @@
 // of its tokens against all the page's rows (m64n128k16), so a page visit multiplies twice the tokens. Why: a page
 // visit costs ~0.86 us whatever its bytes (the consumers' per-page work: waits, barrier, issue, the products' wait;
 // 1B, H200, batch 64), so a prompt chunk's time is its tiles' page visits, and wide tiles halve them.
+//
+// A wide tile of more than TILE_WEIGHT_ROWS rows (up to TILE_TALL_ROWS) is tall: each K step is two ring pages (its
+// first 128 rows, then the rest) multiplied with the same x stage, so a visit moves 48 KB for 4.2 MFLOP where a
+// 128-row tile moves 32 KB for 2.1 (1B, H200: the 2 048-token prefill's wide visits wait on their copies 42 % of the
+// time, at ~6.3 TB/s out of L2; docs/PERFORMANCE.md "What a prefill page visit waits for").
 #pragma once
 
 #include "code_size.cuh"
@@ -35,6 +40,7 @@ inline constexpr int TILE_WEIGHT_ROWS = 128;      // weight rows of one tile (st
 inline constexpr int TILE_K = 64;          // K columns per ring page (step_builder_tiles.py TILE_K_STEP)
 inline constexpr int TILE_TOKENS = 64;     // tokens of one warpgroup's products, and of a narrow tile
 inline constexpr int TILE_WIDE_TOKENS = 128;  // tokens of a wide tile (step_builder_tiles.py TILE_MAX_TOKENS)
+inline constexpr int TILE_TALL_ROWS = 2 * TILE_WEIGHT_ROWS;  // rows of a tall tile (step_builder_tiles.py TILE_TALL_ROWS)
 inline constexpr int TILE_W_BOX_ROWS = 32;  // the weight maps' boxes: 32 rows x TILE_K bf16
 inline constexpr int TILE_X_STAGES = 8;    // most K steps of x in flight (as many as x holds)
 inline constexpr int TILE_X_BOX_BYTES = TILE_TOKENS * 128;  // the activation maps' boxes: TILE_TOKENS rows x TILE_K bf16
@@ -68,6 +74,15 @@ struct TileOperands {
   }
   // Each warpgroup takes 64 of the tokens against all rows.
   __device__ __forceinline__ bool wide() const { return tokens > TILE_TOKENS; }
+  // Each K step is two ring pages of rows (the host makes such tiles wide only).
+  __device__ __forceinline__ bool tall() const { return rows > TILE_WEIGHT_ROWS; }
+  // Half h of a tall tile's rows (rows [128 h, ...)) as a tile of its own: its epilogue's operands.
+  __device__ __forceinline__ TileOperands rows_half(int h) const {
+    TileOperands half = *this;
+    half.row_begin += h * TILE_WEIGHT_ROWS;
+    half.rows = min(TILE_WEIGHT_ROWS, rows - h * TILE_WEIGHT_ROWS);
+    return half;
+  }
 };
 
 // Rows of one layer of the kind's matrix (its weight map stacks the layers).
@@ -84,18 +99,20 @@ __device__ __forceinline__ long long tile_first_row(const Globals& g, const int*
 
 __device__ __forceinline__ bool tile_stream(const int* w) { return w[W_OPCODE] == OP_TILE_MATMUL; }
 
-// Loader lane: arm the page on `full` (publishing `position` as issued) and copy K step p of w's rows.
+// Loader lane: arm the page on `full` (publishing `position` as issued) and copy page p of w's rows: K step p, or of a
+// tall tile K step p / 2, rows 128 (p % 2) on.
 __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring_issued, const int* w, int p,
                                                 uint8_t* dst, tk::semaphore& full, uint32_t position) {
   const TileOperands t(w);
-  const int boxes = (t.rows + TILE_W_BOX_ROWS - 1) / TILE_W_BOX_ROWS;
+  const int step = t.tall() ? p >> 1 : p, r0 = t.tall() ? (p & 1) * TILE_WEIGHT_ROWS : 0;
+  const int boxes = (min(TILE_WEIGHT_ROWS, t.rows - r0) + TILE_W_BOX_ROWS - 1) / TILE_W_BOX_ROWS;
   tk::arrive_expect_tx(full, boxes * TILE_W_BOX_ROWS * TILE_K * 2);
   tk::store_release_shared(ring_issued, position + 1);  // after arming: see wait_page_issued
-  const int row = (int)tile_first_row(g, w, t.kind) + t.row_begin;
+  const int row = (int)tile_first_row(g, w, t.kind) + t.row_begin + r0;
   MK_ROLLED
   for (int b = 0; b < boxes; ++b)
     tk::tensor_load_2d<tk::cache_hint::evict_first>(dst + b * TILE_W_BOX_ROWS * TILE_K * 2, g.tile_maps + t.kind,
-                                                    row + b * TILE_W_BOX_ROWS, t.k_begin + p * TILE_K, full);
+                                                    row + b * TILE_W_BOX_ROWS, t.k_begin + step * TILE_K, full);
 }
 
 // An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile.

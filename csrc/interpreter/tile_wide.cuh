@@ -95,20 +95,9 @@ __device__ __forceinline__ void tile_wide_qkv(const Globals& g, const int* w, co
   }
 }
 
-__device__ __forceinline__ bool tile_matmul_wide(const Globals& g, const Shared& sm, const int* w,
-                                                 const TileOperands& t) {
-  static_assert(TILE_WIDE_TOKENS * (TILE_WEIGHT_ROWS + 4) <= X_FLOATS, "a wide tile's products fit x");
-  float* staged = sm.x;  // free once every product is done (tile_products' last barrier)
-  const int stride = t.rows + 4;  // rows padded: a warp's 8 tokens in different banks; 16-byte aligned rows
-  {
-    const TileLanes tl(tk::warp_id(), t);
-    float acc[TILE_N_BLOCKS<true>][4];
-    const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<true, true>(g, sm, w, t, tl, acc)
-                                                : tile_products<true, false>(g, sm, w, t, tl, acc);
-    if (!ok) return false;
-    tile_stage_products(t, tl, acc, staged, stride);
-  }
-  consumer_sync();
+// The staged products' epilogue of the tile's kind (a tall tile's: one half of its rows at a time).
+__device__ __forceinline__ void tile_wide_epilogue(const Globals& g, const int* w, const TileOperands& t,
+                                                   const float* staged, int stride) {
   if (t.kind == TILE_QKV) {
     tile_wide_qkv(g, w, t, staged, stride);
   } else if (t.kind == TILE_GATE_UP) {
@@ -118,6 +107,43 @@ __device__ __forceinline__ bool tile_matmul_wide(const Globals& g, const Shared&
   } else {  // O, DOWN
     tile_wide_add_residual(g, t, staged, stride);
   }
+}
+
+// A tall tile: both halves' products in registers through the page loop, then each half staged and finished in turn
+// (x holds one half's products; the second half's accumulators wait in registers).
+__device__ __forceinline__ bool tile_matmul_tall(const Globals& g, const Shared& sm, const int* w,
+                                                 const TileOperands& t) {
+  float* staged = sm.x;
+  const int stride = TILE_WEIGHT_ROWS + 4;
+  const TileLanes tl(tk::warp_id(), t);
+  float acc[TILE_N_BLOCKS<true>][4], acc_hi[TILE_N_BLOCKS<true>][4];
+  if (!tile_products<true, true, true>(g, sm, w, t, tl, acc, acc_hi)) return false;
+  const TileOperands lo = t.rows_half(0), hi = t.rows_half(1);
+  tile_stage_products(lo, tl, acc, staged, stride);
+  consumer_sync();
+  tile_wide_epilogue(g, w, lo, staged, stride);
+  consumer_sync();  // the first half's products read: x takes the second's
+  tile_stage_products(hi, tl, acc_hi, staged, stride);
+  consumer_sync();
+  tile_wide_epilogue(g, w, hi, staged, stride);
+  return true;
+}
+
+__device__ __forceinline__ bool tile_matmul_wide(const Globals& g, const Shared& sm, const int* w,
+                                                 const TileOperands& t) {
+  static_assert(TILE_WIDE_TOKENS * (TILE_WEIGHT_ROWS + 4) <= X_FLOATS, "a wide tile's products fit x");
+  float* staged = sm.x;  // free once every product is done (tile_products' last barrier)
+  const int stride = t.rows + 4;  // rows padded: a warp's 8 tokens in different banks; 16-byte aligned rows
+  {
+    const TileLanes tl(tk::warp_id(), t);
+    float acc[TILE_N_BLOCKS<true>][4];
+    const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<true, true>(g, sm, w, t, tl, acc, acc)
+                                                : tile_products<true, false>(g, sm, w, t, tl, acc, acc);
+    if (!ok) return false;
+    tile_stage_products(t, tl, acc, staged, stride);
+  }
+  consumer_sync();
+  tile_wide_epilogue(g, w, t, staged, stride);
   return true;
 }
 

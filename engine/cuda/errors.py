@@ -8,7 +8,7 @@ from engine.scheduler.compiler.step_builder_cache import CompiledStream
 
 KINDS = {1: "dependency wait timed out (watchdog)", 2: "unknown opcode", 3: "intra-SM pipeline wait timed out",
          4: "dynamic queue claim before this launch's queue (queue head / epoch out of step)",
-         5: "instruction outside the batch-1 kernel variant's paths (engine/cuda/variant.py picked it wrongly)",
+         5: "instruction outside its kernel variant's paths (engine/cuda/variant.py picked it wrongly)",
          6: "instruction of several token groups streams more weight pages (observed) than the ring holds (target): "
             "engine/cuda/limits.py fit_stream let it through",
          7: "tensor-parallel exchange (TP_ALLREDUCE, TP_ARGMAX): a peer rank never published (watchdog); counter = "

@@ -113,8 +113,9 @@ class FittedStreams:
         ring_pages = lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, f.dims, f.kernel.max_ring_pages,
                                     bf16_x, f.kernel.attn_tiles, f.token_group, f.lm_head_direct_max_seqs)
         rows = lim.matvec_row_elems(cs.words, f.dims, f.w_o_panels)
+        tiles = cs.stream.plan.tiles
         variant = kernel_variant(cs.shape, f.dims, f.page_size, cs.stream.plan.fused, f.kernel, lim.page_bytes,
-                                 all(lim.row_takes_mma(k) for k in rows))
+                                 all(lim.row_takes_mma(k) for k in rows), tiles is not None and tiles.tall)
         ds = DeviceStream.create(cs, f.dims, self.device, self.module.ERR_WORDS, ring_pages, variant, self.arena)
         if cs.stream.plan.tiles is not None:
             ds.tile_maps = tile_maps(self.module, self.weights, ds.acts, f.dims)

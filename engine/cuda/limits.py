@@ -13,7 +13,7 @@ from engine.instructions.layout import ModelDims, pow2_align
 from engine.instructions.ops.tile_matmul import TileKind
 from engine.scheduler.compiler.step_builder_splits import mlp_slice_count
 from engine.scheduler.compiler.step_builder_tiles import (
-    TILE_K_STEP, TILE_MAX_ROWS, TILE_MAX_TOKENS, TILE_NARROW_TOKENS, TILE_ROW_UNIT)
+    TILE_K_STEP, TILE_MAX_ROWS, TILE_MAX_TOKENS, TILE_NARROW_TOKENS, TILE_ROW_UNIT, TILE_TALL_ROWS)
 
 # x stages a tile stream's ring leaves room for (tile_streams.cuh: up to TILE_X_STAGES K steps of x in flight): a tile
 # takes its pages in pairs with four or more (tile_matmul.cuh tile_takes_pairs).
@@ -265,18 +265,21 @@ class InterpreterLimits:
     def _tile_x(a: np.ndarray) -> int:
         """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...): a tile keeps in x
         TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes, twice that for a wide
-        tile, then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32); its blocks must be whole tile
-        units (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
+        tile, then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32, a tall tile's one half of its
+        rows at a time); its blocks must be whole tile units, more than TILE_MAX_ROWS rows only in a wide tile of a
+        linear layer (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
         if int(a[0]) == TileKind.NORM:
             return 1
         rows, k, tokens = int(a[2] - a[1]), int(a[4] - a[3]), int(a[6] - a[5])
-        if not (TILE_ROW_UNIT <= rows <= TILE_MAX_ROWS and rows % TILE_ROW_UNIT == 0 and k > 0
-                and k % TILE_K_STEP == 0 and int(a[3]) % TILE_K_STEP == 0 and 1 <= tokens <= TILE_MAX_TOKENS):
+        tall_ok = tokens > TILE_NARROW_TOKENS and int(a[0]) != TileKind.LM_HEAD
+        if not (TILE_ROW_UNIT <= rows <= (TILE_TALL_ROWS if tall_ok else TILE_MAX_ROWS) and rows % TILE_ROW_UNIT == 0
+                and k > 0 and k % TILE_K_STEP == 0 and int(a[3]) % TILE_K_STEP == 0 and 1 <= tokens <= TILE_MAX_TOKENS):
             raise UnsupportedOnGPU(f"TILE_MATMUL of {rows} rows x [{a[3]}, {a[4]}) x {tokens} tokens: tiles take "
-                                   f"{TILE_ROW_UNIT}-row multiples up to {TILE_MAX_ROWS} rows, whole "
-                                   f"{TILE_K_STEP}-column K steps and at most {TILE_MAX_TOKENS} tokens")
+                                   f"{TILE_ROW_UNIT}-row multiples up to {TILE_MAX_ROWS} rows ({TILE_TALL_ROWS} in a "
+                                   f"wide tile of a linear layer), whole {TILE_K_STEP}-column K steps and at most "
+                                   f"{TILE_MAX_TOKENS} tokens")
         stage_tokens = 2 * TILE_NARROW_TOKENS if tokens > TILE_NARROW_TOKENS else TILE_NARROW_TOKENS
-        return max(TILE_X_STAGES_WANTED * stage_tokens * 128 // 4, tokens * (rows + 4))
+        return max(TILE_X_STAGES_WANTED * stage_tokens * 128 // 4, tokens * (min(rows, TILE_MAX_ROWS) + 4))
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:
         """ATTN_O_PROJ (operands seq, kv_group, head_begin, head_end, row_begin, row_end) runs its attention

@@ -10,7 +10,7 @@ import pytest
 
 from engine.cuda.kernel_options import KernelOptions
 from engine.cuda.variant import (VARIANT_BATCH1_FUSED, VARIANT_BATCH1_SPLIT, VARIANT_GENERAL, VARIANT_NAMES,
-                                 kernel_variant)
+                                 VARIANT_TILES_TALL, kernel_variant)
 from engine.instructions.layout import ModelDims, StepShape
 from models.llama.presets import preset_config
 
@@ -66,9 +66,15 @@ def test_variant_numbers_are_the_kernels() -> None:
     enum = dict(re.findall(r"(VARIANT_\w+) = (\d+),", text))
     assert {k: int(v) for k, v in enum.items()} == {"VARIANT_GENERAL": VARIANT_GENERAL,
                                                    "VARIANT_BATCH1_SPLIT": VARIANT_BATCH1_SPLIT,
-                                                   "VARIANT_BATCH1_FUSED": VARIANT_BATCH1_FUSED}
+                                                   "VARIANT_BATCH1_FUSED": VARIANT_BATCH1_FUSED,
+                                                   "VARIANT_TILES_TALL": VARIANT_TILES_TALL}
 
 
 def test_every_variant_has_a_name_for_the_profile() -> None:
-    assert sorted(VARIANT_NAMES) == [VARIANT_GENERAL, VARIANT_BATCH1_SPLIT, VARIANT_BATCH1_FUSED]
-    assert len(set(VARIANT_NAMES.values())) == 3
+    assert sorted(VARIANT_NAMES) == [VARIANT_GENERAL, VARIANT_BATCH1_SPLIT, VARIANT_BATCH1_FUSED, VARIANT_TILES_TALL]
+    assert len(set(VARIANT_NAMES.values())) == 4
+
+
+def test_a_stream_with_tall_tiles_runs_the_tall_tile_variant() -> None:
+    assert kernel_variant(StepShape(2048, 1, 16), DIMS, 16, False, OPTS, PAGE, True, tall_tiles=True) == VARIANT_TILES_TALL
+    assert kernel_variant(StepShape(2048, 1, 16), DIMS, 16, False, OPTS, PAGE, True) == VARIANT_GENERAL

@@ -14,7 +14,7 @@ from engine.cuda.limits import UnsupportedOnGPU
 from engine.instructions.layout import ModelDims
 from engine.instructions.ops.tile_matmul import TileKind, TileMatmul
 from engine.instructions.registry import OPCODES, Opcode
-from engine.profiling import decode_batch
+from engine.profiling import chunk_batch_of, decode_batch
 from engine.scheduler.compiler import step_builder_tiles as tiles
 from engine.scheduler.compiler.step_builder_cache import BuildParams, compile_stream
 from engine.scheduler.compiler.target import TargetDevice
@@ -36,6 +36,7 @@ def test_the_kernels_tile_sizes_are_the_builders() -> None:
     assert (c["TILE_WEIGHT_ROWS"], c["TILE_K"], c["TILE_TOKENS"], c["TILE_WIDE_TOKENS"],
             4 * 256 * c["TILE_NORM_VECS"]) == (tiles.TILE_MAX_ROWS, tiles.TILE_K_STEP, tiles.TILE_NARROW_TOKENS,
                                                tiles.TILE_MAX_TOKENS, tiles.TILE_NORM_MAX_HIDDEN)
+    assert "TILE_TALL_ROWS = 2 * TILE_WEIGHT_ROWS;" in HEADER.read_text() and tiles.TILE_TALL_ROWS == 2 * tiles.TILE_MAX_ROWS
 
 
 def test_a_1b_decode_of_64_is_one_wave_of_tiles_per_op_with_four_x_stages() -> None:
@@ -119,9 +120,10 @@ def test_steps_below_the_threshold_have_no_tiles() -> None:
 
 @pytest.mark.parametrize("kind,rows,k,tokens", [(TileKind.O, 144, 64, 8), (TileKind.O, 24, 64, 8),
                                                 (TileKind.O, 32, 96, 8), (TileKind.O, 32, 64, 129),
-                                                (TileKind.QKV, 32, 64, 129)])
+                                                (TileKind.QKV, 32, 64, 129), (TileKind.DOWN, 256, 64, 64),
+                                                (TileKind.LM_HEAD, 256, 64, 100), (TileKind.GATE_UP, 272, 64, 100)])
 def test_the_fit_check_refuses_tiles_the_kernel_cannot_run(kind: TileKind, rows: int, k: int, tokens: int) -> None:
-    """Rows in 16s up to 128, whole 64-column K steps, up to 128 tokens (wide)."""
+    """Rows in 16s up to 128 (256 in a wide tile of a linear layer), whole 64-column K steps, up to 128 tokens (wide)."""
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
     words = OPCODES.encode_many([TileMatmul(kind, 0, rows, 0, k, 0, tokens)])
     with pytest.raises(UnsupportedOnGPU, match="TILE_MATMUL"):
@@ -154,3 +156,32 @@ def test_a_long_prompt_chunk_has_norm_tiles_of_at_most_16_tokens_and_two_attenti
     # a decode step keeps 33 NORM tiles of 1-2 tokens and one query part
     _, dec = _compile(decode_batch(64, 33, 16))
     assert {i.q_parts for i in dec.stream.instrs if OPCODES.code_of(i) == Opcode.ATTN_PARTIAL} == {1}
+
+
+@pytest.mark.parametrize("preset", ["llama-3.2-1b", "llama-3.1-8b"])
+def test_tile_wide_rows_256_makes_tall_tiles_of_wide_chunks_only(preset: str) -> None:
+    """SplitParams.tile_wide_rows=256: a 2 048-token prompt chunk's QKV, O, gate/up and down tiles take up to 256 rows
+    (the 1B's gate/up and O / down rows exactly 256), and each fits the kernel; a 32-sequence decode (one narrow chunk)
+    keeps tiles of at most 128."""
+    d = ModelDims.from_config(preset_config(preset))
+    params = BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17, tile_wide_rows=256)
+    lim = _limits()
+    for batch, tall in ((chunk_batch_of([2048], 2048, 16), True), (decode_batch(32, 33, 16), False)):
+        cs = compile_stream(d, batch, 16, params, H100)
+        rows: dict[TileKind, set[int]] = {}
+        for i in cs.stream.instrs:
+            if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind not in (TileKind.NORM, TileKind.LM_HEAD):
+                rows.setdefault(TileKind(i.kind), set()).add(i.row_end - i.row_begin)
+        assert set(rows) == {TileKind.QKV, TileKind.O, TileKind.GATE_UP, TileKind.DOWN}
+        assert all(max(r) <= (256 if tall else 128) for r in rows.values()) and cs.stream.plan.tiles.tall == tall
+        if tall:
+            assert all(max(r) > 128 for r in rows.values())
+            if preset == "llama-3.2-1b":
+                assert rows[TileKind.GATE_UP] == rows[TileKind.O] == rows[TileKind.DOWN] == {256}
+        assert lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, d, bf16_x=True,
+                              token_group=16) >= lim.min_ring_pages
+
+
+def test_tile_wide_rows_takes_128_or_256() -> None:
+    with pytest.raises(ValueError, match="tile_wide_rows"):
+        BuildParams.of("lpt", tile_wide_rows=192)

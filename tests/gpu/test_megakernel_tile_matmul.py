@@ -54,15 +54,16 @@ def test_tile_steps_match_vm(shape: str, policy: str, pairs: bool) -> None:
         assert _tiles_ran(gpu), f"step {step} did not run tiles"
 
 
-@pytest.mark.parametrize("pairs", [True, False])
-def test_wide_tiles_match_vm(pairs: bool) -> None:
-    """Chunks of more than 64 tokens run as wide tiles (each warpgroup 64 tokens against all 128 rows): a prefill of 100 three-token prompts (300 tokens: three wide chunks), then decodes of the 100 sequences
-    (one wide chunk, the LM head's tiles wide too), then of 65 (a wide chunk with one token in the second half); with
-    and without the pages taken in pairs."""
+@pytest.mark.parametrize("pairs,wide_rows", [(True, 128), (False, 128), (True, 256)])
+def test_wide_tiles_match_vm(pairs: bool, wide_rows: int) -> None:
+    """Chunks of more than 64 tokens run as wide tiles (each warpgroup 64 tokens against all 128 rows): a prefill of
+    100 three-token prompts (300 tokens: three wide chunks), then decodes of the 100 sequences (one wide chunk, the LM
+    head's tiles wide too), then of 65 (a wide chunk with one token in the second half); with and without the pages
+    taken in pairs, and with tile_wide_rows=256 (tall gate/up, O and down tiles: 256 rows, two pages per K step)."""
     cfg = SHAPES["rows-2048"]
     vm, gpu = pair(scaled_weights(cfg, seed=43), "dynamic", num_pages=256,
                    gpu_kw={"mma_matvec": True, "tile_page_pairs": pairs},
-                   token_group=16, held_pages=9, page_bytes=16384, tile_min_tokens=17)
+                   token_group=16, held_pages=9, page_bytes=16384, tile_min_tokens=17, tile_wide_rows=wide_rows)
     scen = Scenario(cfg, [3] * 100, page_size=16, num_pages=256, seed=19)
     plans: list[list[int | None]] = [[None] * 100, [1] * 100, [1] * 65 + [0] * 35]
     for step, plan in enumerate(plans):
@@ -70,6 +71,8 @@ def test_wide_tiles_match_vm(pairs: bool) -> None:
                        check_kv=True, skip=("mid", "act"), also=("x_bf16", "attn_bf16", "act_bf16"))
         tiles = [i for i in gpu.last.compiled.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL]
         assert any(i.tok_end - i.tok_begin > 64 for i in tiles), f"step {step} ran no wide tile"
+        if wide_rows == 256 and step < 2:
+            assert any(i.row_end - i.row_begin > 128 for i in tiles), f"step {step} ran no tall tile"
 
 
 def test_8b_widths_run_tile_steps_past_one_token_group() -> None:

@@ -74,3 +74,20 @@ def test_more_query_parts_and_short_norm_tiles_match_reference() -> None:
         assert cs.stream.plan.q_parts > 1
     run_pair(cfg, w, [[None, None]], prompt_lens=[30, 13], num_sms=6, tile_min_tokens=3, tile_tokens=8,
              attn_query_waves=3.0, norm_max_tokens=2, after_step=cuts)
+
+
+def test_tall_tiles_match_reference() -> None:
+    """tile_wide_rows=256: a prompt chunk's (100 tokens: one wide chunk) linear layers in tiles of up to 256 rows, the
+    decodes after it (narrow chunks) at 128; the same results, the race detector on."""
+    cfg = small_config(hidden=256, heads=4, kv_heads=2, head_dim=64, inter=256)
+    w = random_weights(cfg, seed=11)
+
+    def tall(vm: VMBackend) -> None:
+        cs = vm.last_stream
+        assert cs is not None
+        rows = [i.row_end - i.row_begin for i in cs.stream.instrs
+                if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind not in (TileKind.NORM, TileKind.LM_HEAD)]
+        assert rows and (max(rows) > 128) == (cs.shape.num_tokens > 64) and max(rows) <= 256
+
+    run_pair(cfg, w, [[None, None], [1, 1]], prompt_lens=[70, 30], num_sms=12, tile_min_tokens=2, tile_tokens=128,
+             tile_wide_rows=256, after_step=tall)

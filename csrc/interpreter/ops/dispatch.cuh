@@ -30,7 +30,11 @@ namespace mk::vm {
 // leave at it before dispatching (a case for it, even one that falls to the default, moved code in the kernel).
 template <int V>
 __device__ __forceinline__ bool execute(const Globals& g, const Shared& sm, const int* w) {
-  constexpr bool B1 = V != VARIANT_GENERAL;
+  constexpr bool B1 = V == VARIANT_BATCH1_SPLIT || V == VARIANT_BATCH1_FUSED;
+  // The tall-tile variant's TILE_MATMUL (its switch case records a mismatch: Op<OP_TILE_MATMUL>::in_variant).
+  if constexpr (V == VARIANT_TILES_TALL) {
+    if (w[W_OPCODE] == OP_TILE_MATMUL) return op_tile_matmul<true>(g, sm, w);
+  }
   // A batch-1 variant's ops take the step as one token of one sequence (state.cuh token_index): any other step
   // is the host's mistake, caught here before an op reads or writes anything.
   if constexpr (B1) {

@@ -147,8 +147,8 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
                                                    const TileOperands& t) {
   const TileLanes tl(tk::warp_id(), t);
   float acc[TILE_N_BLOCKS<false>][4];
-  const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<false, true>(g, sm, w, t, tl, acc)
-                                              : tile_products<false, false>(g, sm, w, t, tl, acc);
+  const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<false, true>(g, sm, w, t, tl, acc, acc)
+                                              : tile_products<false, false>(g, sm, w, t, tl, acc, acc);
   if (!ok) return false;
   if (t.kind == TILE_O || t.kind == TILE_DOWN) {
     if (tl.active) tile_add_residual(g, t, tl, acc);
@@ -189,18 +189,27 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
 
 // Inlined into the kernel: ptxas serialises the products of a wgmma pipeline it sees crossing a call (C7510). The
 // general kernel's spills grow from 68/584 to 104/760 bytes (stores/loads) with narrow tiles; the batch-1 variants
-// have no tiles.
+// have no tiles. TALL: the kernel variant with tall tiles (VARIANT_TILES_TALL); in the others a tall tile is the
+// host's mistake (engine/cuda/variant.py), recorded before any page is consumed.
+template <bool TALL>
 __device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
   const TileOperands t(w);
   if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
+  if (t.tall()) {
+    if constexpr (TALL) {
+      return tile_matmul_tall(g, sm, w, t);
+    } else {
+      return variant_mismatch(g, w);
+    }
+  }
   return t.wide() ? tile_matmul_wide(g, sm, w, t) : tile_matmul_narrow(g, sm, w, t);
 }
 
 template <>
 struct Op<OP_TILE_MATMUL> : OpTraits {
   static constexpr bool in_variant(int v) { return v == VARIANT_GENERAL; }
-  // A tile's ring pages are its K steps, one page each, copied as boxes (tile_matmul.cuh issue_tile_page): these
-  // words count them (pages of one 16 KiB "row") and point at the tile's first weight.
+  // A tile's ring pages are its K steps, one page each (two where it is tall), copied as boxes (tile_streams.cuh
+  // issue_tile_page): these words count them (pages of one 16 KiB "row") and point at the tile's first weight.
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
     const int kind = in.a[0];
     const bf16* m = kind == TILE_QKV       ? g.w_qkv
@@ -209,8 +218,9 @@ struct Op<OP_TILE_MATMUL> : OpTraits {
                     : kind == TILE_DOWN    ? g.w_down
                                            : g.lm_head;
     const long long K = kind == TILE_O ? in.Q : kind == TILE_DOWN ? in.I : in.H;
+    const int halves = in.a[2] - in.a[1] > TILE_WEIGHT_ROWS ? 2 : 1;
     WeightStream s = matrix_rows(m, nullptr, max(in.layer, 0) * tile_layer_rows(g, kind) + in.a[1],
-                                 (in.a[4] - in.a[3]) / TILE_K, in.a[3], PAGE_BYTES / 2, K);
+                                 halves * (in.a[4] - in.a[3]) / TILE_K, in.a[3], PAGE_BYTES / 2, K);
     s.row_stride = PAGE_BYTES / 2;
     return s;
   }
@@ -219,7 +229,7 @@ struct Op<OP_TILE_MATMUL> : OpTraits {
     if constexpr (B1) {
       return variant_mismatch(g, w);
     } else {
-      return op_tile_matmul(g, sm, w);
+      return op_tile_matmul<false>(g, sm, w);
     }
   }
 };

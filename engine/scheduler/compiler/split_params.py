@@ -84,12 +84,16 @@ class SplitParams:
     # TILE_NARROW_TOKENS: wide tiles; 64 keeps every tile narrow, for the A/B).
     tile_min_tokens: int | None = None
     tile_tokens: int = 128
+    # Weight rows of the linear layers' tiles where a step's token chunks are wide (step_builder_tiles.py): 128, or 256
+    # (tall tiles: each K step's two pages of rows multiply one input stage, a third fewer bytes per product).
+    tile_wide_rows: int = 128
     # True: a layer's tiles of one weight block over every token chunk are listed (and so scheduled) together, so the
     # SMs working at once share a few blocks of weights through L2 and each weight comes from HBM about once per step;
     # False: chunk by chunk, every chunk reading the whole matrix again (a 64 MB gate/up of the 1B does not stay in a
     # 50 MB L2 between chunks). Only steps of several token chunks (prefill) differ. Measured (H200, 1B, 2 048-token
-    # prefill, two alternating rounds, docs/PERFORMANCE.md): 45.7 / 46.1 ms weight-major against 45.3 / 45.5: no gain,
-    # as a tile page is bound by the consumers' loop, not by where its weights come from; kept for the A/B.
+    # prefill, two alternating rounds, docs/PERFORMANCE.md): 45.7 / 46.1 ms weight-major against 45.3 / 45.5 when a
+    # tile page was bound by the consumers' loop; 22.21 / 22.41 against 22.62 / 24.06 with the page visits waiting on
+    # their copies (within this machine's noise); kept for the A/B.
     tile_weight_major: bool = False
     # A NORM tile normalises at most this many tokens (None: no cap; the step's tokens over a quarter of the SMs).
     # Every QKV / gate-up tile waits for all of a norm's NORM tiles, and a NORM tile takes its tokens one after
@@ -124,6 +128,8 @@ class SplitParams:
         if ((self.tile_min_tokens is not None and self.tile_min_tokens < 1) or self.tile_tokens < 1
                 or (self.norm_max_tokens is not None and self.norm_max_tokens < 1)):
             raise ValueError(f"SplitParams: tile_min_tokens and norm_max_tokens >= 1 or None, tile_tokens >= 1; got {self}")
+        if self.tile_wide_rows not in (128, 256):
+            raise ValueError(f"SplitParams.tile_wide_rows must be 128 or 256, got {self.tile_wide_rows}")
         if self.tp_vocab_rank < -1:
             raise ValueError(f"SplitParams.tp_vocab_rank must be >= -1, got {self.tp_vocab_rank}")
         if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:

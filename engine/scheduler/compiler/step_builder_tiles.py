@@ -6,7 +6,9 @@ form, and every product runs on the tensor cores. Ops whose output is narrow (O,
 cut over K (their tiles add into hidden), so every op has about `waves * num_sms` tiles.
 
 A chunk of more than TILE_NARROW_TOKENS tokens makes wide tiles (each warpgroup 64 of the tokens against all the
-rows: half the page visits of two narrow chunks).
+rows: half the page visits of two narrow chunks). Wide tiles of up to TILE_TALL_ROWS rows (`wide_rows`,
+SplitParams.tile_wide_rows) are tall on the GPU: each K step's two pages of rows multiply the same input stage, so a
+page visit moves 48 KB for twice a 128-row visit's products (csrc/interpreter/tile_streams.cuh).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ TILE_MAX_ROWS = 128  # weight rows of one tile (csrc/interpreter/tile_streams.cu
 TILE_K_STEP = 64     # columns per ring page of a tile (csrc/interpreter/tile_streams.cuh TILE_K)
 TILE_ROW_UNIT = 16   # a tile's rows are whole tensor-core row blocks
 TILE_MAX_TOKENS = 128  # tokens of one wide tile (csrc/interpreter/tile_streams.cuh TILE_WIDE_TOKENS)
+TILE_TALL_ROWS = 256  # weight rows of one tall (wide) tile (csrc/interpreter/tile_streams.cuh TILE_TALL_ROWS)
 TILE_NARROW_TOKENS = 64  # ... of a narrow one (tile_streams.cuh TILE_TOKENS)
 TILE_NORM_MAX_HIDDEN = 8192  # a NORM tile holds a row in its threads' registers (tile_streams.cuh TILE_NORM_VECS)
 
@@ -45,6 +48,12 @@ class TilePlan:
     # tiles over every token chunk together (SplitParams.tile_weight_major); False, chunk by chunk.
     weight_major: bool = False
 
+    @property
+    def tall(self) -> bool:
+        """Some tile of the linear layers has more than TILE_MAX_ROWS rows (a tall tile: tile_wide_rows=256)."""
+        rows = [b - a for a, b, _g in self.qkv] + [b - a for a, b in self.o_rows + self.down_rows]
+        return max(rows + [2 * (b - a) for a, b in self.gate_up]) > TILE_MAX_ROWS
+
     def ordered(self, blocks: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], Range]]:
         """(weight block, token chunk) pairs of one op in the plan's order."""
         if self.weight_major:
@@ -69,26 +78,32 @@ def tiles_fit(d: ModelDims) -> bool:
 
 
 def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int,
-              weight_major: bool = False, norm_max_tokens: int | None = None) -> TilePlan:
+              weight_major: bool = False, norm_max_tokens: int | None = None,
+              wide_rows: int = TILE_MAX_ROWS) -> TilePlan:
     """About `waves * num_sms` tiles per op and token chunk; NORM tiles of at most `norm_max_tokens` tokens (None: no
-    cap); tiles_fit(d) must hold."""
+    cap); the linear layers' tiles of at most `wide_rows` rows where every chunk is wide (TILE_MAX_ROWS or
+    TILE_TALL_ROWS; the LM head's stay at TILE_MAX_ROWS); tiles_fit(d) must hold."""
+    if wide_rows not in (TILE_MAX_ROWS, TILE_TALL_ROWS):
+        raise ValueError(f"tile_plan: wide_rows must be {TILE_MAX_ROWS} or {TILE_TALL_ROWS}, got {wide_rows}")
     target = waves * device.num_sms
     chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
     per_chunk = max(1.0, target / len(chunks))
+    wide = min(b - a for a, b in chunks) > TILE_NARROW_TOKENS
+    max_rows = wide_rows if wide else TILE_MAX_ROWS
 
     def blocks(rows: int, want: float) -> int:
-        """Row blocks of at most TILE_MAX_ROWS rows; more, of at least 32 rows, where SMs would idle."""
-        fewest = math.ceil(rows / TILE_MAX_ROWS)
+        """Row blocks of at most max_rows rows; more, of at least 32 rows, where SMs would idle."""
+        fewest = math.ceil(rows / max_rows)
         return max(fewest, min(rows // 32 if rows >= 32 else 1, math.floor(want)))
 
     per_group = blocks(d.group_rows, per_chunk / d.n_kv)
     qkv = [(a, b, g) for g in range(d.n_kv)
            for a, b in _cut(g * d.group_rows, (g + 1) * d.group_rows, per_group, TILE_ROW_UNIT)]
-    rows = _cut(0, d.hidden, math.ceil(d.hidden / TILE_MAX_ROWS), TILE_ROW_UNIT)
+    rows = _cut(0, d.hidden, math.ceil(d.hidden / max_rows), TILE_ROW_UNIT)
     o_k = _cut(0, d.q_cols, math.floor(per_chunk / len(rows)), TILE_K_STEP)
     down_k = _cut(0, d.intermediate, math.floor(per_chunk / len(rows)), TILE_K_STEP)
     gu = d.gu_tile
-    gate_up = _cut(0, d.intermediate, max(math.ceil(2 * d.intermediate / TILE_MAX_ROWS), math.floor(per_chunk)), gu)
+    gate_up = _cut(0, d.intermediate, max(math.ceil(2 * d.intermediate / max_rows), math.floor(per_chunk)), gu)
     lm_rows: list[Range] = []
     if shape.num_tokens == shape.num_seqs and d.vocab % TILE_ROW_UNIT == 0:
         lm_rows = _cut(0, d.vocab, math.ceil(d.vocab / TILE_MAX_ROWS), TILE_ROW_UNIT)
