@@ -28,8 +28,8 @@ def _tiles_ran(gpu) -> bool:  # noqa: ANN001
     return cs.stream.plan.tiles is not None and any(OPCODES.code_of(i) == Opcode.TILE_MATMUL for i in cs.stream.instrs)
 
 
-# (shape, policy, pages in pairs): the pair loop is the default for bf16 inputs with an even number of K steps
-# (KernelOptions.tile_page_pairs); O's fp32 input and odd K slices take the single-page loop either way.
+# (shape, policy, pages in pairs): the pair loop is the default for tiles with an even number of K steps
+# (KernelOptions.tile_page_pairs); odd K slices take the single-page loop either way.
 CASES = [(shape, policy, True) for shape in SHAPES for policy in ("dynamic", "lpt")] + [("rows-2048", "dynamic", False)]
 
 
