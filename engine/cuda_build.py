@@ -12,13 +12,13 @@ Modules are discovered from a marker line in their ``.cu`` files under ``csrc/*/
 
 All files carrying the same NAME are linked into one module, whose ``PYBIND11_MODULE`` must be NAME.
 A module may include headers from its own directory and from csrc (``tk/...``); only its own directory's
-and csrc/tk's headers are hashed.
+and csrc/tk's headers are hashed (engine/cuda_module_keys.py). With ``$MEGAKERNEL_PREBUILT_DIR`` set, a module
+compiled on another machine for this one (dev/prebuild_modules.sh) is taken from there instead of compiling it.
 """
 from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import importlib.util
 import os
 import re
@@ -29,6 +29,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+from engine.cuda_module_keys import local_key, portable_key, prebuilt_library
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -63,6 +65,7 @@ class BuildResult:
     library: Path
     log: Path
     cached: bool
+    prebuilt: bool = False  # taken from $MEGAKERNEL_PREBUILT_DIR
 
 
 def find_nvcc() -> Path:
@@ -140,17 +143,9 @@ def _include_dirs() -> list[str]:
     return [str(CSRC), _pybind11_include(), sysconfig.get_paths()["include"]]
 
 
-def _cache_key(spec: ExtensionSpec, flags: list[str], nvcc: Path) -> str:
-    h = hashlib.sha256()
-    # Headers a module can include: its own directories' and the shared tile layer's. (Not all of
-    # csrc, so that editing one module's headers does not rebuild the others.)
-    dirs = sorted({s.resolve().parent for s in spec.sources} | {(CSRC / "tk").resolve()})
-    headers = sorted({p for d in dirs for ext in ("*.cuh", "*.h", "*.hpp") for p in d.rglob(ext)})
-    for path in [*spec.sources, *headers]:
-        h.update(str(path.resolve()).encode() + b"\0" + path.read_bytes() + b"\0")
-    for part in [*flags, _nvcc_version(nvcc), sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))]:
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:20]
+def module_portable_key(spec: ExtensionSpec, nvcc: Path) -> str:
+    """The key `spec` compiled here is kept under for another machine (engine/cuda_module_keys.py)."""
+    return portable_key(spec.sources, CSRC, ROOT, _flags(spec), _nvcc_version(nvcc))
 
 
 def _flags(spec: ExtensionSpec) -> list[str]:
@@ -159,7 +154,8 @@ def _flags(spec: ExtensionSpec) -> list[str]:
 
 def build_dir(spec: ExtensionSpec) -> Path:
     """The cache directory for ``spec``: changes whenever a source, header, flag or tool changes."""
-    return cache_root() / f"{spec.name}-{_cache_key(spec, _flags(spec), find_nvcc())}"
+    nvcc = find_nvcc()
+    return cache_root() / f"{spec.name}-{local_key(spec.sources, CSRC, _flags(spec), _nvcc_version(nvcc))}"
 
 
 def _ninja_file(spec: ExtensionSpec, nvcc: Path, flags: list[str], library: str) -> str:
@@ -188,12 +184,17 @@ def _ninja_file(spec: ExtensionSpec, nvcc: Path, flags: list[str], library: str)
     return "\n".join(lines)
 
 
-def compile_extension(spec: ExtensionSpec, *, force: bool = False, quiet: bool = False) -> BuildResult:
-    """Compile (or find cached) the shared library for ``spec``; does not import it."""
+def compile_extension(spec: ExtensionSpec, *, force: bool = False, quiet: bool = False,
+                      use_prebuilt: bool = True) -> BuildResult:
+    """Compile (or find cached, or prebuilt: $MEGAKERNEL_PREBUILT_DIR) the shared library for ``spec``; does not
+    import it."""
     missing = [str(s) for s in spec.sources if not s.is_file()]
     if not spec.sources or missing:
         raise CudaBuildError(f"module {spec.name}: missing sources {missing or '(none given)'}")
     nvcc = find_nvcc()
+    prebuilt = prebuilt_library(spec.name, module_portable_key(spec, nvcc)) if use_prebuilt and not force else None
+    if prebuilt is not None:
+        return BuildResult(spec.name, prebuilt, prebuilt.parent / "build.log", cached=True, prebuilt=True)
     flags = _flags(spec)
     out_dir = build_dir(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -227,8 +228,8 @@ def import_extension(result: BuildResult) -> ModuleType:
     spec = importlib.util.spec_from_file_location(result.name, result.library)
     if spec is None or spec.loader is None:
         raise CudaBuildError(f"cannot import {result.library}")
-    module = importlib.util.module_from_spec(spec)
     try:
+        module = importlib.util.module_from_spec(spec)  # dlopen: a library that is not one fails here
         spec.loader.exec_module(module)
     except ImportError as exc:  # e.g. an undefined symbol the linker let through
         raise CudaBuildError(f"importing CUDA module {result.name} from {result.library} failed: "
@@ -237,18 +238,32 @@ def import_extension(result: BuildResult) -> ModuleType:
     return module
 
 
+def _import_or_rebuild(spec: ExtensionSpec, result: BuildResult) -> tuple[ModuleType, BuildResult]:
+    """Import `result`; a prebuilt module that does not import here (another machine's toolchain) is compiled here.
+    The module and the build it came from."""
+    try:
+        return import_extension(result), result
+    except CudaBuildError as exc:
+        if not result.prebuilt:
+            raise
+        print(f"megakernel: the prebuilt {spec.name} does not import here ({exc}); compiling it", file=sys.stderr,
+              flush=True)
+        rebuilt = compile_extension(spec, use_prebuilt=False)
+        return import_extension(rebuilt), rebuilt
+
+
 def build_extension(name: str, sources: list[Path] | tuple[Path, ...],
                     extra_flags: list[str] | tuple[str, ...] = ()) -> ModuleType:
     """Compile (cached) and import the pybind11 module ``name`` built from ``sources``."""
     spec = ExtensionSpec(name, tuple(Path(s) for s in sources), tuple(extra_flags))
-    return import_extension(compile_extension(spec))
+    return _import_or_rebuild(spec, compile_extension(spec))[0]
 
 
 def load_extension(name: str) -> ModuleType:
     """Compile (cached) and import a module discovered (MODULE_SOURCES) by its marker name."""
     for spec in discover_extensions():
         if spec.name == name:
-            return import_extension(compile_extension(spec))
+            return _import_or_rebuild(spec, compile_extension(spec))[0]
     raise CudaBuildError(f"no {' or '.join(MODULE_SOURCES)} file declares `// compile-check: module {name}`")
 
 
@@ -258,7 +273,7 @@ def build_all(*, force: bool = False, check_import: bool = True) -> list[BuildRe
     for spec in discover_extensions():
         result = compile_extension(spec, force=force)
         if check_import:
-            import_extension(result)
+            result = _import_or_rebuild(spec, result)[1]
         results.append(result)
     return results
 
@@ -276,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for r in results:
-        print(f"{r.name}: {r.library} ({'cached' if r.cached else 'built'}; log {r.log})")
+        how = "prebuilt" if r.prebuilt else "cached" if r.cached else "built"
+        print(f"{r.name}: {r.library} ({how}; log {r.log})")
         if r.log.is_file():
             print(format_report(parse_ptxas(r.log.read_text(errors="replace"))))
     return 0
