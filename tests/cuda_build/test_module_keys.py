@@ -53,18 +53,23 @@ def test_a_prebuilt_module_is_found_only_under_its_key(tmp_path: Path, monkeypat
     assert keys.prebuilt_library("mod", "k") == library and keys.prebuilt_library("mod", "other") is None
 
 
-@needs_nvcc
-def test_compile_extension_takes_a_prebuilt_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_prebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[Path, Path]:
+    """A tiny module's source, and a file that is not a library where its prebuilt module would be."""
     monkeypatch.setenv("MEGAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv(keys.PREBUILT_DIR_ENV, str(tmp_path / "prebuilt"))
     src = tmp_path / "tiny.cu"
-    src.write_text(TINY.format(name="mk_prebuilt_test"))
-    spec = cuda_build.ExtensionSpec("mk_prebuilt_test", (src,))
-    key = cuda_build.module_portable_key(spec, cuda_build.find_nvcc())
-    library = tmp_path / "prebuilt" / f"mk_prebuilt_test-{key}" / f"mk_prebuilt_test{sysconfig.get_config_var('EXT_SUFFIX')}"
+    src.write_text(TINY.format(name=name))
+    key = cuda_build.module_portable_key(cuda_build.ExtensionSpec(name, (src,)), cuda_build.find_nvcc())
+    library = tmp_path / "prebuilt" / f"{name}-{key}" / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
     library.parent.mkdir(parents=True)
     library.write_bytes(b"not a library")
-    result = cuda_build.compile_extension(spec, quiet=True)
+    return src, library
+
+
+@needs_nvcc
+def test_compile_extension_takes_a_prebuilt_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src, library = _fake_prebuilt(tmp_path, monkeypatch, "mk_prebuilt_test")
+    result = cuda_build.compile_extension(cuda_build.ExtensionSpec("mk_prebuilt_test", (src,)), quiet=True)
     assert result.prebuilt and result.cached and result.library == library
     assert not (tmp_path / "cache").exists()  # nothing compiled
 
@@ -73,15 +78,7 @@ def test_compile_extension_takes_a_prebuilt_module(tmp_path: Path, monkeypatch: 
 @pytest.mark.slow
 def test_a_prebuilt_module_that_does_not_import_is_compiled_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("MEGAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv(keys.PREBUILT_DIR_ENV, str(tmp_path / "prebuilt"))
-    src = tmp_path / "tiny.cu"
-    src.write_text(TINY.format(name="mk_prebuilt_bad_test"))
-    spec = cuda_build.ExtensionSpec("mk_prebuilt_bad_test", (src,))
-    key = cuda_build.module_portable_key(spec, cuda_build.find_nvcc())
-    library = tmp_path / "prebuilt" / f"mk_prebuilt_bad_test-{key}" / f"mk_prebuilt_bad_test{sysconfig.get_config_var('EXT_SUFFIX')}"
-    library.parent.mkdir(parents=True)
-    library.write_bytes(b"not a library")
+    src, library = _fake_prebuilt(tmp_path, monkeypatch, "mk_prebuilt_bad_test")
     module = cuda_build.build_extension("mk_prebuilt_bad_test", [src])
     assert module.answer() == 42 and Path(module.__file__) != library
     assert "does not import here" in capsys.readouterr().err
