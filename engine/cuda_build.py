@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from engine.cuda_module_keys import local_key, portable_key, prebuilt_library
+from engine.cuda_module_keys import local_key, portable_key, prebuilt_dir, prebuilt_library
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -192,7 +192,9 @@ def compile_extension(spec: ExtensionSpec, *, force: bool = False, quiet: bool =
     if not spec.sources or missing:
         raise CudaBuildError(f"module {spec.name}: missing sources {missing or '(none given)'}")
     nvcc = find_nvcc()
-    prebuilt = prebuilt_library(spec.name, module_portable_key(spec, nvcc)) if use_prebuilt and not force else None
+    prebuilt = None
+    if use_prebuilt and not force and prebuilt_dir() is not None:  # the key reads every file: only when asked
+        prebuilt = prebuilt_library(spec.name, module_portable_key(spec, nvcc))
     if prebuilt is not None:
         return BuildResult(spec.name, prebuilt, prebuilt.parent / "build.log", cached=True, prebuilt=True)
     flags = _flags(spec)

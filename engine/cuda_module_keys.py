@@ -61,10 +61,16 @@ def portable_key(sources: Sequence[Path], csrc: Path, root: Path, flags: Sequenc
                            str(sysconfig.get_config_var("EXT_SUFFIX"))])
 
 
+def prebuilt_dir() -> Path | None:
+    """$MEGAKERNEL_PREBUILT_DIR (absolute), or None where it is not set: the one place it is read."""
+    root = os.environ.get(PREBUILT_DIR_ENV)
+    return Path(root).resolve() if root else None
+
+
 def prebuilt_library(name: str, key: str) -> Path | None:
     """Module `name` compiled elsewhere under `key` in $MEGAKERNEL_PREBUILT_DIR, if that is set and holds it."""
-    root = os.environ.get(PREBUILT_DIR_ENV)
-    if not root:
+    root = prebuilt_dir()
+    if root is None:
         return None
-    library = Path(root).resolve() / f"{name}-{key}" / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    library = root / f"{name}-{key}" / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
     return library if library.is_file() else None
