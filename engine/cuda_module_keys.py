@@ -1,7 +1,7 @@
 """What identifies a compiled CUDA module (engine/cuda_build.py): the local cache key, and a portable key under which
 a module compiled on another machine is found here (``$MEGAKERNEL_PREBUILT_DIR/<name>-<portable key>/``).
 
-Why a portable key: a GPU machine's run spends two to three minutes of a session's short device time compiling the
+Why a portable key: a GPU machine's run spends two to three minutes of its short, metered device time compiling the
 interpreter (eight kernel instantiations), though nvcc makes the same code on a CPU machine with the same nvcc
 release for the same Python minor version (the modules link libcudart statically; dev/prebuild_modules.sh). The local
 key hashes absolute paths, include directories and the whole ``sys.version``, so it never matches across machines;

@@ -6,10 +6,8 @@ second whatever the GPU does (docs/PERFORMANCE.md, "One server process is bound 
 the engine runs in a spawned child that steps on its own; the server process keeps the event loop and a thin engine
 thread that only hands outputs over.
 
-The child (server/engine_child.py `run_engine_process`) loads the engine (server/serving_engine.py
-`load_serving_engine`, the same load and warm-up as in-process serving), then loops: run the commands the parent sent (add, abort, stop), step while requests run, and send each
-step's outputs as deltas (new token ids, new logprobs, new text) with the engine's stats. A run of decode steps ends
-early when a command is waiting on the pipe, as `arrivals_waiting` does in-process.
+The child (server/engine_child.py) loads the engine as in-process serving does (server/serving_engine.py), steps it
+and sends each step's outputs back as deltas.
 
 The parent side (`EngineProcessClient`) is what `server.async_engine.AsyncEngine` drives in place of an `LLMEngine`:
 `add_request` sends without waiting (a request the engine still refuses after the server's checks finishes with

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.scheduler.compiler.step_builder_tiles import TILE_MAX_ROWS, TILE_TALL_ROWS
+
 
 @dataclass(frozen=True)
 class SplitParams:
@@ -128,8 +130,9 @@ class SplitParams:
         if ((self.tile_min_tokens is not None and self.tile_min_tokens < 1) or self.tile_tokens < 1
                 or (self.norm_max_tokens is not None and self.norm_max_tokens < 1)):
             raise ValueError(f"SplitParams: tile_min_tokens and norm_max_tokens >= 1 or None, tile_tokens >= 1; got {self}")
-        if self.tile_wide_rows not in (128, 256):
-            raise ValueError(f"SplitParams.tile_wide_rows must be 128 or 256, got {self.tile_wide_rows}")
+        if self.tile_wide_rows not in (TILE_MAX_ROWS, TILE_TALL_ROWS):
+            raise ValueError(f"SplitParams.tile_wide_rows must be {TILE_MAX_ROWS} or {TILE_TALL_ROWS}, "
+                             f"got {self.tile_wide_rows}")
         if self.tp_vocab_rank < -1:
             raise ValueError(f"SplitParams.tp_vocab_rank must be >= -1, got {self.tp_vocab_rank}")
         if (self.token_group is not None and self.token_group < 1) or self.held_pages < 1 or self.page_bytes < 16:

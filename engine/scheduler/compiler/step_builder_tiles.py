@@ -82,9 +82,7 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
               wide_rows: int = TILE_MAX_ROWS) -> TilePlan:
     """About `waves * num_sms` tiles per op and token chunk; NORM tiles of at most `norm_max_tokens` tokens (None: no
     cap); the linear layers' tiles of at most `wide_rows` rows where every chunk is wide (TILE_MAX_ROWS or
-    TILE_TALL_ROWS; the LM head's stay at TILE_MAX_ROWS); tiles_fit(d) must hold."""
-    if wide_rows not in (TILE_MAX_ROWS, TILE_TALL_ROWS):
-        raise ValueError(f"tile_plan: wide_rows must be {TILE_MAX_ROWS} or {TILE_TALL_ROWS}, got {wide_rows}")
+    TILE_TALL_ROWS, as SplitParams checks; the LM head's stay at TILE_MAX_ROWS); tiles_fit(d) must hold."""
     target = waves * device.num_sms
     chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
     per_chunk = max(1.0, target / len(chunks))
