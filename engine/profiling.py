@@ -51,9 +51,16 @@ def decode_batch_of(contexts: list[int], page_size: int) -> StepBatch:
 
 def chunk_batch_of(contexts: list[int], chunk: int, page_size: int) -> StepBatch:
     """A prompt chunk of one sequence per context: its last `chunk` tokens, positions context - chunk .. context - 1."""
+    return last_tokens_batch_of(contexts, [chunk] * len(contexts), page_size)
+
+
+def last_tokens_batch_of(contexts: list[int], lasts: list[int], page_size: int) -> StepBatch:
+    """One step of one sequence per context, sequence s taking its last `lasts[s]` tokens (positions context - n ..
+    context - 1): prompt chunks and, where n is 1, decodes in the same step."""
     pages = -(-max(contexts) // page_size)
     tables = [list(range(s * pages, s * pages + -(-c // page_size))) for s, c in enumerate(contexts)]
-    return StepBatch.build([[1] * chunk] * len(contexts), [c - chunk for c in contexts], tables, page_size=page_size)
+    return StepBatch.build([[1] * n for n in lasts], [c - n for c, n in zip(contexts, lasts)], tables,
+                           page_size=page_size)
 
 
 def profiled_chunk(args: argparse.Namespace, lengths: list[int]) -> int | None:
@@ -62,6 +69,23 @@ def profiled_chunk(args: argparse.Namespace, lengths: list[int]) -> int | None:
     if chunk is not None and chunk > min(lengths):
         raise ValueError(f"--chunk {chunk} is longer than the shortest prompt ({min(lengths)} tokens; --prompt-len)")
     return chunk
+
+
+def first_step_lasts(args: argparse.Namespace, lengths: list[int]) -> tuple[list[int], list[int]]:
+    """(every sequence's context, the tokens it takes in the first recorded step) of a --chunk profile: the prompts'
+    last --chunk tokens, then --decode-lens' sequences' last token each (a serving step mixing prompt chunks and
+    decodes). Without --chunk there is no such step (--decode-lens is refused)."""
+    chunk = profiled_chunk(args, lengths)
+    decoding = list(getattr(args, "decode_lens", None) or ())
+    if decoding and chunk is None:
+        raise ValueError("--decode-lens adds decodes to a prompt chunk's step: give --chunk N too")
+    return lengths + decoding, [chunk or 1] * len(lengths) + [1] * len(decoding)
+
+
+def _mixed_meta(args: argparse.Namespace) -> dict[str, MetaValue]:
+    """The meta of --decode-lens' sequences (none without them, so other records keep their keys)."""
+    decoding = list(getattr(args, "decode_lens", None) or ())
+    return {"decode_lens": _lengths_text(decoding)} if decoding else {}
 
 
 def prompt_lengths(args: argparse.Namespace) -> list[int]:
@@ -104,15 +128,16 @@ def collect_profile(args: argparse.Namespace) -> ProfileRecord:
     records = []
     lengths = prompt_lengths(args)
     chunk = profiled_chunk(args, lengths)
+    contexts, lasts = first_step_lasts(args, lengths)
     for step in range(args.steps):
         # after a chunk (the prompt's last tokens), decode step k's token sits at position n + k - 1
-        cs = cache.get(chunk_batch_of(lengths, chunk, page_size) if chunk and step == 0
-                       else decode_batch_of([n + step + (0 if chunk else 1) for n in lengths], page_size))
-        meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": len(lengths),
+        cs = cache.get(last_tokens_batch_of(contexts, lasts, page_size) if chunk and step == 0
+                       else decode_batch_of([n + step + (0 if chunk else 1) for n in contexts], page_size))
+        meta: dict[str, MetaValue] = {"model": name, "backend": "vm", "batch": len(contexts),
                                       "prompt_len": _lengths_text(lengths), "chunk": chunk or 0,
                                       "steps": args.steps, "policy": policy,
                                       "num_sms": num_sms, "page_size": page_size,
-                                      "kernel_options": _options_text(split)}
+                                      "kernel_options": _options_text(split), **_mixed_meta(args)}
         records.append(record_from_compiled(cs, meta))
     return back_to_back(records)
 
@@ -124,8 +149,9 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
     if getattr(args, "quantization", None) == "fp8":
         weights, desc = quantize_weights(weights, Fp8Scheme("channel")), f"{desc}, fp8 weights"
     page = int(getattr(args, "page_size", None) or EngineConfig.page_size)
-    lengths, steps = prompt_lengths(args), int(args.steps)
-    chunk = profiled_chunk(args, lengths) or 0
+    prompts_lengths, steps = prompt_lengths(args), int(args.steps)
+    chunk = profiled_chunk(args, prompts_lengths) or 0
+    lengths, lasts = first_step_lasts(args, prompts_lengths)
     batch = len(lengths)
     policy = getattr(args, "policy", None) or str(options.get("policy", DEFAULT_POLICY))
     backend_kw = {k: v for k, v in options.items() if k != "policy"}
@@ -135,19 +161,20 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
     tables = [list(range(s * per_seq, (s + 1) * per_seq)) for s in range(batch)]
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, weights.config.vocab_size, (n,), generator=gen).tolist() for n in lengths]
-    if chunk and chunk * batch > backend.max_tokens_per_step:
-        raise ValueError(f"--chunk {chunk} x {batch} sequences is more than a step of this kernel holds "
-                         f"({backend.max_tokens_per_step} tokens)")
-    for s in range(batch):  # prefill each sequence alone (with --chunk: all but its last chunk)
-        if len(prompts[s]) > chunk:
-            backend.prefill(prompts[s][:len(prompts[s]) - chunk], tables[s])
+    if chunk and sum(lasts) > backend.max_tokens_per_step:
+        raise ValueError(f"--chunk {chunk} x {len(prompts_lengths)} sequences (and --decode-lens' one token each) "
+                         f"is more than a step of this kernel holds ({backend.max_tokens_per_step} tokens)")
+    first = lasts if chunk else [0] * batch  # each sequence's tokens in the first recorded step
+    for s in range(batch):  # prefill each sequence alone (with --chunk: all but its last chunk, or token)
+        if len(prompts[s]) > first[s]:
+            backend.prefill(prompts[s][:len(prompts[s]) - first[s]], tables[s])
     tokens = [p[-1] for p in prompts]
     records = []
     backend.timing = True  # every step is recorded: the same --steps meaning as the VM's
     for step in range(steps):
         if chunk and step == 0:  # the prompts' last tokens; decode step k then writes at n + k - 1
-            b = StepBatch.build([p[len(p) - chunk:] for p in prompts], [n - chunk for n in lengths], tables,
-                                device=dev, page_size=page)
+            b = StepBatch.build([p[len(p) - f:] for p, f in zip(prompts, first)],
+                                [n - f for n, f in zip(lengths, first)], tables, device=dev, page_size=page)
         else:
             b = StepBatch.build([[t] for t in tokens], [n + step - (1 if chunk else 0) for n in lengths], tables,
                                 device=dev, page_size=page)
@@ -159,8 +186,9 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
             backend.greedy(b)
         tokens = backend.greedy(b).tolist()
         meta: dict[str, MetaValue] = {"model": desc, "backend": "cuda", "batch": batch,
-                                      "prompt_len": _lengths_text(lengths), "chunk": chunk,
+                                      "prompt_len": _lengths_text(prompts_lengths), "chunk": chunk,
                                       "steps": steps, "policy": policy, "num_sms": backend.num_sms,
-                                      "kernel_options": _options_text(options), "gpu": torch.cuda.get_device_name()}
+                                      "kernel_options": _options_text(options), "gpu": torch.cuda.get_device_name(),
+                                      **_mixed_meta(args)}
         records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))
     return back_to_back(records)

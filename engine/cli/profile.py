@@ -56,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk", type=_positive_int, default=None, metavar="N",
                    help="the first recorded step is a prompt chunk: each sequence's last N prompt tokens at once "
                         "(chunked prefill; its earlier tokens are prefilled first), the later steps decode")
+    p.add_argument("--decode-lens", type=parse_prompt_lens, default=(), metavar="L,L,...",
+                   help="with --chunk: sequences of these context lengths decode one token each in the chunk's step "
+                        "(a serving step mixing prompt chunks and decodes; LxN: N of length L; e.g. --prompt-lens "
+                        "128x8 --chunk 128 --decode-lens 200x32), then decode with the others")
     p.add_argument("--policy", default=None,
                    help=f"scheduling policy passed to the instruction builder (default: the engine's, "
                         f"{EngineConfig.policy})")
