@@ -5,9 +5,9 @@
 // the split again from L2 for each of them, at a few dot products per load: a 16k-token chunk over a 30k context
 // took seconds per layer. Here the task's rows (every (token, head) of its queries, heads of one KV group side by
 // side) are cut into blocks of 16, one per consumer warp (rounds of 128 rows), staged in shared memory as bf16;
-// each tile of TILE_KEYS keys and values is copied into shared memory once (cp.async, double-buffered) and read by
-// all 8 warps, whose scores S = Q K^T and outputs
-// O += P V are m16n8k16 products in fp32 with bf16 operands. Online softmax in base 2 (the queries carry
+// each tile of TILE_KEYS keys and values is copied into shared memory once (cp.async, up to tile_kv_buffers - 1
+// tiles ahead) and read by all 8 warps, whose scores S = Q K^T and outputs O += P V are m16n8k16 products in fp32 with
+// bf16 operands. Online softmax in base 2 (the queries carry
 // scale * log2 e), rows' state m and l per lane, l summed over the quad at the end (flash-attention 2).
 //
 // Fragments (PTX ISA, mma.m16n8k16): lane l, g = l / 4, q = l % 4. A (Q, P): a0 (row g, k 2q..2q+1), a1 (row g + 8),
@@ -32,13 +32,28 @@ inline constexpr int TILE_KEYS = 32;                                    // keys 
 inline constexpr int TILE_SKEW = 8;                                     // bf16 elements past each shared row
 // Fewer rows keep the CUDA-core path: one warp would do the tile work while seven wait.
 inline constexpr int TILE_MIN_ROWS = 16;
+// K / V tiles in flight: a tile's products take ~0.3 us on an SM, its copy from L2 several times that, so a tile
+// copied one ahead (two buffers) leaves the warps waiting for most of each tile (1B, H200: a 2 048-token chunk's
+// attention at ~0.5 TFLOP/s per SM, 2 us per 32-key tile). Heads of up to 64 dims have room in x for four buffers at
+// the smallest ring (three tiles ahead); 128-dim heads for two.
+inline constexpr int TILE_KV_BUFFERS_SMALL_HEAD = 4;  // head dims up to 64
+inline constexpr int TILE_KV_BUFFERS_LARGE_HEAD = 2;  // wider heads
 
 __host__ __device__ constexpr int tile_pitch(int hd) { return hd + TILE_SKEW; }  // bf16 elements per shared row
-// Shared bytes of the tile path: a round's queries (read as A fragments at every tile: holding a 128-wide head's
-// in registers spilled the kernel's), then two buffers of TILE_KEYS keys and values.
-inline constexpr int TILE_SCRATCH_ROWS = TILE_ROUND_ROWS + 2 * 2 * TILE_KEYS;
-__host__ __device__ constexpr int tile_scratch_bytes(int hd) { return TILE_SCRATCH_ROWS * tile_pitch(hd) * 2; }
-static_assert(tile_scratch_bytes(128) <= X_FLOATS * 4, "the tile path's scratch fits x at the smallest ring");
+__host__ __device__ constexpr int tile_kv_buffers(int hd) {
+  return hd <= 64 ? TILE_KV_BUFFERS_SMALL_HEAD : TILE_KV_BUFFERS_LARGE_HEAD;
+}
+// Shared rows of the tile path: a round's queries (read as A fragments at every tile: holding a 128-wide head's in
+// registers spilled the kernel's), then the buffers of TILE_KEYS keys and values.
+__host__ __device__ constexpr int tile_scratch_rows(int hd) {
+  return TILE_ROUND_ROWS + tile_kv_buffers(hd) * 2 * TILE_KEYS;
+}
+__host__ __device__ constexpr int tile_scratch_bytes(int hd) { return tile_scratch_rows(hd) * tile_pitch(hd) * 2; }
+static_assert(tile_scratch_bytes(64) <= X_FLOATS * 4 && tile_scratch_bytes(128) <= X_FLOATS * 4,
+              "the tile path's scratch fits x at the smallest ring");
+static_assert((TILE_KV_BUFFERS_SMALL_HEAD & (TILE_KV_BUFFERS_SMALL_HEAD - 1)) == 0 &&
+              (TILE_KV_BUFFERS_LARGE_HEAD & (TILE_KV_BUFFERS_LARGE_HEAD - 1)) == 0 && TILE_KV_BUFFERS_LARGE_HEAD >= 2,
+              "a power of two of buffers (the buffer index is a mask), two or more");
 
 __device__ __forceinline__ void store_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
@@ -130,19 +145,28 @@ __device__ void attend_tiles(const Globals& g, const Shared& sm, const int* w, c
     for (int n = 0; n < DIM_TILES; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
     const int tiles = round_end > key_begin ? (round_end - key_begin + TILE_KEYS - 1) / TILE_KEYS : 0;
+    constexpr int NBUF = tile_kv_buffers(HD);
     constexpr uint32_t BUF_BYTES = 2 * TILE_KEYS * PITCH * 2;
-    const uint32_t kv = base + TILE_ROUND_ROWS * PITCH * 2;  // the two K / V buffers, after the queries
-    if (tiles > 0) copy_kv_tile<HD>(g, sa, s, layer, grp, key_begin, round_end, kv);
-    tk::cp_async_commit();
+    const uint32_t kv = base + TILE_ROUND_ROWS * PITCH * 2;  // the K / V buffers, after the queries
+    // Tiles 0 .. NBUF - 2 in flight first, one commit group each (empty past the last tile: the count stays exact).
+#pragma unroll
+    for (int b = 0; b < NBUF - 1; ++b) {
+      if (b < tiles) copy_kv_tile<HD>(g, sa, s, layer, grp, key_begin + b * TILE_KEYS, round_end, kv + b * BUF_BYTES);
+      tk::cp_async_commit();
+    }
     MK_ROLLED
     for (int it = 0; it < tiles; ++it) {
       const int j0 = key_begin + it * TILE_KEYS;
-      if (it + 1 < tiles)
-        copy_kv_tile<HD>(g, sa, s, layer, grp, j0 + TILE_KEYS, round_end, kv + ((it + 1) & 1) * BUF_BYTES);
-      tk::cp_async_commit();
-      tk::cp_async_wait<1>();
+      // NBUF - 1 + it groups committed, tile it's is group it: at most NBUF - 2 newer ones may be in flight.
+      tk::cp_async_wait<NBUF - 2>();
+      // Past this barrier every thread's copies of tile it landed and every warp is done with tile it - 1, whose
+      // buffer takes tile it + NBUF - 1 (one barrier per tile).
       consumer_sync();
-      const uint32_t k_tile = kv + (it & 1) * BUF_BYTES, v_tile = k_tile + TILE_KEYS * PITCH * 2;
+      if (it + NBUF - 1 < tiles)
+        copy_kv_tile<HD>(g, sa, s, layer, grp, j0 + (NBUF - 1) * TILE_KEYS, round_end,
+                         kv + ((it + NBUF - 1) & (NBUF - 1)) * BUF_BYTES);
+      tk::cp_async_commit();
+      const uint32_t k_tile = kv + (it & (NBUF - 1)) * BUF_BYTES, v_tile = k_tile + TILE_KEYS * PITCH * 2;
       if (j0 < warp_end) {  // uniform over the warp: its rows see some key of this tile
         float sc[TILE_KEYS / 8][4];
 #pragma unroll
@@ -219,9 +243,10 @@ __device__ void attend_tiles(const Globals& g, const Shared& sm, const int* w, c
           }
         }
       }
-      consumer_sync();  // every warp is done with this buffer before the next copy into it
     }
-    if (threadIdx.x == 0 && r0 == 0) timing_mark(g, w, MARK_COMPUTED);  // (the last barrier: the queries' room is free)
+    // Every warp is done with the round's queries and K / V buffers before the next round (or the caller) reuses them.
+    consumer_sync();
+    if (threadIdx.x == 0 && r0 == 0) timing_mark(g, w, MARK_COMPUTED);
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1) {
       l_a += __shfl_xor_sync(tk::FULL_MASK, l_a, off);

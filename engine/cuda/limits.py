@@ -59,9 +59,9 @@ class InterpreterLimits:
     # Tokens per step when x holds a whole token group (config.cuh MAX_TOKENS_PER_STEP; token_groups.cuh); 0: a
     # step is one token group
     max_tokens_per_step: int = 0
-    # The tensor-core many-query attention's shared rows (attention_tiles.cuh: a round's queries and two K / V
-    # buffers) and their skew; 0 rows: the kernel has no tile path
-    attn_tile_rows: int = 0
+    # The tensor-core many-query attention's shared rows per head dim, (head dim, rows) pairs (attention_tiles.cuh
+    # tile_scratch_rows: a round's queries and its K / V buffers), and their skew; none: the kernel has no tile path
+    attn_tile_rows: tuple[tuple[int, int], ...] = ()
     attn_tile_skew: int = 8
     # x rows one tensor-core matvec takes (config.cuh MAX_TOKEN_GROUP; bf16 x); 0: as max_tokens_per_matvec
     max_token_group: int = 0
@@ -72,7 +72,7 @@ class InterpreterLimits:
                                  module.MAX_TOKENS_PER_MATVEC, module.MAX_GQA, module.MIN_RING_PAGES,
                                  module.MAX_RING_PAGES, module.NUM_CONSUMER_WARPS, module.MMA_CHUNK,
                                  module.SHORT_ROW_MAX_K, module.X_ROW_SKEW, module.MAX_TOKENS_PER_STEP,
-                                 module.ATTN_TILE_ROWS, module.ATTN_TILE_SKEW,
+                                 tuple(sorted(dict(module.ATTN_TILE_ROWS).items())), module.ATTN_TILE_SKEW,
                                  getattr(module, "MAX_TOKEN_GROUP", 0))
 
     def x_floats_at(self, ring_pages: int) -> int:
@@ -190,9 +190,10 @@ class InterpreterLimits:
     def attn_tile_floats(self, head_dim: int) -> int:
         """x floats the tensor-core many-query attention needs at this head dim (attention_tiles.cuh
         tile_scratch_bytes), 0 where the kernel runs that head dim on the CUDA cores only."""
-        if not self.attn_tile_rows or head_dim not in ATTN_TILE_HEAD_DIMS:
+        rows = dict(self.attn_tile_rows).get(head_dim, 0)
+        if not rows or head_dim not in ATTN_TILE_HEAD_DIMS:
             return 0
-        return self.attn_tile_rows * (head_dim + self.attn_tile_skew) * 2 // 4
+        return rows * (head_dim + self.attn_tile_skew) * 2 // 4
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
                    max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False,

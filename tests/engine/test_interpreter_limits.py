@@ -287,7 +287,8 @@ def _tile_limits() -> InterpreterLimits:
     """_limits() with the tensor-core attention's scratch rows (attention_tiles.cuh, parsed)."""
     t = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", _TILES.read_text())}
     warps = int(re.search(r"NUM_CONSUMER_WARPS = (\d+);", CONFIG.read_text()).group(1))  # type: ignore[union-attr]
-    rows = t["TILE_ROWS"] * warps + 4 * t["TILE_KEYS"]
+    buffers = {64: t["TILE_KV_BUFFERS_SMALL_HEAD"], 128: t["TILE_KV_BUFFERS_LARGE_HEAD"]}  # tile_kv_buffers
+    rows = tuple((hd, t["TILE_ROWS"] * warps + 2 * n * t["TILE_KEYS"]) for hd, n in buffers.items())
     return dataclasses.replace(_limits(), attn_tile_rows=rows, attn_tile_skew=t["TILE_SKEW"])
 
 
