@@ -225,7 +225,8 @@ bool encode_w_o_map(uintptr_t dst, uintptr_t w_o, int layers, int hidden, int n_
 
 // TILE_MATMUL's maps (tile_matmul.cuh TileMapIndex) to dst (device memory, 64-byte aligned, NUM_TILE_MAPS maps):
 // the four layer-stacked matrices and the LM head in boxes of TILE_W_BOX_ROWS x TILE_K bf16, then the stream's bf16
-// activations (`tokens` rows) in boxes of TILE_TOKENS x TILE_K, all with the 128-byte swizzle.
+// activations (`tokens` rows) in boxes of TILE_TOKENS x TILE_K, then the same in boxes of TILE_SMALL_TOKENS x TILE_K,
+// all with the 128-byte swizzle.
 void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, int intermediate, int qkv_rows,
                       int q_cols, int vocab, int tokens) {
   using mk::vm::bf16;
@@ -235,9 +236,9 @@ void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, 
     return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), rows, cols, cols, mk::vm::TILE_W_BOX_ROWS,
                                       mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
   };
-  const auto acts_bf16 = [&](const char* name, uint64_t cols) {  // a K step of TILE_TOKENS rows per box
-    return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), (uint64_t)tokens, cols, cols,
-                                      mk::vm::TILE_TOKENS, mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
+  const auto acts_bf16 = [&](const char* name, uint64_t cols, uint32_t box_rows) {  // a K step of box_rows tokens
+    return mk::tk::make_tensor_map_2d(static_cast<const bf16*>(ptr(name)), (uint64_t)tokens, cols, cols, box_rows,
+                                      mk::vm::TILE_K, CU_TENSOR_MAP_SWIZZLE_128B);
   };
   CUtensorMap maps[mk::vm::NUM_TILE_MAPS];
   const uint64_t L = layers;
@@ -246,9 +247,13 @@ void encode_tile_maps(uintptr_t dst, const py::dict& d, int layers, int hidden, 
   maps[mk::vm::TILE_GATE_UP] = weights("w_gate_up", L * 2 * intermediate, hidden);
   maps[mk::vm::TILE_DOWN] = weights("w_down", L * hidden, intermediate);
   maps[mk::vm::TILE_LM_HEAD] = weights("lm_head", vocab, hidden);
-  maps[mk::vm::TILE_MAP_X_BF16] = acts_bf16("x_bf16", hidden);
-  maps[mk::vm::TILE_MAP_X_ATTN_OUT] = acts_bf16("attn_bf16", q_cols);
-  maps[mk::vm::TILE_MAP_X_ACT] = acts_bf16("act_bf16", intermediate);
+  for (const int small : {0, 1}) {
+    const int at = small * mk::vm::TILE_MAP_SMALL_OFFSET;
+    const uint32_t rows = small ? mk::vm::TILE_SMALL_TOKENS : mk::vm::TILE_TOKENS;
+    maps[mk::vm::TILE_MAP_X_BF16 + at] = acts_bf16("x_bf16", hidden, rows);
+    maps[mk::vm::TILE_MAP_X_ATTN_OUT + at] = acts_bf16("attn_bf16", q_cols, rows);
+    maps[mk::vm::TILE_MAP_X_ACT + at] = acts_bf16("act_bf16", intermediate, rows);
+  }
   MK_CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(dst), maps, sizeof(maps), cudaMemcpyHostToDevice));
 }
 

@@ -44,6 +44,13 @@ inline constexpr int TILE_TALL_ROWS = 2 * TILE_WEIGHT_ROWS;  // rows of a tall t
 inline constexpr int TILE_W_BOX_ROWS = 32;  // the weight maps' boxes: 32 rows x TILE_K bf16
 inline constexpr int TILE_X_STAGES = 8;    // most K steps of x in flight (as many as x holds)
 inline constexpr int TILE_X_BOX_BYTES = TILE_TOKENS * 128;  // the activation maps' boxes: TILE_TOKENS rows x TILE_K bf16
+// A narrow tile of at most TILE_SMALL_TOKENS tokens (decode steps of up to 32 sequences) copies its x in boxes of that
+// many rows (the small maps): half the stage, so its four stages leave the ring a page more (engine/cuda/limits.py
+// _tile_x; 1B, H200: a batch-32 step 2.106 / 2.193 / 2.246 ms at 11 / 10 / 9 ring pages). The products still read 64
+// rows from the stage: rows past the box are whatever follows it in shared memory (the next stage, or past x the out
+// buffer), and their products are never read.
+inline constexpr int TILE_SMALL_TOKENS = 32;
+inline constexpr int TILE_X_SMALL_BOX_BYTES = TILE_SMALL_TOKENS * 128;
 // Column blocks of 8 weight rows a thread's products hold: narrow, its warpgroup's 64 rows; wide, all 128.
 template <bool WIDE>
 inline constexpr int TILE_N_BLOCKS = WIDE ? 16 : 8;
@@ -54,14 +61,23 @@ static_assert(TILE_X_STAGES * 8 <= SCRATCH_FLOATS * 4 - 64, "the x stages' barri
 static_assert(NUM_CONSUMER_WARPS == 8 && TILE_WEIGHT_ROWS == 2 * 64 && TILE_TOKENS == 64 && TILE_WIDE_TOKENS == 128,
               "two warpgroups of 64 x 64 products (wgmma m64n64k16) or, wide, of 64 x 128 (m64n128k16)");
 static_assert(TILE_N_BLOCKS<true> * 8 == TILE_WEIGHT_ROWS && TILE_N_BLOCKS<false> * 8 == 64, "8-row column blocks");
-static_assert(TILE_X_BOX_BYTES % 1024 == 0, "the x boxes start on 1 KiB swizzle atoms");
+static_assert(TILE_X_BOX_BYTES % 1024 == 0 && TILE_X_SMALL_BOX_BYTES % 1024 == 0,
+              "the x boxes start on 1 KiB swizzle atoms");
+static_assert(TILE_SMALL_TOKENS < TILE_TOKENS && OUT_FLOATS * 4 >= TILE_X_BOX_BYTES - TILE_X_SMALL_BOX_BYTES,
+              "a small stage is a narrow one's first rows; the last stage's products read no further than out's end");
 
 // The kinds (TileKind, NormOf) and the maps of Globals::tile_maps (encode_tile_maps, interpreter.cu): the kind's
 // weight map is tile_maps[kind], its input's one of the three input maps. LM_HEAD's instructions (and the final
 // norm's) have layer -1 (its matrix is not per layer).
 enum TileKindCode : int { TILE_QKV = 0, TILE_O = 1, TILE_GATE_UP = 2, TILE_DOWN = 3, TILE_LM_HEAD = 4, TILE_NORM = 5 };
 enum TileNormCode : int { NORM_ATTN = 0, NORM_MLP = 1, NORM_FINAL = 2 };
-enum TileMapIndex : int { TILE_MAP_X_BF16 = 5, TILE_MAP_X_ATTN_OUT = 6, TILE_MAP_X_ACT = 7, NUM_TILE_MAPS = 8 };
+enum TileMapIndex : int {
+  TILE_MAP_X_BF16 = 5,
+  TILE_MAP_X_ATTN_OUT = 6,
+  TILE_MAP_X_ACT = 7,
+  TILE_MAP_SMALL_OFFSET = 3,  // the same three inputs in boxes of TILE_SMALL_TOKENS rows: maps 8, 9, 10
+  NUM_TILE_MAPS = 11
+};
 
 struct TileOperands {
   int kind, row_begin, rows, k_begin, k_steps, tok_begin, tokens;
@@ -70,10 +86,13 @@ struct TileOperands {
         k_begin(w[W_OPERANDS + 3]), k_steps((w[W_OPERANDS + 4] - w[W_OPERANDS + 3]) / TILE_K),
         tok_begin(w[W_OPERANDS + 5]), tokens(w[W_OPERANDS + 6] - w[W_OPERANDS + 5]) {}
   __device__ __forceinline__ int x_map() const {
-    return kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
+    const int m = kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
+    return small() ? m + TILE_MAP_SMALL_OFFSET : m;
   }
   // Each warpgroup takes 64 of the tokens against all rows.
   __device__ __forceinline__ bool wide() const { return tokens > TILE_TOKENS; }
+  // A narrow tile whose x stages are boxes of TILE_SMALL_TOKENS rows.
+  __device__ __forceinline__ bool small() const { return tokens <= TILE_SMALL_TOKENS; }
   // Each K step is two ring pages of rows (the host makes such tiles wide only).
   __device__ __forceinline__ bool tall() const { return rows > TILE_WEIGHT_ROWS; }
   // Half h of a tall tile's rows (rows [128 h, ...)) as a tile of its own: its epilogue's operands.
@@ -115,8 +134,14 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
                                                     row + b * TILE_W_BOX_ROWS, t.k_begin + step * TILE_K, full);
 }
 
-// An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile.
-__device__ __forceinline__ int tile_stage_bytes(bool wide) { return (wide ? 2 : 1) * TILE_X_BOX_BYTES; }
+// An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile, and of
+// TILE_SMALL_TOKENS rows in a small one.
+__device__ __forceinline__ int tile_x_box_bytes(const TileOperands& t) {
+  return t.small() ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
+}
+__device__ __forceinline__ int tile_stage_bytes(const TileOperands& t) {
+  return (t.wide() ? 2 : 1) * tile_x_box_bytes(t);
+}
 
 // K steps of x in flight: as many stages of `stage_bytes` as x holds, at most TILE_X_STAGES, at least one.
 __device__ __forceinline__ int tile_x_stages(const Shared& sm, int stage_bytes) {
@@ -131,22 +156,23 @@ struct TileShared {
   uint32_t stages;  // ... (shared-window address, for the products)
   int stage_bytes, n_stages;
   tk::semaphore* bars;  // one per stage, in scratch
-  __device__ __forceinline__ TileShared(const Shared& sm, bool wide)
-      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), stage_bytes(tile_stage_bytes(wide)),
+  __device__ __forceinline__ TileShared(const Shared& sm, const TileOperands& t)
+      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), stage_bytes(tile_stage_bytes(t)),
         n_stages(tile_x_stages(sm, stage_bytes)), bars(reinterpret_cast<tk::semaphore*>(sm.scratch)) {}
 };
 
 // Consumer thread 0: copy K step `step` of the tile's tokens into stage `s`, a box of TILE_TOKENS rows per
-// warpgroup's tokens (rows past the activations' read as zeros).
+// warpgroup's tokens, or one of TILE_SMALL_TOKENS rows (rows past the activations' read as zeros).
 __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared& ts, const TileOperands& t, int step,
                                              int s) {
   tk::semaphore& bar = ts.bars[s];
   tk::arrive_expect_tx(bar, ts.stage_bytes);
   const CUtensorMap* map = g.tile_maps + t.x_map();
   uint8_t* base = ts.x + s * ts.stage_bytes;
+  const int box_bytes = tile_x_box_bytes(t);
   MK_ROLLED
-  for (int b = 0; b * TILE_X_BOX_BYTES < ts.stage_bytes; ++b)
-    tk::tensor_load_2d(base + b * TILE_X_BOX_BYTES, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K, bar);
+  for (int b = 0; b * box_bytes < ts.stage_bytes; ++b)
+    tk::tensor_load_2d(base + b * box_bytes, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K, bar);
 }
 
 }  // namespace mk::vm

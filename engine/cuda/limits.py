@@ -18,6 +18,9 @@ from engine.scheduler.compiler.step_builder_tiles import (
 # x stages a tile stream's ring leaves room for (tile_streams.cuh: up to TILE_X_STAGES K steps of x in flight): a tile
 # takes its pages in pairs with four or more (tile_matmul.cuh tile_takes_pairs).
 TILE_X_STAGES_WANTED = 4
+# A narrow tile of at most this many tokens stages its x in boxes of this many rows, half a 64-token stage
+# (tile_streams.cuh TILE_SMALL_TOKENS): its four stages take 16 KB, and the ring a page more.
+TILE_SMALL_X_TOKENS = 32
 
 # Head dims whose many-query attention runs on the tensor cores (ops/attn_partial.cuh: 2 and 4 dims per lane).
 ATTN_TILE_HEAD_DIMS = (64, 128)
@@ -265,8 +268,8 @@ class InterpreterLimits:
     @staticmethod
     def _tile_x(a: np.ndarray) -> int:
         """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...): a tile keeps in x
-        TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes, twice that for a wide
-        tile, then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32, a tall tile's one half of its
+        TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes (TILE_SMALL_X_TOKENS
+        rows for a tile of that many tokens or fewer), twice that for a wide tile, then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32, a tall tile's one half of its
         rows at a time); its blocks must be whole tile units, more than TILE_MAX_ROWS rows only in a wide tile of a
         linear layer (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
         if int(a[0]) == TileKind.NORM:
@@ -279,7 +282,8 @@ class InterpreterLimits:
                                    f"{TILE_ROW_UNIT}-row multiples up to {TILE_MAX_ROWS} rows ({TILE_TALL_ROWS} in a "
                                    f"wide tile of a linear layer), whole {TILE_K_STEP}-column K steps and at most "
                                    f"{TILE_MAX_TOKENS} tokens")
-        stage_tokens = 2 * TILE_NARROW_TOKENS if tokens > TILE_NARROW_TOKENS else TILE_NARROW_TOKENS
+        stage_tokens = (2 * TILE_NARROW_TOKENS if tokens > TILE_NARROW_TOKENS
+                        else TILE_SMALL_X_TOKENS if tokens <= TILE_SMALL_X_TOKENS else TILE_NARROW_TOKENS)
         return max(TILE_X_STAGES_WANTED * stage_tokens * 128 // 4, tokens * (min(rows, TILE_MAX_ROWS) + 4))
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:

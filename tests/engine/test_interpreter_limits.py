@@ -347,14 +347,14 @@ def test_tiles_lift_the_8b_step_past_one_token_group() -> None:
     assert lim.max_tokens(d1, bf16_x=True) == lim.max_tokens(d1, bf16_x=True, tiles=True) == c["MAX_TOKENS_PER_STEP"]
 
 
-@pytest.mark.parametrize("what", ["prompt-2048", "decode-64", "decode-128"])
+@pytest.mark.parametrize("what", ["prompt-2048", "decode-32", "decode-64", "decode-128"])
 def test_the_1b_tile_steps_fit_with_four_x_stages(what: str) -> None:
     """The 1B's steps of many tokens run as tiles (a 2 048-token prompt chunk, decodes of 64 and 128 sequences): each
     fits the interpreter with room for four K steps of every tile's input in flight (tile_matmul.cuh
     tile_takes_pairs)."""
     d = ModelDims.from_config(preset_config("llama-3.2-1b"))
-    batch = {"prompt-2048": lambda: chunk_batch_of([2048], 2048, 16), "decode-64": lambda: decode_batch(64, 130, 16),
-             "decode-128": lambda: decode_batch(128, 130, 16)}[what]()
+    batch = {"prompt-2048": lambda: chunk_batch_of([2048], 2048, 16), "decode-32": lambda: decode_batch(32, 130, 16),
+             "decode-64": lambda: decode_batch(64, 130, 16), "decode-128": lambda: decode_batch(128, 130, 16)}[what]()
     cs = compile_stream(d, batch, 16, BuildParams.of("lpt", tile_min_tokens=17, norm_max_tokens=16), H100)
     tiles = [w for w in cs.words if int(w[0]) == Opcode.TILE_MATMUL]
     assert tiles, "the step ran no tiles"
@@ -364,5 +364,24 @@ def test_the_1b_tile_steps_fit_with_four_x_stages(what: str) -> None:
         a = w[3:]
         if int(a[0]) == TileKind.NORM:
             continue
-        stage_bytes = (2 if a[6] - a[5] > 64 else 1) * 64 * 128
+        tokens = int(a[6] - a[5])
+        stage_bytes = (2 * 64 if tokens > 64 else 32 if tokens <= 32 else 64) * 128  # tile_streams.cuh tile_stage_bytes
         assert lim.x_floats_at(ring) * 4 // stage_bytes >= 4
+
+
+_STREAMS = Path(__file__).resolve().parents[2] / "csrc" / "interpreter" / "tile_streams.cuh"
+
+
+@pytest.mark.parametrize(("batch", "ring"), [(24, 12), (32, 12), (33, 11), (64, 11)])
+def test_decode_tiles_of_up_to_32_tokens_stage_small_boxes_and_get_a_ring_page_more(batch: int, ring: int) -> None:
+    """A narrow tile of 32 tokens or fewer stages its x in 32-row boxes (tile_streams.cuh TILE_SMALL_TOKENS, the
+    host's TILE_SMALL_X_TOKENS): four stages take 16 KB, so the 1B's decode steps of up to 32 sequences (in tiles past
+    one token group) keep a 12-page ring where 33 or more keep 11."""
+    from engine.cuda.limits import TILE_SMALL_X_TOKENS
+
+    t = {k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", _STREAMS.read_text())}
+    assert t["TILE_SMALL_TOKENS"] == TILE_SMALL_X_TOKENS
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    b = decode_batch(batch, 130, 16)
+    cs = compile_stream(d, b, 16, BuildParams.of("lpt", tile_min_tokens=17, norm_max_tokens=16), H100)
+    assert _limits().fit_stream(cs.words, b.num_tokens, b.num_seqs, d, bf16_x=True, token_group=16) == ring
