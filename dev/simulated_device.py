@@ -21,10 +21,10 @@ from engine.sampling.run_sampler import RunSampler
 from models.llama.step_batch import StepBatch
 
 # (padded tokens of a step, ms) on an H200, 1B shape: decode steps of 1/16/32/64/128 sequences, one 2 048-token prompt
-# (32-2048: the build whose O tiles read attn_bf16, docs/results/2026-11-29_h200_o-tiles-bf16-input.json; 16: an
-# earlier build)
-STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.77), (16, 1.92), (32, 2.14), (64, 2.55), (128, 3.73),
-                                                  (2048, 21.7))
+# (one machine, the build whose O tiles read attn_bf16: docs/results/2026-11-29_h200_tile-stream-probes.json, its
+# static-queue rows and batch sweep)
+STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.76), (16, 1.89), (32, 2.11), (64, 2.48), (128, 3.74),
+                                                  (2048, 21.9))
 PADDED_OVER = 16  # steps of more tokens than one token group run padded (the 1B's)
 FAVOURED_TOKEN = 7
 
