@@ -35,8 +35,9 @@ inline constexpr int TILE_MIN_ROWS = 16;
 // K / V tiles in flight: a tile's products take ~0.3 us on an SM, its copy from L2 several times that, so a tile
 // copied one ahead (two buffers) leaves the warps waiting for most of each tile (1B, H200: a 2 048-token chunk's
 // attention at ~0.5 TFLOP/s per SM, 2 us per 32-key tile). Heads of up to 64 dims have room in x for four buffers at
-// the smallest ring (three tiles ahead); 128-dim heads for two.
-inline constexpr int TILE_KV_BUFFERS_SMALL_HEAD = 4;  // head dims up to 64
+// the smallest ring (three tiles ahead; Globals::attn_kv_buffers, KernelOptions.attn_kv_buffers, may keep them at
+// two); 128-dim heads for two. The shared plan and the host's x room are for the most.
+inline constexpr int TILE_KV_BUFFERS_SMALL_HEAD = 4;  // head dims up to 64: at most
 inline constexpr int TILE_KV_BUFFERS_LARGE_HEAD = 2;  // wider heads
 
 __host__ __device__ constexpr int tile_pitch(int hd) { return hd + TILE_SKEW; }  // bf16 elements per shared row
@@ -64,9 +65,16 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// K / V buffers this launch's tile path uses at head dim hd (a power of two: 2 or 4).
+__device__ __forceinline__ int launch_kv_buffers(const Globals& g, int hd) {
+  return hd <= 64 && g.attn_kv_buffers == TILE_KV_BUFFERS_SMALL_HEAD ? TILE_KV_BUFFERS_SMALL_HEAD
+                                                                      : TILE_KV_BUFFERS_LARGE_HEAD;
+}
+
 // Whether `task` takes the tile path: the kernel option on, enough rows, and x large enough at this ring.
 __device__ __forceinline__ bool takes_tiles(const Globals& g, const Shared& sm, const AttnTask& task, int hd) {
-  if (!g.attn_tiles || sm.x_floats * 4 < tile_scratch_bytes(hd)) return false;
+  const int scratch = (TILE_ROUND_ROWS + launch_kv_buffers(g, hd) * 2 * TILE_KEYS) * tile_pitch(hd) * 2;
+  if (!g.attn_tiles || sm.x_floats * 4 < scratch) return false;
   const StepArgs sa(g);
   const int nq = sa.query_start(task.seq + 1) - sa.query_start(task.seq);
   const int part = nq * (task.q_part + 1) / task.q_parts - nq * task.q_part / task.q_parts;
@@ -145,11 +153,11 @@ __device__ void attend_tiles(const Globals& g, const Shared& sm, const int* w, c
     for (int n = 0; n < DIM_TILES; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
     const int tiles = round_end > key_begin ? (round_end - key_begin + TILE_KEYS - 1) / TILE_KEYS : 0;
-    constexpr int NBUF = tile_kv_buffers(HD);
+    const int NBUF = launch_kv_buffers(g, HD);
     constexpr uint32_t BUF_BYTES = 2 * TILE_KEYS * PITCH * 2;
     const uint32_t kv = base + TILE_ROUND_ROWS * PITCH * 2;  // the K / V buffers, after the queries
     // Tiles 0 .. NBUF - 2 in flight first, one commit group each (empty past the last tile: the count stays exact).
-#pragma unroll
+    MK_ROLLED
     for (int b = 0; b < NBUF - 1; ++b) {
       if (b < tiles) copy_kv_tile<HD>(g, sa, s, layer, grp, key_begin + b * TILE_KEYS, round_end, kv + b * BUF_BYTES);
       tk::cp_async_commit();
@@ -158,7 +166,11 @@ __device__ void attend_tiles(const Globals& g, const Shared& sm, const int* w, c
     for (int it = 0; it < tiles; ++it) {
       const int j0 = key_begin + it * TILE_KEYS;
       // NBUF - 1 + it groups committed, tile it's is group it: at most NBUF - 2 newer ones may be in flight.
-      tk::cp_async_wait<NBUF - 2>();
+      if (NBUF == TILE_KV_BUFFERS_SMALL_HEAD) {
+        tk::cp_async_wait<TILE_KV_BUFFERS_SMALL_HEAD - 2>();
+      } else {
+        tk::cp_async_wait<TILE_KV_BUFFERS_LARGE_HEAD - 2>();
+      }
       // Past this barrier every thread's copies of tile it landed and every warp is done with tile it - 1, whose
       // buffer takes tile it + NBUF - 1 (one barrier per tile).
       consumer_sync();

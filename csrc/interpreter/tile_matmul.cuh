@@ -78,7 +78,7 @@ __device__ __forceinline__ void tile_tall_products(uint32_t a_addr, uint32_t b_a
 // products; a pair pays it once for twice the products.
 __device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared& sm, const TileOperands& t) {
   if (!g.tile_page_pairs || t.k_steps % 2 != 0) return false;
-  return tile_x_stages(sm, tile_stage_bytes(t)) >= 4;
+  return tile_x_stages(sm, tile_stage_bytes(g, t)) >= 4;
 }
 
 // The consumers' side of a tile: every page's products into acc (this thread's share, TileLanes). Each page waits
@@ -99,7 +99,7 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
                                               float (&acc_hi)[TILE_N_BLOCKS<WIDE>][4]) {
   static_assert(!TALL || (WIDE && PAIRS), "a tall tile is wide and takes a K step's two pages together");
   const int tid = threadIdx.x;
-  const TileShared ts(sm, t);
+  const TileShared ts(g, sm, t);
   const int NK = t.k_steps, NP = TALL ? 2 * NK : NK;  // K steps (x stages), ring pages
   const int keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
   if (tid == 0) {

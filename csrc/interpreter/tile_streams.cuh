@@ -85,14 +85,16 @@ struct TileOperands {
       : kind(w[W_OPERANDS]), row_begin(w[W_OPERANDS + 1]), rows(w[W_OPERANDS + 2] - w[W_OPERANDS + 1]),
         k_begin(w[W_OPERANDS + 3]), k_steps((w[W_OPERANDS + 4] - w[W_OPERANDS + 3]) / TILE_K),
         tok_begin(w[W_OPERANDS + 5]), tokens(w[W_OPERANDS + 6] - w[W_OPERANDS + 5]) {}
-  __device__ __forceinline__ int x_map() const {
+  __device__ __forceinline__ int x_map(const Globals& g) const {
     const int m = kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
-    return small() ? m + TILE_MAP_SMALL_OFFSET : m;
+    return small(g) ? m + TILE_MAP_SMALL_OFFSET : m;
   }
   // Each warpgroup takes 64 of the tokens against all rows.
   __device__ __forceinline__ bool wide() const { return tokens > TILE_TOKENS; }
-  // A narrow tile whose x stages are boxes of TILE_SMALL_TOKENS rows.
-  __device__ __forceinline__ bool small() const { return tokens <= TILE_SMALL_TOKENS; }
+  // A narrow tile whose x stages are boxes of TILE_SMALL_TOKENS rows (KernelOptions.tile_small_x).
+  __device__ __forceinline__ bool small(const Globals& g) const {
+    return g.tile_small_x && tokens <= TILE_SMALL_TOKENS;
+  }
   // Each K step is two ring pages of rows (the host makes such tiles wide only).
   __device__ __forceinline__ bool tall() const { return rows > TILE_WEIGHT_ROWS; }
   // Half h of a tall tile's rows (rows [128 h, ...)) as a tile of its own: its epilogue's operands.
@@ -136,11 +138,11 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
 
 // An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile, and of
 // TILE_SMALL_TOKENS rows in a small one.
-__device__ __forceinline__ int tile_x_box_bytes(const TileOperands& t) {
-  return t.small() ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
+__device__ __forceinline__ int tile_x_box_bytes(const Globals& g, const TileOperands& t) {
+  return t.small(g) ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
 }
-__device__ __forceinline__ int tile_stage_bytes(const TileOperands& t) {
-  return (t.wide() ? 2 : 1) * tile_x_box_bytes(t);
+__device__ __forceinline__ int tile_stage_bytes(const Globals& g, const TileOperands& t) {
+  return (t.wide() ? 2 : 1) * tile_x_box_bytes(g, t);
 }
 
 // K steps of x in flight: as many stages of `stage_bytes` as x holds, at most TILE_X_STAGES, at least one.
@@ -156,8 +158,8 @@ struct TileShared {
   uint32_t stages;  // ... (shared-window address, for the products)
   int stage_bytes, n_stages;
   tk::semaphore* bars;  // one per stage, in scratch
-  __device__ __forceinline__ TileShared(const Shared& sm, const TileOperands& t)
-      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), stage_bytes(tile_stage_bytes(t)),
+  __device__ __forceinline__ TileShared(const Globals& g, const Shared& sm, const TileOperands& t)
+      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), stage_bytes(tile_stage_bytes(g, t)),
         n_stages(tile_x_stages(sm, stage_bytes)), bars(reinterpret_cast<tk::semaphore*>(sm.scratch)) {}
 };
 
@@ -167,9 +169,9 @@ __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared&
                                              int s) {
   tk::semaphore& bar = ts.bars[s];
   tk::arrive_expect_tx(bar, ts.stage_bytes);
-  const CUtensorMap* map = g.tile_maps + t.x_map();
+  const CUtensorMap* map = g.tile_maps + t.x_map(g);
   uint8_t* base = ts.x + s * ts.stage_bytes;
-  const int box_bytes = tile_x_box_bytes(t);
+  const int box_bytes = tile_x_box_bytes(g, t);
   MK_ROLLED
   for (int b = 0; b * box_bytes < ts.stage_bytes; ++b)
     tk::tensor_load_2d(base + b * box_bytes, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K, bar);

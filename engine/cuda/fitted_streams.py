@@ -111,7 +111,8 @@ class FittedStreams:
         # streams are bf16
         bf16_x = f.bf16_rows or (f.kernel.mma_matvec and batch.num_tokens == 1)
         ring_pages = lim.fit_stream(cs.words, batch.num_tokens, batch.num_seqs, f.dims, f.kernel.max_ring_pages,
-                                    bf16_x, f.kernel.attn_tiles, f.token_group, f.lm_head_direct_max_seqs)
+                                    bf16_x, f.kernel.attn_tiles, f.token_group, f.lm_head_direct_max_seqs,
+                                    f.kernel.tile_small_x)
         rows = lim.matvec_row_elems(cs.words, f.dims, f.w_o_panels)
         tiles = cs.stream.plan.tiles
         variant = kernel_variant(cs.shape, f.dims, f.page_size, cs.stream.plan.fused, f.kernel, lim.page_bytes,

@@ -97,6 +97,16 @@ DEFAULT_TILE_MATMUL = True
 # CTA barrier, one release round and one group of eight products per pair instead of per page; a page visit's fixed
 # work was as long as a narrow tile's products (~0.86 us a page whatever its bytes, 1B, H200, batch 64).
 DEFAULT_TILE_PAGE_PAIRS = True
+# A narrow tile of at most 32 tokens copies its x in 32-row boxes instead of 64 (csrc/interpreter/tile_streams.cuh
+# TILE_SMALL_TOKENS), so its four x stages take 16 KB and the ring a page more (engine/cuda/limits.py _tile_x): a 1B
+# decode step of up to 32 sequences runs a 12-page ring instead of 11 (batch 32 measured 2.246 / 2.193 / 2.106 ms at
+# 9 / 10 / 11 pages, H200).
+DEFAULT_TILE_SMALL_X = True
+# K / V tiles of the tensor-core prompt attention in shared memory for heads of up to 64 dims (2 or 4; wider heads
+# always 2): a tile's copy from L2 takes several times its products, so with two buffers (one tile ahead) the warps
+# waited for most of each tile (csrc/interpreter/attention_tiles.cuh).
+DEFAULT_ATTN_KV_BUFFERS = 4
+ATTN_KV_BUFFER_CHOICES = (2, 4)
 # Tensor parallelism: steps of at most this many tokens (decode) all-reduce by pushing tagged 8-byte words straight into
 # every rank's receive slots (csrc/interpreter/ops/tp_allreduce.cuh, the push path: no fence, no remote load on the
 # way); larger steps through send slots and publish counts. 0: every step through the send slots. Host memory for it:
@@ -130,6 +140,8 @@ class KernelOptions:
     batch1_kernel: bool = DEFAULT_BATCH1_KERNEL  # host-side: the backend picks each stream's kernel variant
     tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
     tile_page_pairs: bool = DEFAULT_TILE_PAGE_PAIRS
+    tile_small_x: bool = DEFAULT_TILE_SMALL_X  # also host-side: the ring a stream's x stages leave (limits.py)
+    attn_kv_buffers: int = DEFAULT_ATTN_KV_BUFFERS
     tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
     tp_vocab_argmax: bool = DEFAULT_TP_VOCAB_ARGMAX  # host-side: a tensor-parallel rank's greedy streams
 
@@ -144,6 +156,8 @@ class KernelOptions:
             raise ValueError(f"mma_token_group must be in [1, 64], got {self.mma_token_group}")
         if not 0 <= self.tp_ll_tokens <= 256:
             raise ValueError(f"tp_ll_tokens must be in [0, 256], got {self.tp_ll_tokens}")
+        if self.attn_kv_buffers not in ATTN_KV_BUFFER_CHOICES:
+            raise ValueError(f"attn_kv_buffers must be one of {ATTN_KV_BUFFER_CHOICES}, got {self.attn_kv_buffers}")
         if not 0 <= self.defer_free_pages <= MAX_DEFER_FREE_PAGES:
             raise ValueError(f"defer_free_pages must be in [0, {MAX_DEFER_FREE_PAGES}], got {self.defer_free_pages}")
         opcode_mask(self.l2_beyond_ring_ops)  # names an unknown opcode -> ValueError
@@ -165,4 +179,5 @@ class KernelOptions:
                 "chain_cap_ahead": self.chain_cap_ahead,
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
-                "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs)}
+                "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs),
+                "tile_small_x": int(self.tile_small_x), "attn_kv_buffers": self.attn_kv_buffers}

@@ -200,7 +200,7 @@ class InterpreterLimits:
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
                    max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False,
-                   token_group: int | None = None, lm_direct_max_seqs: int = 0) -> int:
+                   token_group: int | None = None, lm_direct_max_seqs: int = 0, tile_small_x: bool = True) -> int:
         """Check that every instruction fits the interpreter (weight-streaming rows fit the out buffer, K fits a
         page, inputs fit x) and return the ring size for this stream: the most pages that leave x enough for
         the widest input (batch-1 decode needs a few thousand floats, so its ring grows), at most
@@ -209,7 +209,8 @@ class InterpreterLimits:
         (KernelOptions.attn_tiles): a step with a prompt chunk keeps x room for the tensor-core attention.
         `token_group`: the rows of x per matvec pass (the backend's token_group; None: the CUDA cores' 8).
         `lm_direct_max_seqs`: an LM head of 2..this many sequences writes its logits to global memory
-        (KernelOptions.lm_head_direct), not through the out buffer."""
+        (KernelOptions.lm_head_direct), not through the out buffer. `tile_small_x` (KernelOptions.tile_small_x): narrow
+        tiles of up to TILE_SMALL_X_TOKENS tokens stage their x in boxes of that many rows."""
         group = token_group or self.max_tokens_per_matvec
         x_need = self.attn_tile_floats(d.head_dim) if attn_tiles and num_tokens > num_seqs else 1
         for w in words:
@@ -219,7 +220,7 @@ class InterpreterLimits:
             if nx > group and self.max_tokens_per_step:  # token groups (token_groups.cuh)
                 self._check_held_pages(code, w[3:], d)
                 nx = group
-            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x, direct))
+            x_need = max(x_need, self._x_floats_needed(code, w[3:], nx, d, bf16_x, direct, tile_small_x))
         if x_need > self.x_floats:
             raise UnsupportedOnGPU(f"this step's widest input ({x_need} floats) exceeds the activation buffer "
                                    f"({self.x_floats} floats)")
@@ -242,7 +243,7 @@ class InterpreterLimits:
                                    f"groups keeps them in the ring, which holds {held}")
 
     def _x_floats_needed(self, code: int, a: np.ndarray, nx: int, d: ModelDims, bf16_x: bool = False,
-                         out_direct: bool = False) -> int:
+                         out_direct: bool = False, tile_small_x: bool = True) -> int:
         """Shared x one instruction needs (operands `a` = words 3..; `nx` activation rows); raises when its
         matvec output does not fit the out buffer (unless `out_direct`: it writes to global memory) or its weight rows
         do not fit a page."""
@@ -251,7 +252,7 @@ class InterpreterLimits:
         if code == op.Opcode.ATTN_O_PROJ:
             return self._attn_o_proj_x(a, nx, d)
         if code == op.Opcode.TILE_MATMUL:
-            return self._tile_x(a)
+            return self._tile_x(a, tile_small_x)
         k = row_elems(code, a, d)
         if k is None:
             return 1
@@ -266,12 +267,13 @@ class InterpreterLimits:
         return self.x_need(nx, k, bf16_x)
 
     @staticmethod
-    def _tile_x(a: np.ndarray) -> int:
+    def _tile_x(a: np.ndarray, small_x: bool = True) -> int:
         """TILE_MATMUL (operands kind, row_begin, row_end, k_begin, k_end, tok_begin, tok_end, ...): a tile keeps in x
-        TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes (TILE_SMALL_X_TOKENS
-        rows for a tile of that many tokens or fewer), twice that for a wide tile, then its products (GATE_UP and every wide tile: tokens x (rows + 4) fp32, a tall tile's one half of its
-        rows at a time); its blocks must be whole tile units, more than TILE_MAX_ROWS rows only in a wide tile of a
-        linear layer (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
+        TILE_X_STAGES_WANTED K steps of its bf16 input as TILE_NARROW_TOKENS rows of 128 bytes (`small_x`:
+        TILE_SMALL_X_TOKENS rows for a tile of that many tokens or fewer), twice that for a wide tile, then its products
+        (GATE_UP and every wide tile: tokens x (rows + 4) fp32, a tall tile's one half of its rows at a time); its
+        blocks must be whole tile units, more than TILE_MAX_ROWS rows only in a wide tile of a linear layer
+        (tile_matmul.cuh, tile_wide.cuh). NORM tiles use no x."""
         if int(a[0]) == TileKind.NORM:
             return 1
         rows, k, tokens = int(a[2] - a[1]), int(a[4] - a[3]), int(a[6] - a[5])
@@ -283,7 +285,7 @@ class InterpreterLimits:
                                    f"wide tile of a linear layer), whole {TILE_K_STEP}-column K steps and at most "
                                    f"{TILE_MAX_TOKENS} tokens")
         stage_tokens = (2 * TILE_NARROW_TOKENS if tokens > TILE_NARROW_TOKENS
-                        else TILE_SMALL_X_TOKENS if tokens <= TILE_SMALL_X_TOKENS else TILE_NARROW_TOKENS)
+                        else TILE_SMALL_X_TOKENS if small_x and tokens <= TILE_SMALL_X_TOKENS else TILE_NARROW_TOKENS)
         return max(TILE_X_STAGES_WANTED * stage_tokens * 128 // 4, tokens * (min(rows, TILE_MAX_ROWS) + 4))
 
     def _attn_o_proj_x(self, a: np.ndarray, nx: int, d: ModelDims) -> int:

@@ -23,7 +23,8 @@ def test_kernel_options_validate_and_map_to_kernel_fields() -> None:
     assert got["l2_beyond_ring_ops"] == 1 << 8  # OP_LM_HEAD
     assert "max_ring_pages" not in got  # a host-side option (engine/cuda/limits.py)
     for bad in ({"defer_free_pages": 9}, {"chain_inflight_pages": -1}, {"max_inflight_pages": -1},
-                {"chain_cap_ahead": -1}, {"l2_prefetch_kb": 5000}, {"l2_beyond_ring_ops": ("GATE_UP",)}):
+                {"chain_cap_ahead": -1}, {"l2_prefetch_kb": 5000}, {"l2_beyond_ring_ops": ("GATE_UP",)},
+                {"attn_kv_buffers": 3}):
         with pytest.raises(ValueError):
             KernelOptions(**bad)  # type: ignore[arg-type]
 
@@ -45,3 +46,12 @@ def test_launch_fields_are_scalars_the_kernel_reads() -> None:
     launch_reads = set(re.findall(r'fields\["(\w+)"\]', src))
     assert launch_reads == {"pdl"}
     assert set(KernelOptions(max_inflight_pages=3, chain_inflight_pages=1).launch_fields()) <= kernel_ints | launch_reads
+
+
+def test_the_tile_staging_options_reach_the_kernel() -> None:
+    """tile_small_x and attn_kv_buffers (csrc/interpreter/tile_streams.cuh, attention_tiles.cuh): on and four by
+    default, each an A/B knob of its own."""
+    on = KernelOptions(max_inflight_pages=3, chain_inflight_pages=1).launch_fields()
+    assert on["tile_small_x"] == 1 and on["attn_kv_buffers"] == 4
+    off = KernelOptions(max_inflight_pages=3, chain_inflight_pages=1, tile_small_x=False, attn_kv_buffers=2)
+    assert off.launch_fields()["tile_small_x"] == 0 and off.launch_fields()["attn_kv_buffers"] == 2

@@ -385,3 +385,6 @@ def test_decode_tiles_of_up_to_32_tokens_stage_small_boxes_and_get_a_ring_page_m
     b = decode_batch(batch, 130, 16)
     cs = compile_stream(d, b, 16, BuildParams.of("lpt", tile_min_tokens=17, norm_max_tokens=16), H100)
     assert _limits().fit_stream(cs.words, b.num_tokens, b.num_seqs, d, bf16_x=True, token_group=16) == ring
+    # KernelOptions.tile_small_x=0: 64-row boxes everywhere, the 11-page ring
+    assert _limits().fit_stream(cs.words, b.num_tokens, b.num_seqs, d, bf16_x=True, token_group=16,
+                                tile_small_x=False) == 11
