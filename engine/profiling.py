@@ -72,14 +72,14 @@ def profiled_chunk(args: argparse.Namespace, lengths: list[int]) -> int | None:
 
 
 def first_step_lasts(args: argparse.Namespace, lengths: list[int]) -> tuple[list[int], list[int]]:
-    """(every sequence's context, the tokens it takes in the first recorded step) of a --chunk profile: the prompts'
-    last --chunk tokens, then --decode-lens' sequences' last token each (a serving step mixing prompt chunks and
-    decodes). Without --chunk there is no such step (--decode-lens is refused)."""
+    """(every sequence's context, the tokens it takes in the first recorded step): with --chunk the prompts' last
+    --chunk tokens, then --decode-lens' sequences' last token each (a serving step mixing prompt chunks and decodes);
+    without it none (the prompts are prefilled whole; --decode-lens is refused)."""
     chunk = profiled_chunk(args, lengths)
     decoding = list(getattr(args, "decode_lens", None) or ())
     if decoding and chunk is None:
         raise ValueError("--decode-lens adds decodes to a prompt chunk's step: give --chunk N too")
-    return lengths + decoding, [chunk or 1] * len(lengths) + [1] * len(decoding)
+    return lengths + decoding, [chunk or 0] * len(lengths) + [1] * len(decoding)
 
 
 def _mixed_meta(args: argparse.Namespace) -> dict[str, MetaValue]:
@@ -164,17 +164,16 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
     if chunk and sum(lasts) > backend.max_tokens_per_step:
         raise ValueError(f"--chunk {chunk} x {len(prompts_lengths)} sequences (and --decode-lens' one token each) "
                          f"is more than a step of this kernel holds ({backend.max_tokens_per_step} tokens)")
-    first = lasts if chunk else [0] * batch  # each sequence's tokens in the first recorded step
     for s in range(batch):  # prefill each sequence alone (with --chunk: all but its last chunk, or token)
-        if len(prompts[s]) > first[s]:
-            backend.prefill(prompts[s][:len(prompts[s]) - first[s]], tables[s])
+        if len(prompts[s]) > lasts[s]:
+            backend.prefill(prompts[s][:len(prompts[s]) - lasts[s]], tables[s])
     tokens = [p[-1] for p in prompts]
     records = []
     backend.timing = True  # every step is recorded: the same --steps meaning as the VM's
     for step in range(steps):
         if chunk and step == 0:  # the prompts' last tokens; decode step k then writes at n + k - 1
-            b = StepBatch.build([p[len(p) - f:] for p, f in zip(prompts, first)],
-                                [n - f for n, f in zip(lengths, first)], tables, device=dev, page_size=page)
+            b = StepBatch.build([p[len(p) - f:] for p, f in zip(prompts, lasts)],
+                                [n - f for n, f in zip(lengths, lasts)], tables, device=dev, page_size=page)
         else:
             b = StepBatch.build([[t] for t in tokens], [n + step - (1 if chunk else 0) for n in lengths], tables,
                                 device=dev, page_size=page)

@@ -45,11 +45,13 @@ __host__ __device__ constexpr int tile_kv_buffers(int hd) {
   return hd <= 64 ? TILE_KV_BUFFERS_SMALL_HEAD : TILE_KV_BUFFERS_LARGE_HEAD;
 }
 // Shared rows of the tile path: a round's queries (read as A fragments at every tile: holding a 128-wide head's in
-// registers spilled the kernel's), then the buffers of TILE_KEYS keys and values.
-__host__ __device__ constexpr int tile_scratch_rows(int hd) {
-  return TILE_ROUND_ROWS + tile_kv_buffers(hd) * 2 * TILE_KEYS;
+// registers spilled the kernel's), then `buffers` buffers of TILE_KEYS keys and values (default: the most at hd).
+__host__ __device__ constexpr int tile_scratch_rows(int hd, int buffers = 0) {
+  return TILE_ROUND_ROWS + (buffers ? buffers : tile_kv_buffers(hd)) * 2 * TILE_KEYS;
 }
-__host__ __device__ constexpr int tile_scratch_bytes(int hd) { return tile_scratch_rows(hd) * tile_pitch(hd) * 2; }
+__host__ __device__ constexpr int tile_scratch_bytes(int hd, int buffers = 0) {
+  return tile_scratch_rows(hd, buffers) * tile_pitch(hd) * 2;
+}
 static_assert(tile_scratch_bytes(64) <= X_FLOATS * 4 && tile_scratch_bytes(128) <= X_FLOATS * 4,
               "the tile path's scratch fits x at the smallest ring");
 static_assert((TILE_KV_BUFFERS_SMALL_HEAD & (TILE_KV_BUFFERS_SMALL_HEAD - 1)) == 0 &&
@@ -73,8 +75,7 @@ __device__ __forceinline__ int launch_kv_buffers(const Globals& g, int hd) {
 
 // Whether `task` takes the tile path: the kernel option on, enough rows, and x large enough at this ring.
 __device__ __forceinline__ bool takes_tiles(const Globals& g, const Shared& sm, const AttnTask& task, int hd) {
-  const int scratch = (TILE_ROUND_ROWS + launch_kv_buffers(g, hd) * 2 * TILE_KEYS) * tile_pitch(hd) * 2;
-  if (!g.attn_tiles || sm.x_floats * 4 < scratch) return false;
+  if (!g.attn_tiles || sm.x_floats * 4 < tile_scratch_bytes(hd, launch_kv_buffers(g, hd))) return false;
   const StepArgs sa(g);
   const int nq = sa.query_start(task.seq + 1) - sa.query_start(task.seq);
   const int part = nq * (task.q_part + 1) / task.q_parts - nq * task.q_part / task.q_parts;

@@ -343,7 +343,7 @@ PYBIND11_MODULE(mk_interpreter, m) {
   m.attr("MAX_TOKENS_PER_STEP") = mk::vm::MAX_TOKENS_PER_STEP;
   m.attr("X_ROW_SKEW") = mk::vm::X_ROW_SKEW;  // padding between bf16 x rows (activations.cuh x_pitch)
   m.attr("MAX_GQA") = mk::vm::MAX_GQA;
-  {  // the tensor-core attention's shared rows by head dim (attention_tiles.cuh tile_scratch_rows)
+  {  // the tensor-core attention's shared rows by the head dims it runs (attention_tiles.cuh tile_scratch_rows)
     py::dict rows;
     for (int hd : {64, 128}) rows[py::int_(hd)] = mk::vm::tile_scratch_rows(hd);
     m.attr("ATTN_TILE_ROWS") = rows;

@@ -156,11 +156,12 @@ __device__ __forceinline__ int tile_x_stages(const Shared& sm, int stage_bytes) 
 struct TileShared {
   uint8_t* x;       // the stages (generic address, for the copies)
   uint32_t stages;  // ... (shared-window address, for the products)
-  int stage_bytes, n_stages;
+  int box_bytes, stage_bytes, n_stages;  // a stage is one box, or two in a wide tile
   tk::semaphore* bars;  // one per stage, in scratch
   __device__ __forceinline__ TileShared(const Globals& g, const Shared& sm, const TileOperands& t)
-      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), stage_bytes(tile_stage_bytes(g, t)),
-        n_stages(tile_x_stages(sm, stage_bytes)), bars(reinterpret_cast<tk::semaphore*>(sm.scratch)) {}
+      : x(reinterpret_cast<uint8_t*>(sm.x)), stages(tk::smem_addr(sm.x)), box_bytes(tile_x_box_bytes(g, t)),
+        stage_bytes(tile_stage_bytes(g, t)), n_stages(tile_x_stages(sm, stage_bytes)),
+        bars(reinterpret_cast<tk::semaphore*>(sm.scratch)) {}
 };
 
 // Consumer thread 0: copy K step `step` of the tile's tokens into stage `s`, a box of TILE_TOKENS rows per
@@ -171,10 +172,9 @@ __device__ __forceinline__ void issue_tile_x(const Globals& g, const TileShared&
   tk::arrive_expect_tx(bar, ts.stage_bytes);
   const CUtensorMap* map = g.tile_maps + t.x_map(g);
   uint8_t* base = ts.x + s * ts.stage_bytes;
-  const int box_bytes = tile_x_box_bytes(g, t);
   MK_ROLLED
-  for (int b = 0; b * box_bytes < ts.stage_bytes; ++b)
-    tk::tensor_load_2d(base + b * box_bytes, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K, bar);
+  for (int b = 0; b * ts.box_bytes < ts.stage_bytes; ++b)
+    tk::tensor_load_2d(base + b * ts.box_bytes, map, t.tok_begin + b * TILE_TOKENS, t.k_begin + step * TILE_K, bar);
 }
 
 }  // namespace mk::vm

@@ -22,9 +22,6 @@ TILE_X_STAGES_WANTED = 4
 # (tile_streams.cuh TILE_SMALL_TOKENS): its four stages take 16 KB, and the ring a page more.
 TILE_SMALL_X_TOKENS = 32
 
-# Head dims whose many-query attention runs on the tensor cores (ops/attn_partial.cuh: 2 and 4 dims per lane).
-ATTN_TILE_HEAD_DIMS = (64, 128)
-
 
 PANEL_WIDTHS = (64, 128, 256)  # panel_pages.cuh panel_k_ok: W_o slices (heads * head_dim) taken as panel pages
 
@@ -62,8 +59,9 @@ class InterpreterLimits:
     # Tokens per step when x holds a whole token group (config.cuh MAX_TOKENS_PER_STEP; token_groups.cuh); 0: a
     # step is one token group
     max_tokens_per_step: int = 0
-    # The tensor-core many-query attention's shared rows per head dim, (head dim, rows) pairs (attention_tiles.cuh
-    # tile_scratch_rows: a round's queries and its K / V buffers), and their skew; none: the kernel has no tile path
+    # The tensor-core many-query attention's shared rows per head dim, (head dim, rows) pairs for the head dims it runs
+    # (64 and 128: ops/attn_partial.cuh, 2 and 4 dims per lane; attention_tiles.cuh tile_scratch_rows: a round's
+    # queries and its K / V buffers), and their skew; none: the kernel has no tile path
     attn_tile_rows: tuple[tuple[int, int], ...] = ()
     attn_tile_skew: int = 8
     # x rows one tensor-core matvec takes (config.cuh MAX_TOKEN_GROUP; bf16 x); 0: as max_tokens_per_matvec
@@ -193,10 +191,7 @@ class InterpreterLimits:
     def attn_tile_floats(self, head_dim: int) -> int:
         """x floats the tensor-core many-query attention needs at this head dim (attention_tiles.cuh
         tile_scratch_bytes), 0 where the kernel runs that head dim on the CUDA cores only."""
-        rows = dict(self.attn_tile_rows).get(head_dim, 0)
-        if not rows or head_dim not in ATTN_TILE_HEAD_DIMS:
-            return 0
-        return rows * (head_dim + self.attn_tile_skew) * 2 // 4
+        return dict(self.attn_tile_rows).get(head_dim, 0) * (head_dim + self.attn_tile_skew) * 2 // 4
 
     def fit_stream(self, words: np.ndarray, num_tokens: int, num_seqs: int, d: ModelDims,
                    max_ring_pages: int | None = None, bf16_x: bool = False, attn_tiles: bool = False,
