@@ -12,7 +12,7 @@ import pytest
 
 from engine.cuda.limits import UnsupportedOnGPU
 from engine.instructions.layout import ModelDims
-from engine.instructions.ops.tile_matmul import TileKind, TileMatmul
+from engine.instructions.ops.tile_matmul import NormOf, TileKind, TileMatmul
 from engine.instructions.registry import OPCODES, Opcode
 from engine.profiling import chunk_batch_of, decode_batch
 from engine.scheduler.compiler import step_builder_tiles as tiles
@@ -55,8 +55,9 @@ def test_a_1b_decode_of_64_is_one_wave_of_tiles_per_op_with_four_x_stages() -> N
     assert ring > lim.min_ring_pages and lim.x_floats_at(ring) * 4 // (64 * 128) >= 4
 
 
-def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> None:
-    """300 tokens: three wide chunks of 100 for every kind, O's too (a page visit multiplies 100 tokens)."""
+def test_a_prompt_chunk_runs_in_token_chunks_and_its_lm_head_over_its_one_sequence() -> None:
+    """300 tokens: three wide chunks of 100 for every kind, O's too (a page visit multiplies 100 tokens); the LM head
+    as tiles of the one sequence, after one final-norm tile of its last token."""
     d, cs = _compile(StepBatch.build([list(range(1, 301))], [0], [list(range(19))], page_size=16))
     chunks: dict[TileKind, set[tuple[int, int]]] = {}
     for i in cs.stream.instrs:
@@ -64,9 +65,26 @@ def test_a_prompt_chunk_runs_in_token_chunks_and_keeps_the_lm_head_opcode() -> N
             chunks.setdefault(TileKind(i.kind), set()).add((i.tok_begin, i.tok_end))
     assert set(chunks) == {TileKind.QKV, TileKind.O, TileKind.GATE_UP, TileKind.DOWN}
     assert all(c == {(0, 100), (100, 200), (200, 300)} for c in chunks.values())
-    assert any(OPCODES.code_of(i) == Opcode.LM_HEAD for i in cs.stream.instrs)
+    assert not any(OPCODES.code_of(i) == Opcode.LM_HEAD for i in cs.stream.instrs)
+    tiles = [i for i in cs.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL]
+    assert {(i.tok_begin, i.tok_end) for i in tiles if i.kind == TileKind.LM_HEAD} == {(0, 1)}
+    assert [(i.tok_begin, i.tok_end) for i in tiles if i.kind == TileKind.NORM and i.block == NormOf.FINAL] == [(0, 1)]
     lim = _limits()
     assert lim.fit_stream(cs.words, 300, 1, d) >= lim.min_ring_pages  # wide tiles' stages and products fit x
+
+
+def test_the_lm_head_of_a_step_with_prompt_chunks_as_the_matvec_opcode_for_the_ab() -> None:
+    """SplitParams.tile_lm_head_mixed=False: a prompt chunk beside a decode keeps LM_HEAD (and no final-norm tiles);
+    a decode step keeps its LM head tiles."""
+    d = ModelDims.from_config(preset_config("llama-3.2-1b"))
+    params = BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17, tile_lm_head_mixed=False)
+    mixed = StepBatch.build([list(range(1, 41)), [7]], [0, 30], [list(range(3)), list(range(2))], page_size=16)
+    ops = {OPCODES.code_of(i) for i in compile_stream(d, mixed, 16, params, H100).stream.instrs}
+    assert Opcode.LM_HEAD in ops
+    decode = StepBatch.build([[t] for t in range(1, 41)], [9] * 40, [[j] for j in range(40)], page_size=16)
+    instrs = compile_stream(d, decode, 16, params, H100).stream.instrs
+    assert Opcode.LM_HEAD not in {OPCODES.code_of(i) for i in instrs}
+    assert any(OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind == TileKind.LM_HEAD for i in instrs)
 
 
 def test_tile_tokens_64_keeps_every_tile_narrow() -> None:
@@ -77,7 +95,8 @@ def test_tile_tokens_64_keeps_every_tile_narrow() -> None:
     params = BuildParams.of("lpt", min_pages_per_split=8, tile_min_tokens=17, tile_tokens=64)
     cs = compile_stream(d, batch, 16, params, H100)
     assert {(i.tok_begin, i.tok_end) for i in cs.stream.instrs
-            if OPCODES.code_of(i) == Opcode.TILE_MATMUL and i.kind != TileKind.NORM} == {(0, 50), (50, 100)}
+            if OPCODES.code_of(i) == Opcode.TILE_MATMUL
+            and i.kind not in (TileKind.NORM, TileKind.LM_HEAD)} == {(0, 50), (50, 100)}
 
 
 def test_a_decode_of_100_sequences_is_one_wide_chunk() -> None:

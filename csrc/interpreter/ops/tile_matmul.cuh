@@ -84,18 +84,22 @@ __device__ __forceinline__ void tile_add_residual(const Globals& g, const TileOp
 
 // NORM: x_bf16 rows of the instruction's tokens = RMSNorm(hidden) with the norm its `block` operand names, in bf16
 // (the tiles after it multiply it directly), with the matvec ops' norm arithmetic (activations.cuh rms_inv,
-// x_layout.cuh scale4). All consumers take each token: every thread loads its TILE_NORM_VECS float4 of the row
-// at once (a warp walking a 2048-wide row alone took 8 us per instruction, latency-bound). hidden was last written by
-// other SMs' reductions this step: read through L2.
+// x_layout.cuh scale4). The final norm's "tokens" are sequences: row s is sequence s's last token (the LM head's
+// tiles read one row per sequence, whatever the step's prompt chunks). All consumers take each token: every thread
+// loads its TILE_NORM_VECS float4 of the row at once (a warp walking a 2048-wide row alone took 8 us per instruction,
+// latency-bound). hidden was last written by other SMs' reductions this step: read through L2.
 __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm, const int* w) {
   const TileOperands t(w);
   const int which = w[W_OPERANDS + 7], H4 = g.hidden_size / 4, tid = threadIdx.x;
   const bf16* weight = which == NORM_FINAL ? g.final_norm
                        : (which == NORM_ATTN ? g.attn_norm : g.mlp_norm) + (long long)w[W_LAYER] * g.hidden_size;
   const uint2* w4 = reinterpret_cast<const uint2*>(weight);  // four bf16
+  const StepArgs sa(g);
   for (int i = 0; i < t.tokens; ++i) {
     const long long row = (long long)(t.tok_begin + i) * g.hidden_size;
-    const float4* x = reinterpret_cast<const float4*>(g.hidden + row);
+    const long long src = which == NORM_FINAL ? (long long)(sa.query_start(t.tok_begin + i + 1) - 1) * g.hidden_size
+                                              : row;
+    const float4* x = reinterpret_cast<const float4*>(g.hidden + src);
     float4 v[TILE_NORM_VECS];
     float ss = 0.f;
 #pragma unroll

@@ -4,7 +4,8 @@ matvec opcodes for steps of many tokens (the cuda backend: csrc/interpreter/tile
 A tile is weight rows [row_begin, row_end) of one matrix times columns [k_begin, k_end) for tokens
 [tok_begin, tok_end). Its kind says which matrix and what happens to the products:
 - NORM (no matrix): RMSNorm(hidden) of its tokens, with the norm `block` names (NormOf), into x_bf16: the input of
-  the QKV, GATE_UP and LM_HEAD tiles after it, normalised once per token instead of once per tile;
+  the QKV, GATE_UP and LM_HEAD tiles after it, normalised once per token instead of once per tile; the final norm's
+  "tokens" are sequences: row s of x_bf16 is sequence s's last token, the one the LM head reads;
 - QKV: W_qkv rows of one KV group over the whole hidden width, x_bf16 as the input; RoPE, q rows into q, k/v rows
   into the paged cache (RMS_QKV_ROPE_APPEND's semantics for those tokens);
 - O: W_o over a K-slice of attn_bf16 (the attention output, which the attention ops write next to attn_out), added
@@ -12,8 +13,8 @@ A tile is weight rows [row_begin, row_end) of one matrix times columns [k_begin,
 - GATE_UP: interleaved W_gate_up rows (whole gate/up tile pairs) over the whole hidden width, x_bf16 as the input;
   silu(gate) * up into act_bf16;
 - DOWN: W_down over a K-slice of act_bf16, added into hidden;
-- LM_HEAD: LM head rows (vocabulary ids) over the whole hidden width for a step whose every sequence has one token
-  (token t is sequence t), x_bf16 (the final norm's) as the input; logits, and the block's (max, first argmax) per
+- LM_HEAD: LM head rows (vocabulary ids) over the whole hidden width for sequences [tok_begin, tok_end), x_bf16
+  (the final norm's: row s is sequence s's last token) as the input; logits, and the block's (max, first argmax) per
   sequence into lm_max / lm_arg[:, block] (LM_HEAD's semantics for those sequences).
 A layer of tiles keeps the residual in hidden throughout (no mid): O and DOWN add into it, which is why the MLP's
 NORM tiles wait for all the layer's O tiles and the next layer's for all its DOWN tiles. The bf16 inputs are what
@@ -29,7 +30,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from engine.instructions.accesses import Access, box
+from engine.instructions.accesses import Access, box, runs
 from engine.instructions.cost import CostInputs, InstrCost
 from engine.instructions.format import Header
 from engine.instructions.op_spec import Buffers, OpSpec
@@ -83,11 +84,17 @@ def _norm_weight(i: TileMatmul, b: Buffers) -> torch.Tensor:
     return b.w("attn_norm" if i.block == NormOf.ATTN else "mlp_norm")[i.header.layer]
 
 
+def final_norm_rows(i: TileMatmul, b: Buffers) -> torch.Tensor:
+    """The hidden rows a final-norm tile reads: the last token of each of its sequences [tok_begin, tok_end)."""
+    return torch.tensor(b.args.query_start[i.tok_begin + 1: i.tok_end + 1], dtype=torch.int64) - 1
+
+
 def execute(i: TileMatmul, b: Buffers) -> None:
     layer, t = i.header.layer, slice(i.tok_begin, i.tok_end)
     rows, k = slice(i.row_begin, i.row_end), slice(i.k_begin, i.k_end)
     if i.kind == TileKind.NORM:
-        b.get("x_bf16")[t] = rms(b.get("hidden")[t], _norm_weight(i, b), b.dims.eps)
+        rows = final_norm_rows(i, b) if i.block == NormOf.FINAL else t
+        b.get("x_bf16")[t] = rms(b.get("hidden")[rows], _norm_weight(i, b), b.dims.eps)
     elif i.kind == TileKind.QKV:
         write_qkv_rows(b, layer, i.row_begin, i.row_end, kv_group_of(i, b), i.tok_begin, i.tok_end, source="x_bf16")
     elif i.kind == TileKind.LM_HEAD:
@@ -110,7 +117,8 @@ def execute(i: TileMatmul, b: Buffers) -> None:
 def accesses(i: TileMatmul, b: Buffers) -> list[Access]:
     t, d = (i.tok_begin, i.tok_end), b.dims
     if i.kind == TileKind.NORM:
-        return [Access("hidden", "r", (box(t, (0, d.hidden)),)), Access("x_bf16", "w", (box(t, (0, d.hidden)),))]
+        read = runs(final_norm_rows(i, b).numpy()) if i.block == NormOf.FINAL else t
+        return [Access("hidden", "r", (box(read, (0, d.hidden)),)), Access("x_bf16", "w", (box(t, (0, d.hidden)),))]
     if i.kind == TileKind.QKV:
         return qkv_rows_accesses(b, i.header.layer, i.row_begin, i.row_end, kv_group_of(i, b), *t, source="x_bf16")
     if i.kind == TileKind.LM_HEAD:

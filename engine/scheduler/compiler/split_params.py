@@ -97,6 +97,9 @@ class SplitParams:
     # tile page was bound by the consumers' loop; 22.21 / 22.41 against 22.62 / 24.06 with the page visits waiting on
     # their copies (within this machine's noise); kept for the A/B.
     tile_weight_major: bool = False
+    # True: a tiled step with prompt chunks in it takes its LM head as tiles of its sequences' last tokens, as a
+    # decode step does; False: the matvec LM_HEAD for such steps (the A/B).
+    tile_lm_head_mixed: bool = True
     # A NORM tile normalises at most this many tokens (None: no cap; the step's tokens over a quarter of the SMs).
     # Every QKV / gate-up tile waits for all of a norm's NORM tiles, and a NORM tile takes its tokens one after
     # another (about 1 us each on an H100): a 2 048-token prompt's 33 NORM tiles of 62 tokens took 67 us each, twice

@@ -201,12 +201,14 @@ def _all_reduced(emit: _Emitter, plan: Plan, layer: int, after_mlp: bool, wait: 
 
 
 def _tile_norm(emit: _Emitter, tp: TilePlan, layer: int, which: NormOf, waits: Waits) -> tuple[int, int]:
-    """One norm's NORM tiles (x_bf16 for the tiles after them); returns the wait for all of them."""
+    """One norm's NORM tiles (x_bf16 for the tiles after them); returns the wait for all of them. The final norm's
+    ranges are of sequences (each one's last token)."""
     counter = emit.ctr(f"NORM_{which.name}[{layer}]")
-    for t0, t1 in tp.norm_tokens:
+    ranges = tp.final_norm_seqs if which == NormOf.FINAL else tp.norm_tokens
+    for t0, t1 in ranges:
         emit(TileMatmul, layer, waits, counter, kind=TileKind.NORM, row_begin=0, row_end=0, k_begin=0, k_end=0,
              tok_begin=t0, tok_end=t1, block=int(which))
-    return counter, len(tp.norm_tokens)
+    return counter, len(ranges)
 
 
 def _tile_layer(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, layer: int,
@@ -291,10 +293,11 @@ def build_stream(dims: ModelDims, shape: StepShape, plan: Plan) -> Stream:
     if lm_tiles:
         assert plan.tiles is not None
         final_norm = _tile_norm(emit, plan.tiles, -1, NormOf.FINAL, prev_waits)
-        for (blk, a, b), (t0, t1) in plan.tiles.ordered([(blk, a, b) for blk, (a, b) in enumerate(lm_tiles)]):
+        seqs = plan.tiles.lm_seqs
+        for (blk, a, b), (s0, s1) in plan.tiles.ordered([(blk, a, b) for blk, (a, b) in enumerate(lm_tiles)], seqs):
             emit(TileMatmul, -1, [final_norm], c_lm, kind=TileKind.LM_HEAD, row_begin=a, row_end=b, k_begin=0,
-                 k_end=dims.hidden, tok_begin=t0, tok_end=t1, block=blk)
-        n_lm = len(lm_tiles) * len(plan.tiles.tokens)
+                 k_end=dims.hidden, tok_begin=s0, tok_end=s1, block=blk)
+        n_lm = len(lm_tiles) * len(seqs)
     else:
         for blk, (a, b) in enumerate(plan.lm_head):
             emit(LmHead, -1, prev_waits, c_lm, v_begin=a, v_end=b, block=blk)

@@ -169,7 +169,7 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     if (not fused and p.tile_min_tokens is not None and shape.num_tokens >= p.tile_min_tokens
             and tiles_fit(d)):
         tiles = tile_plan(d, shape, device, p.waves, p.tile_tokens, p.tile_weight_major, p.norm_max_tokens,
-                          p.tile_wide_rows)
+                          p.tile_wide_rows, p.tile_lm_head_mixed)
         if tiles.lm_rows:  # the LM head as tiles too, over the whole vocabulary: one block each (lm_max / lm_arg)
             lm_head = list(tiles.lm_rows)
             v_lo, v_hi = 0, d.vocab

@@ -40,10 +40,14 @@ class TilePlan:
     gate_up: tuple[Range, ...]  # intermediate columns (2 W_gate_up rows each), whole gate/up tile pairs
     down_rows: tuple[Range, ...]
     down_k: tuple[Range, ...]  # K-slices of the intermediate width
-    # LM head row blocks (vocabulary ids) where every sequence of the step has one token; empty: LM_HEAD instructions
+    # LM head row blocks (vocabulary ids); empty: LM_HEAD instructions (a vocabulary of no whole row units)
     lm_rows: tuple[Range, ...] = ()
     # NORM tiles' token ranges (each norm of a layer: one instruction per range)
     norm_tokens: tuple[Range, ...] = ()
+    # The LM head's sequence chunks (its tiles' "tokens" are sequences: the final norm puts sequence s's last token in
+    # row s of its input, engine/instructions/ops/tile_matmul.py), and the final norm's sequence ranges
+    lm_seqs: tuple[Range, ...] = ()
+    final_norm_seqs: tuple[Range, ...] = ()
     # The order tiles are listed in, which the static schedule follows between equal tiles: True, a weight block's
     # tiles over every token chunk together (SplitParams.tile_weight_major); False, chunk by chunk.
     weight_major: bool = False
@@ -54,11 +58,14 @@ class TilePlan:
         rows = [b - a for a, b, _g in self.qkv] + [b - a for a, b in self.o_rows + self.down_rows]
         return max(rows + [2 * (b - a) for a, b in self.gate_up]) > TILE_MAX_ROWS
 
-    def ordered(self, blocks: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], Range]]:
-        """(weight block, token chunk) pairs of one op in the plan's order."""
+    def ordered(self, blocks: list[tuple[int, ...]],
+                chunks: tuple[Range, ...] | None = None) -> list[tuple[tuple[int, ...], Range]]:
+        """(weight block, token chunk) pairs of one op in the plan's order (`chunks`: these instead of the step's token
+        chunks, e.g. the LM head's sequence chunks)."""
+        chunks = self.tokens if chunks is None else chunks
         if self.weight_major:
-            return [(b, t) for b in blocks for t in self.tokens]
-        return [(b, t) for t in self.tokens for b in blocks]
+            return [(b, t) for b in blocks for t in chunks]
+        return [(b, t) for t in chunks for b in blocks]
 
 
 def _cut(lo: int, hi: int, parts: int, unit: int) -> list[Range]:
@@ -79,12 +86,17 @@ def tiles_fit(d: ModelDims) -> bool:
 
 def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float, tile_tokens: int,
               weight_major: bool = False, norm_max_tokens: int | None = None,
-              wide_rows: int = TILE_MAX_ROWS) -> TilePlan:
+              wide_rows: int = TILE_MAX_ROWS, lm_head_mixed: bool = True) -> TilePlan:
     """About `waves * num_sms` tiles per op and token chunk; NORM tiles of at most `norm_max_tokens` tokens (None: no
     cap); the linear layers' tiles of at most `wide_rows` rows where every chunk is wide (TILE_MAX_ROWS or
-    TILE_TALL_ROWS, as SplitParams checks; the LM head's stay at TILE_MAX_ROWS); tiles_fit(d) must hold."""
+    TILE_TALL_ROWS, as SplitParams checks; the LM head's stay at TILE_MAX_ROWS); the LM head as tiles in steps with
+    prompt chunks too unless `lm_head_mixed` is off; tiles_fit(d) must hold."""
     target = waves * device.num_sms
-    chunks = _cut(0, shape.num_tokens, math.ceil(shape.num_tokens / min(tile_tokens, TILE_MAX_TOKENS)), 1)
+
+    def chunked(n: int) -> list[Range]:
+        return _cut(0, n, math.ceil(n / min(tile_tokens, TILE_MAX_TOKENS)), 1)
+
+    chunks = chunked(shape.num_tokens)
     per_chunk = max(1.0, target / len(chunks))
     wide = min(b - a for a, b in chunks) > TILE_NARROW_TOKENS
     max_rows = wide_rows if wide else TILE_MAX_ROWS
@@ -102,8 +114,11 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
     down_k = _cut(0, d.intermediate, math.floor(per_chunk / len(rows)), TILE_K_STEP)
     gu = d.gu_tile
     gate_up = _cut(0, d.intermediate, max(math.ceil(2 * d.intermediate / max_rows), math.floor(per_chunk)), gu)
+    # The LM head reads one token per sequence: a step with prompt chunks in it (a serving step's mix) multiplies its
+    # sequences' last tokens only, in tiles like a decode step's (the matvec LM_HEAD re-read the vocabulary's 262 MB
+    # (1B) for each group of 16 sequences: 1.5 ms of a 40-sequence step's 17.9 ms, H200).
     lm_rows: list[Range] = []
-    if shape.num_tokens == shape.num_seqs and d.vocab % TILE_ROW_UNIT == 0:
+    if d.vocab % TILE_ROW_UNIT == 0 and (lm_head_mixed or shape.num_tokens == shape.num_seqs):
         lm_rows = _cut(0, d.vocab, math.ceil(d.vocab / TILE_MAX_ROWS), TILE_ROW_UNIT)
     # A norm reads its tokens' hidden rows once: a quarter of the SMs share it (each range a few tokens), so the
     # tiles waiting for it start after one short hop.
@@ -111,5 +126,10 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
     if norm_max_tokens is not None:
         norms = max(norms, math.ceil(shape.num_tokens / norm_max_tokens))
     norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, norms), 1)
+    final_norms = max(1, device.num_sms // 4)
+    if norm_max_tokens is not None:
+        final_norms = max(final_norms, math.ceil(shape.num_seqs / norm_max_tokens))
+    final_norm_seqs = _cut(0, shape.num_seqs, min(shape.num_seqs, final_norms), 1)
     return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
-                    tuple(lm_rows), tuple(norm_tokens), weight_major)
+                    tuple(lm_rows), tuple(norm_tokens), tuple(chunked(shape.num_seqs)), tuple(final_norm_seqs),
+                    weight_major)
