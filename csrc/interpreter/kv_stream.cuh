@@ -26,6 +26,7 @@ __device__ __forceinline__ void derive_kv_stream(const Globals& g, int* slot) {
   const StepArgs sa(g);
   const bool fused = op == OP_ATTN_O_PROJ;
   const int s = slot[W_OPERANDS], split = fused ? 0 : slot[W_OPERANDS + 2], nsplit = fused ? 1 : slot[W_OPERANDS + 3];
+  if (s < 0) return;  // a spread unit with no work (query_units.cuh)
   const int ps = sa.page_size(), kvpp_max = PAGE_BYTES / (2 * ps * g.head_dim * 2);
   if (kvpp_max == 0) return;  // one KV page's keys and values do not fit a ring page
   const int q_first = sa.query_start(s), q_last = sa.query_start(s + 1), C = sa.context_len(s);

@@ -4,7 +4,7 @@
 
 namespace mk::vm {
 
-inline constexpr int FORMAT_VERSION = 3;
+inline constexpr int FORMAT_VERSION = 4;
 inline constexpr int WORDS = 32;
 
 // The instruction set, one line per opcode: X(NAME, number, weights), the numbers of
@@ -92,6 +92,7 @@ inline constexpr int SA_OFF_SLOTS = 7;
 inline constexpr int SA_OFF_QUERY_START = 8;
 inline constexpr int SA_OFF_CONTEXT_LENS = 9;
 inline constexpr int SA_OFF_BLOCK_TABLES = 10;
+inline constexpr int SA_OFF_QUERY_UNITS = 12;  // where each sequence's query units start (query_units.cuh)
 inline constexpr int SA_HEADER_WORDS = 16;  // engine/instructions/layout.py STEP_ARGS_HEADER_WORDS
 
 // Error record written by the first failing block (error[0] != 0 also tells every block to stop).

@@ -13,6 +13,7 @@
 #include "l2_prefetch.cuh"
 #include "marks.cuh"
 #include "kv_stream.cuh"
+#include "query_units.cuh"
 #include "ops/dispatch.cuh"
 #include "panel_pages.cuh"
 #include "tile_streams.cuh"
@@ -50,6 +51,7 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     int* dst = sm.slots + slot * SLOT_WORDS;
     dst[lane] = w ? __ldcg(w + lane) : (lane == W_OPCODE ? OP_NOOP : 0);
     __syncwarp();
+    resolve_query_unit(g, dst);  // before the KV stream is derived from the slot's sequence
     // The slot-only words (opcodes.cuh): the weight stream, derived here where the opcode switch and the
     // divisions cost nothing, instead of by the loader and, on the critical path, by the consumers
     // (ops/dispatch.cuh: each opcode's own description).

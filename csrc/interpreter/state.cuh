@@ -69,6 +69,7 @@ struct StepArgs {
   __device__ int slot(int t) const { return g.step_args[g.sa_header[SA_OFF_SLOTS] + t]; }
   __device__ int query_start(int s) const { return g.step_args[g.sa_header[SA_OFF_QUERY_START] + s]; }
   __device__ int context_len(int s) const { return g.step_args[g.sa_header[SA_OFF_CONTEXT_LENS] + s]; }
+  __device__ int query_unit_start(int s) const { return g.step_args[g.sa_header[SA_OFF_QUERY_UNITS] + s]; }
   __device__ int block(int s, int i) const {
     return g.step_args[g.sa_header[SA_OFF_BLOCK_TABLES] + s * max_pages() + i];
   }

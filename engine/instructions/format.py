@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 WORDS = 32
 MAX_WAITS = 5
 NUM_OPERANDS = 13

@@ -19,7 +19,7 @@ from models.llama.config import LlamaConfig
 # ---- step-args header (int32 words at the start of the step-args buffer) -----------------------------
 SA_VERSION, SA_NUM_TOKENS, SA_NUM_SEQS, SA_MAX_PAGES, SA_PAGE_SIZE = 0, 1, 2, 3, 4
 SA_OFF_TOKEN_IDS, SA_OFF_POSITIONS, SA_OFF_SLOTS, SA_OFF_QUERY_START = 5, 6, 7, 8
-SA_OFF_CONTEXT_LENS, SA_OFF_BLOCK_TABLES, SA_TOTAL_WORDS = 9, 10, 11
+SA_OFF_CONTEXT_LENS, SA_OFF_BLOCK_TABLES, SA_TOTAL_WORDS, SA_OFF_QUERY_UNITS = 9, 10, 11, 12
 STEP_ARGS_HEADER_WORDS = 16
 
 
@@ -171,7 +171,7 @@ def step_args_offsets(shape: StepShape) -> dict[str, int]:
     off: dict[str, int] = {}
     o = STEP_ARGS_HEADER_WORDS
     for name, n in (("token_ids", T), ("positions", T), ("slot_mapping", T), ("query_start", S + 1),
-                    ("context_lens", S), ("block_tables", S * shape.max_pages)):
+                    ("context_lens", S), ("block_tables", S * shape.max_pages), ("query_units", S + 1)):
         off[name] = o
         o += n
     off["total"] = o

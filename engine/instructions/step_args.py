@@ -2,9 +2,10 @@
 
 Layout (word offsets are also stored in the header, so the interpreter needs no other parameters):
     header[16]: version, T, S, max_pages, page_size, off_token_ids, off_positions, off_slot_mapping,
-                off_query_start, off_context_lens, off_block_tables, total_words, 0, 0, 0, 0
+                off_query_start, off_context_lens, off_block_tables, total_words, off_query_units, 0, 0, 0
     token_ids[T], positions[T], slot_mapping[T] (= page * page_size + row of each new token),
-    query_start[S+1], context_lens[S], block_tables[S * max_pages] (row-major, -1 padded)
+    query_start[S+1], context_lens[S], block_tables[S * max_pages] (row-major, -1 padded),
+    query_units[S+1] (where each sequence's query units start: engine/instructions/query_units.py)
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import torch
 
 from engine.instructions.format import FORMAT_VERSION
 from engine.instructions.layout import (
-    SA_MAX_PAGES, SA_NUM_SEQS, SA_NUM_TOKENS, SA_PAGE_SIZE, SA_TOTAL_WORDS, SA_VERSION, StepShape,
-    step_args_offsets,
+    SA_MAX_PAGES, SA_NUM_SEQS, SA_NUM_TOKENS, SA_OFF_QUERY_UNITS, SA_PAGE_SIZE, SA_TOTAL_WORDS, SA_VERSION,
+    StepShape, step_args_offsets,
 )
+from engine.instructions.query_units import unit_starts
 from models.llama.step_batch import StepBatch
 
 _SECTIONS = ("token_ids", "positions", "slot_mapping", "query_start", "context_lens", "block_tables")
@@ -31,8 +33,9 @@ def step_shape_of(batch: StepBatch) -> StepShape:
 
 
 def encode_step_args(batch: StepBatch, shape: StepShape, page_size: int,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
-    """Write `batch` into an int32 step-args buffer (a fresh one, or `out` patched in place)."""
+                     out: torch.Tensor | None = None, query_units: int | None = None) -> torch.Tensor:
+    """Write `batch` into an int32 step-args buffer (a fresh one, or `out` patched in place); `query_units`: the
+    stream's spread attention units per KV group and head range (None: one per sequence)."""
     if batch.num_tokens != shape.num_tokens or batch.num_seqs != shape.num_seqs:
         raise StepArgsError(f"StepBatch has T={batch.num_tokens}, S={batch.num_seqs}; stream expects {shape}")
     if batch.block_tables.shape[1] > shape.max_pages:
@@ -44,7 +47,8 @@ def encode_step_args(batch: StepBatch, shape: StepShape, page_size: int,
     elif out.dtype != torch.int32 or out.numel() != off["total"]:
         raise StepArgsError(f"step-args buffer: expected int32 [{off['total']}], got {out.dtype} {tuple(out.shape)}")
     header = [FORMAT_VERSION, shape.num_tokens, shape.num_seqs, shape.max_pages, page_size,
-              *(off[s] for s in _SECTIONS), off["total"]]
+              *(off[s] for s in _SECTIONS), off["total"], off["query_units"]]
+    assert len(header) == SA_OFF_QUERY_UNITS + 1
     out[: len(header)] = torch.tensor(header, dtype=torch.int32)
     tables = torch.full((shape.num_seqs, shape.max_pages), -1, dtype=torch.int32)
     tables[:, : batch.block_tables.shape[1]] = batch.block_tables.to(torch.int32)
@@ -55,9 +59,11 @@ def encode_step_args(batch: StepBatch, shape: StepShape, page_size: int,
     if bool((pages < 0).any()):
         t = int(torch.nonzero(pages < 0)[0, 0])
         raise StepArgsError(f"StepBatch: token {t} at position {int(pos[t])} has no page in its block table")
+    units = unit_starts(batch.query_start.tolist(), batch.context_lens.tolist(), query_units or shape.num_seqs)
     values = {"token_ids": batch.token_ids, "positions": pos, "slot_mapping": pages * page_size + pos % page_size,
-              "query_start": batch.query_start, "context_lens": batch.context_lens, "block_tables": tables}
-    for s in _SECTIONS:
+              "query_start": batch.query_start, "context_lens": batch.context_lens, "block_tables": tables,
+              "query_units": torch.tensor(units)}
+    for s in (*_SECTIONS, "query_units"):
         v = values[s].reshape(-1).to(torch.int32)
         out[off[s]: off[s] + v.numel()] = v
     return out
@@ -76,6 +82,7 @@ class StepArgsView:
     query_start: list[int]
     context_lens: list[int]
     block_tables: torch.Tensor  # [S, max_pages]
+    query_units: list[int]  # [S + 1]: where each sequence's query units start (query_units.py)
 
     @staticmethod
     def decode(buf: torch.Tensor) -> StepArgsView:
@@ -89,4 +96,5 @@ class StepArgsView:
         sec = lambda s, n: w[off[s]: off[s] + n]  # noqa: E731
         return StepArgsView(T, S, int(w[SA_PAGE_SIZE]), sec("token_ids", T), sec("positions", T),
                             sec("slot_mapping", T), sec("query_start", S + 1).tolist(),
-                            sec("context_lens", S).tolist(), sec("block_tables", S * P).reshape(S, P))
+                            sec("context_lens", S).tolist(), sec("block_tables", S * P).reshape(S, P),
+                            sec("query_units", S + 1).tolist())

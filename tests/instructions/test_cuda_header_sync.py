@@ -44,7 +44,7 @@ def test_step_args_header_matches_the_layout() -> None:
     c = _constants("opcodes.cuh")
     for name in ("SA_NUM_TOKENS", "SA_NUM_SEQS", "SA_MAX_PAGES", "SA_PAGE_SIZE", "SA_OFF_TOKEN_IDS",
                  "SA_OFF_POSITIONS", "SA_OFF_SLOTS", "SA_OFF_QUERY_START", "SA_OFF_CONTEXT_LENS",
-                 "SA_OFF_BLOCK_TABLES"):
+                 "SA_OFF_BLOCK_TABLES", "SA_OFF_QUERY_UNITS"):
         assert c[name] == getattr(layout, name), name
 
 

@@ -99,7 +99,7 @@ def test_attn_o_proj_and_qkv_copy_operand_words() -> None:
     qkv = RmsQkvRopeAppend(*vals[:5], header=hdr)
     words = op.encode(qkv)
     assert words[3:8] == vals[:5] and words[8:16] == [0] * 8 and op.decode(words) == qkv
-    assert FORMAT_VERSION == 3
+    assert FORMAT_VERSION == 4
 
 
 def test_the_table_rejects_clashes_and_a_missing_noop() -> None:

@@ -8,6 +8,7 @@
 #include "../attention_ring.cuh"
 #include "../attention_tiles.cuh"
 #include "../op_traits.cuh"
+#include "../query_units.cuh"
 #include "../state.cuh"
 
 namespace mk::vm {
@@ -30,11 +31,12 @@ __device__ __forceinline__ auto partial_output(const Globals& g, const int* w) {
 }
 
 // ATTN_PARTIAL: operands seq, kv_group, split, num_splits, head_begin, head_end (heads within the group), q_part,
-// q_parts (which part of the sequence's new tokens).
+// q_parts (which part of the sequence's new tokens), spread (resolved by the controller: query_units.cuh).
 // One new token whose earlier keys the controller put on the page ring (kv_stream.cuh) takes the ring
 // path; anything else (prefill chunks, the knob off) reads its keys from global memory.
 template <int DPL, bool B1>
 __device__ bool attn_partial(const Globals& g, const Shared& sm, const int* w) {
+  if (w[W_ATTN_SEQ] < 0) return true;  // a spread unit past the step's work (query_units.cuh resolved the others)
   if (w[W_SLOT_KV_MODE]) return attend_ring<DPL>(g, sm, w, partial_output(g, w));
   if constexpr (B1) {
     return variant_mismatch(g, w);

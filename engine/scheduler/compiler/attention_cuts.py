@@ -87,6 +87,17 @@ def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, device: Tar
 MIN_TOKENS_PER_QUERY_PART = 4
 
 
+def spread_units(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice) -> int:
+    """Query units per KV group and head range of a step whose attention is spread (engine/instructions/
+    query_units.py): one per sequence, and for the tokens past one per sequence, one per MIN_TOKENS_PER_QUERY_PART of
+    them up to the SMs a wave leaves per group, but at least as many as there are sequences (a prompt chunk beside
+    many decodes gets about as many units as they do: its queries attend to more keys each)."""
+    S, extra_tokens = shape.num_seqs, shape.num_tokens - shape.num_seqs
+    waves = p.waves if p.attn_query_waves is None else p.attn_query_waves
+    wave = math.floor(waves * device.num_sms / d.n_kv)
+    return S + min(extra_tokens // MIN_TOKENS_PER_QUERY_PART, max(wave - S, S))
+
+
 def query_parts(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice) -> int:
     """Parts each sequence's new tokens are cut into for attention (1 for decode steps): up to about
     `waves * num_sms` attention instructions, each part MIN_TOKENS_PER_QUERY_PART tokens or more on average.

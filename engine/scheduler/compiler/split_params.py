@@ -100,6 +100,10 @@ class SplitParams:
     # True: a tiled step with prompt chunks in it takes its LM head as tiles of its sequences' last tokens, as a
     # decode step does; False: the matvec LM_HEAD for such steps (the A/B).
     tile_lm_head_mixed: bool = True
+    # True: a step of several sequences with more tokens than sequences and no KV splits deals its attention
+    # instructions out over the sequences at run time, by their attention work (engine/instructions/query_units.py,
+    # attention_cuts.spread_units); False: each sequence's tokens in query_parts parts (the A/B).
+    attn_spread_queries: bool = True
     # A NORM tile normalises at most this many tokens (None: no cap; the step's tokens over a quarter of the SMs).
     # Every QKV / gate-up tile waits for all of a norm's NORM tiles, and a NORM tile takes its tokens one after
     # another (about 1 us each on an H100): a 2 048-token prompt's 33 NORM tiles of 62 tokens took 67 us each, twice

@@ -157,6 +157,13 @@ def _attention(emit: _Emitter, dims: ModelDims, shape: StepShape, plan: Plan, la
     """ATTN_PARTIAL (+ ATTN_REDUCE) of one layer, group g waiting its c_qkv[g] blocks; returns O-proj's wait."""
     ctr, nh, nq = emit.ctr, len(plan.attn_heads), plan.q_parts
     c_attn = ctr(f"ATTN_DONE[{layer}]")
+    if plan.spread:  # the step's nq query units per group and head range, dealt out at run time (query_units.py)
+        for g in range(dims.n_kv):
+            for h0, h1 in plan.attn_heads:
+                for unit in range(nq):
+                    emit(AttnPartial, layer, [(c_qkv[g], per_group[g])], c_attn, seq=0, kv_group=g, split=0,
+                         num_splits=1, head_begin=h0, head_end=h1, q_part=unit, q_parts=nq, spread=1)
+        return c_attn, dims.n_kv * nh * nq
     for s in range(shape.num_seqs):
         ns = plan.splits_of(s)
         for g in range(dims.n_kv):

@@ -31,7 +31,7 @@ from engine.scheduler.compiler.policies import Schedule, make_schedule
 from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder import Stream, build_stream
 from engine.scheduler.compiler.attention_cuts import num_attn_splits, step_seq_splits
-from engine.scheduler.compiler.step_builder_splits import make_plan
+from engine.scheduler.compiler.step_builder_splits import Plan, make_plan
 from engine.scheduler.compiler.target import TargetDevice
 from models.llama.step_batch import StepBatch
 
@@ -77,7 +77,13 @@ class CompiledStream:
         return self.stream.words()
 
     def patch(self, batch: StepBatch) -> None:
-        encode_step_args(batch, self.shape, self.page_size, out=self.step_args)
+        encode_step_args(batch, self.shape, self.page_size, out=self.step_args,
+                         query_units=query_units(self.stream.plan))
+
+
+def query_units(plan: Plan) -> int | None:
+    """The query units a stream's step args deal out (None: it does not spread its attention)."""
+    return plan.q_parts if plan.spread else None
 
 
 def bucket(n: int) -> int:
@@ -156,7 +162,7 @@ def _compile_stream(dims: ModelDims, batch: StepBatch, page_size: int, params: B
     stream.cost_ns = np.rint(dur).astype(np.int32)
     schedule = make_schedule(params.policy, stream.instrs, dur, params.cost, device)
     tensor = schedule.tensor(stream.words())
-    step_args = encode_step_args(batch, shape, page_size)
+    step_args = encode_step_args(batch, shape, page_size, query_units=query_units(stream.plan))
     return CompiledStream(stream, device, schedule, costs, dur, tensor, step_args, page_size,
                           (time.perf_counter() - t0) * 1e3, skey)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from engine.instructions.layout import ModelDims, StepShape, pow2_align
 from engine.scheduler.compiler.attention_cuts import (attn_head_chunks, fuses_o_proj, num_attn_splits, query_parts,
-                                                      step_seq_splits)
+                                                      spread_units, step_seq_splits)
 from engine.scheduler.compiler.partition import partition
 from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_tiles import TilePlan, tile_plan, tiles_fit
@@ -28,7 +28,7 @@ class Plan:
     qkv: tuple[tuple[int, int, int], ...]  # (row_begin, row_end, kv_group), group-major
     num_splits: int  # the most any sequence has (the o_part / lse_part buffers' first dim)
     attn_heads: tuple[tuple[int, int], ...]  # head ranges within a KV group, one attention instruction each
-    q_parts: int  # parts of each sequence's new tokens, one attention instruction each (query_parts)
+    q_parts: int  # parts of each sequence's new tokens, one attention instruction each (query_parts); spread: units
     o_proj: tuple[tuple[int, int], ...]
     slices: tuple[tuple[int, int], ...]  # MLP K-slices of the intermediate dim
     gate_up: tuple[tuple[int, int, int], ...]  # (i_begin, i_end, slice)
@@ -47,6 +47,9 @@ class Plan:
     tp_chunks: tuple[tuple[int, int], ...] = ()
     # The LM head covers this rank's share of the vocabulary (SplitParams.tp_vocab_rank): TP_ARGMAX, not ARGMAX_REDUCE
     tp_vocab: bool = False
+    # The attention instructions are the step's q_parts query units, dealt out over the sequences at run time
+    # (engine/instructions/query_units.py; SplitParams.attn_spread_queries)
+    spread: bool = False
 
     def splits_of(self, seq: int) -> int:
         return self.seq_splits[seq] if self.seq_splits else self.num_splits
@@ -165,6 +168,10 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
     heads, rows, copy = _fused_cuts(d, shape, p, device, len(qkv)) if fused else ([], [], [(0, 0)] * len(qkv))
     heads_cut = attn_head_chunks(d, shape, p, device, ns, sum(seq_splits) if seq_splits else None)
     q_parts = 1 if fused else query_parts(d, shape, p, device)
+    spread = (p.attn_spread_queries and not fused and ns == 1 and not seq_splits
+              and 1 < shape.num_seqs < shape.num_tokens)
+    if spread:
+        q_parts = spread_units(d, shape, p, device)
     tiles = None
     if (not fused and p.tile_min_tokens is not None and shape.num_tokens >= p.tile_min_tokens
             and tiles_fit(d)):
@@ -175,4 +182,4 @@ def make_plan(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevi
             v_lo, v_hi = 0, d.vocab
     return Plan(tuple(embed), tuple(qkv), ns, tuple(heads_cut), q_parts, tuple(o_proj),
                 tuple(slices), tuple(gate_up), tuple(down_rows), tuple(lm_head), fused, tuple(heads),
-                tuple(rows), tuple(copy), seq_splits, tiles, tp_chunk_cut(d, p), (v_hi - v_lo) < d.vocab)
+                tuple(rows), tuple(copy), seq_splits, tiles, tp_chunk_cut(d, p), (v_hi - v_lo) < d.vocab, spread)
