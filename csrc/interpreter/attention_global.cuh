@@ -67,7 +67,7 @@ __device__ void attend(const Globals& g, const Shared& sm, const int* w, const A
   // Global reads cost ≈1-2 µs each while other SMs saturate HBM, and attention sits on every layer's
   // critical path: independent reads are issued together (context length and query range here, the
   // position with the queries below) rather than one behind the other.
-  const int C = sa.context_len(s), seq_first = sa.query_start(s), nq = sa.query_start(s + 1) - seq_first;
+  const int C = sa.context_len(s), seq_first = sa.query_start(s), nq = sa.live_end(s) - seq_first;
   const int q_first = seq_first + nq * task.q_part / task.q_parts, q_last = seq_first + nq * (task.q_part + 1) / task.q_parts;
   const int P = (C + ps - 1) / ps;
   const int key_begin = (split * P / nsplit) * ps, key_end = min(((split + 1) * P / nsplit) * ps, C);

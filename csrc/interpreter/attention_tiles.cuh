@@ -77,7 +77,7 @@ __device__ __forceinline__ int launch_kv_buffers(const Globals& g, int hd) {
 __device__ __forceinline__ bool takes_tiles(const Globals& g, const Shared& sm, const AttnTask& task, int hd) {
   if (!g.attn_tiles || sm.x_floats * 4 < tile_scratch_bytes(hd, launch_kv_buffers(g, hd))) return false;
   const StepArgs sa(g);
-  const int nq = sa.query_start(task.seq + 1) - sa.query_start(task.seq);
+  const int nq = sa.live_end(task.seq) - sa.query_start(task.seq);
   const int part = nq * (task.q_part + 1) / task.q_parts - nq * task.q_part / task.q_parts;
   return part * (task.h_end - task.h_begin) >= TILE_MIN_ROWS;
 }
@@ -114,7 +114,7 @@ __device__ void attend_tiles(const Globals& g, const Shared& sm, const int* w, c
   const int layer = w[W_LAYER], s = task.seq, grp = task.grp, split = task.split, nsplit = task.nsplit;
   const int qcols = g.n_heads * HD, ps = sa.page_size();
   const int head0 = grp * (g.n_heads / g.n_kv) + task.h_begin, NH = task.h_end - task.h_begin;
-  const int C = sa.context_len(s), seq_first = sa.query_start(s), nq = sa.query_start(s + 1) - seq_first;
+  const int C = sa.context_len(s), seq_first = sa.query_start(s), nq = sa.live_end(s) - seq_first;
   const int q_first = seq_first + nq * task.q_part / task.q_parts;
   const int q_last = seq_first + nq * (task.q_part + 1) / task.q_parts;
   const int P = (C + ps - 1) / ps;

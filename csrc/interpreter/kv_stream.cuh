@@ -29,7 +29,7 @@ __device__ __forceinline__ void derive_kv_stream(const Globals& g, int* slot) {
   if (s < 0) return;  // a spread unit with no work (query_units.cuh)
   const int ps = sa.page_size(), kvpp_max = PAGE_BYTES / (2 * ps * g.head_dim * 2);
   if (kvpp_max == 0) return;  // one KV page's keys and values do not fit a ring page
-  const int q_first = sa.query_start(s), q_last = sa.query_start(s + 1), C = sa.context_len(s);
+  const int q_first = sa.query_start(s), q_last = sa.live_end(s), C = sa.context_len(s);
   if (q_last - q_first != 1) return;
   const int pos = sa.position(q_first), new_slot = sa.slot(q_first);
   // The split's keys, as attend() computes them (attention_global.cuh).

@@ -70,6 +70,13 @@ struct StepArgs {
   __device__ int query_start(int s) const { return g.step_args[g.sa_header[SA_OFF_QUERY_START] + s]; }
   __device__ int context_len(int s) const { return g.step_args[g.sa_header[SA_OFF_CONTEXT_LENS] + s]; }
   __device__ int query_unit_start(int s) const { return g.step_args[g.sa_header[SA_OFF_QUERY_UNITS] + s]; }
+  // The end of sequence s's live tokens: at most its context length. A padded step's last dummy sequence
+  // (engine/cuda/step_padding.py) carries the padding's tokens past its one-token context; attention, the tiles and
+  // the LM head skip them (engine/instructions/step_args.py StepArgsView.live_end).
+  __device__ int live_end(int s) const {
+    const int first = query_start(s);
+    return first + min(query_start(s + 1) - first, context_len(s));
+  }
   __device__ int block(int s, int i) const {
     return g.step_args[g.sa_header[SA_OFF_BLOCK_TABLES] + s * max_pages() + i];
   }

@@ -120,6 +120,17 @@ __device__ __forceinline__ long long tile_first_row(const Globals& g, const int*
 
 __device__ __forceinline__ bool tile_stream(const int* w) { return w[W_OPCODE] == OP_TILE_MATMUL; }
 
+// A tile of a padded step's dead tokens only (StepArgs::live_end of the last sequence, where the padding's tokens
+// are): the controller streams it no pages and the op does nothing. Tiles over sequences (the LM head's, the final
+// norm's) always run.
+__device__ __forceinline__ bool tile_dead(const Globals& g, const int* w) {
+  if (w[W_OPCODE] != OP_TILE_MATMUL) return false;
+  const int kind = w[W_OPERANDS];
+  if (kind == TILE_LM_HEAD || (kind == TILE_NORM && w[W_OPERANDS + 7] == NORM_FINAL)) return false;
+  const StepArgs sa(g);
+  return w[W_OPERANDS + 5] >= sa.live_end(sa.num_seqs() - 1);
+}
+
 // Loader lane: arm the page on `full` (publishing `position` as issued) and copy page p of w's rows: K step p, or of a
 // tall tile K step p / 2, rows 128 (p % 2) on.
 __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring_issued, const int* w, int p,

@@ -47,8 +47,8 @@ def head_cols(d: ModelDims, i: AttentionTask) -> slice:
 
 
 def seq_tokens(b: Buffers, seq: int) -> tuple[int, int]:
-    """The step-token range [t0, t1) of sequence `seq`."""
-    return b.args.query_start[seq], b.args.query_start[seq + 1]
+    """The step-token range [t0, t1) of sequence `seq`'s live tokens (StepArgsView.live_end)."""
+    return b.args.query_start[seq], b.args.live_end(seq)
 
 
 def query_tokens(b: Buffers, i: AttentionTask) -> tuple[int, int]:

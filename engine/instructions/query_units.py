@@ -29,7 +29,8 @@ def unit_starts(query_start: Sequence[int], context_lens: Sequence[int], units: 
     """Where each sequence's units start (S + 1 values, the last one where the units with no work begin) when the
     step's `units` units (>= S) are dealt out; `units` == S: one each (the identity)."""
     S = len(context_lens)
-    n = [int(query_start[s + 1]) - int(query_start[s]) for s in range(S)]
+    # live tokens only (StepArgsView.live_end): a padded step's last dummy has one
+    n = [min(int(query_start[s + 1]) - int(query_start[s]), int(context_lens[s])) for s in range(S)]
     work = [(n[s] - 1) * int(context_lens[s]) for s in range(S)]
     total, extra = sum(work), max(0, units - S)
     starts = [0]

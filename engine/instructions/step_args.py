@@ -84,6 +84,12 @@ class StepArgsView:
     block_tables: torch.Tensor  # [S, max_pages]
     query_units: list[int]  # [S + 1]: where each sequence's query units start (query_units.py)
 
+    def live_end(self, s: int) -> int:
+        """The end of sequence s's live tokens: at most its context length. A padded step's last dummy sequence
+        (engine/cuda/step_padding.py) carries the padding's tokens past its one-token context; attention, the tiles
+        and the LM head skip them, so a padded step costs its real tokens (and a token per dummy)."""
+        return self.query_start[s] + min(self.query_start[s + 1] - self.query_start[s], self.context_lens[s])
+
     @staticmethod
     def decode(buf: torch.Tensor) -> StepArgsView:
         w = buf.to(torch.int64)

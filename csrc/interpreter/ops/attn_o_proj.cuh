@@ -30,7 +30,7 @@ __device__ bool attn_o_proj(const Globals& g, const Shared& sm, const int* w) {
   const AttnTask task{w[3], w[4], 0, 1, w[5], w[6]};
   const int hd = g.head_dim, K = (task.h_end - task.h_begin) * hd, H = g.hidden_size;
   const int row_begin = w[7], rows = w[8] - w[7];
-  const int q_first = sa.query_start(task.seq), nq = sa.query_start(task.seq + 1) - q_first;
+  const int q_first = sa.query_start(task.seq), nq = sa.live_end(task.seq) - q_first;
   // The attention output [token][K] is staged in `out` (x holds the attention scratch), then moved to
   // x as the matvec's input rows. The host checks nq * max(K, rows) <= OUT_FLOATS (limits.py).
   float* staged = sm.out;

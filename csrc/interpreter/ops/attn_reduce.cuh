@@ -13,7 +13,7 @@ namespace mk::vm {
 __device__ void op_attn_reduce(const Globals& g, const int* w) {
   const StepArgs sa(g);
   const int s = w[3], grp = w[4], nsplit = w[5], hd = g.head_dim, G = g.n_heads / g.n_kv;
-  const int T = sa.num_tokens(), qcols = g.n_heads * hd, q0 = sa.query_start(s), nq = sa.query_start(s + 1) - q0;
+  const int T = sa.num_tokens(), qcols = g.n_heads * hd, q0 = sa.query_start(s), nq = sa.live_end(s) - q0;
   MK_ROLLED
   for (int idx = threadIdx.x; idx < nq * G * hd; idx += CONSUMER_THREADS) {
     const int t = q0 + idx / (G * hd), h = (idx / hd) % G, d = idx % hd, head = grp * G + h;

@@ -48,7 +48,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   const int S = B1 ? 1 : sa.num_seqs(), v_begin = w[3], rows = w[4] - w[3], block = w[5];
   if constexpr (!B1) {
     if (lm_head_direct(g, S)) {
-      load_rows_rmsnorm<B1>(g, sm, g.hidden, S, g.final_norm, [&](int i) { return sa.query_start(i + 1) - 1; }, w);
+      load_rows_rmsnorm<B1>(g, sm, g.hidden, S, g.final_norm, [&](int i) { return sa.live_end(i) - 1; }, w);
       if (threadIdx.x == 0) {
         timing_mark(g, w, MARK_INPUT);
         set_low_cap_from(sm, NO_LOW_CAP);
@@ -66,7 +66,7 @@ __device__ bool op_lm_head(const Globals& g, const Shared& sm, const int* w) {
   // More sequences than one matvec takes: groups of them over the same pages (token_groups.cuh).
   return for_each_token_group<B1>(g, S, [=, &g, &sm](const TokenGroup& grp) {
     const int s0 = grp.base, n = grp.n;
-    load_rows_rmsnorm<B1>(g, sm, g.hidden, n, g.final_norm, [&](int i) { return sa.query_start(s0 + i + 1) - 1; },
+    load_rows_rmsnorm<B1>(g, sm, g.hidden, n, g.final_norm, [&](int i) { return sa.live_end(s0 + i) - 1; },
                           w);
     if (!streamed_matvec<B1>(g, sm, grp, w)) return false;
     MK_ROLLED

@@ -84,7 +84,7 @@ __device__ __forceinline__ void tile_add_residual(const Globals& g, const TileOp
 
 // NORM: x_bf16 rows of the instruction's tokens = RMSNorm(hidden) with the norm its `block` operand names, in bf16
 // (the tiles after it multiply it directly), with the matvec ops' norm arithmetic (activations.cuh rms_inv,
-// x_layout.cuh scale4). The final norm's "tokens" are sequences: row s is sequence s's last token (the LM head's
+// x_layout.cuh scale4). The final norm's "tokens" are sequences: row s is sequence s's last live token (the LM head's
 // tiles read one row per sequence, whatever the step's prompt chunks). All consumers take each token: every thread
 // loads its TILE_NORM_VECS float4 of the row at once (a warp walking a 2048-wide row alone took 8 us per instruction,
 // latency-bound). hidden was last written by other SMs' reductions this step: read through L2.
@@ -97,7 +97,7 @@ __device__ __forceinline__ bool op_tile_norm(const Globals& g, const Shared& sm,
   const StepArgs sa(g);
   for (int i = 0; i < t.tokens; ++i) {
     const long long row = (long long)(t.tok_begin + i) * g.hidden_size;
-    const long long src = which == NORM_FINAL ? (long long)(sa.query_start(t.tok_begin + i + 1) - 1) * g.hidden_size
+    const long long src = which == NORM_FINAL ? (long long)(sa.live_end(t.tok_begin + i) - 1) * g.hidden_size
                                               : row;
     const float4* x = reinterpret_cast<const float4*>(g.hidden + src);
     float4 v[TILE_NORM_VECS];
@@ -197,6 +197,7 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
 // host's mistake (engine/cuda/variant.py), recorded before any page is consumed.
 template <bool TALL>
 __device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
+  if (tile_dead(g, w)) return true;  // no pages were streamed for it (roles.cuh)
   const TileOperands t(w);
   if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
   if (t.tall()) {

@@ -5,7 +5,7 @@ A tile is weight rows [row_begin, row_end) of one matrix times columns [k_begin,
 [tok_begin, tok_end). Its kind says which matrix and what happens to the products:
 - NORM (no matrix): RMSNorm(hidden) of its tokens, with the norm `block` names (NormOf), into x_bf16: the input of
   the QKV, GATE_UP and LM_HEAD tiles after it, normalised once per token instead of once per tile; the final norm's
-  "tokens" are sequences: row s of x_bf16 is sequence s's last token, the one the LM head reads;
+  "tokens" are sequences: row s of x_bf16 is sequence s's last live token, the one the LM head reads;
 - QKV: W_qkv rows of one KV group over the whole hidden width, x_bf16 as the input; RoPE, q rows into q, k/v rows
   into the paged cache (RMS_QKV_ROPE_APPEND's semantics for those tokens);
 - O: W_o over a K-slice of attn_bf16 (the attention output, which the attention ops write next to attn_out), added
@@ -85,11 +85,21 @@ def _norm_weight(i: TileMatmul, b: Buffers) -> torch.Tensor:
 
 
 def final_norm_rows(i: TileMatmul, b: Buffers) -> torch.Tensor:
-    """The hidden rows a final-norm tile reads: the last token of each of its sequences [tok_begin, tok_end)."""
-    return torch.tensor(b.args.query_start[i.tok_begin + 1: i.tok_end + 1], dtype=torch.int64) - 1
+    """The hidden rows a final-norm tile reads: the last live token of each of its sequences [tok_begin, tok_end)."""
+    return torch.tensor([b.args.live_end(s) - 1 for s in range(i.tok_begin, i.tok_end)], dtype=torch.int64)
+
+
+def dead(i: TileMatmul, b: Buffers) -> bool:
+    """A tile of a padded step's dead tokens only (past the last sequence's StepArgsView.live_end): it does nothing.
+    The LM head's and the final norm's tiles, over sequences, always run."""
+    if i.kind == TileKind.LM_HEAD or (i.kind == TileKind.NORM and i.block == NormOf.FINAL):
+        return False
+    return i.tok_begin >= b.args.live_end(b.args.num_seqs - 1)
 
 
 def execute(i: TileMatmul, b: Buffers) -> None:
+    if dead(i, b):
+        return
     layer, t = i.header.layer, slice(i.tok_begin, i.tok_end)
     rows, k = slice(i.row_begin, i.row_end), slice(i.k_begin, i.k_end)
     if i.kind == TileKind.NORM:
@@ -115,6 +125,8 @@ def execute(i: TileMatmul, b: Buffers) -> None:
 
 
 def accesses(i: TileMatmul, b: Buffers) -> list[Access]:
+    if dead(i, b):
+        return []
     t, d = (i.tok_begin, i.tok_end), b.dims
     if i.kind == TileKind.NORM:
         read = runs(final_norm_rows(i, b).numpy()) if i.block == NormOf.FINAL else t
