@@ -6,7 +6,9 @@ sequence counts, and compiling one for a large step takes a Python build of tens
 so steps larger than one token group are padded up to bucketed counts (about 1.5x apart) with dummy sequences:
 each dummy token sits at position 0 of a one-page table that names a spare KV page no request owns, attends to that
 one key and writes its K/V there. Rows are independent in every op but attention, which stays within a sequence,
-so the real sequences' results are those of the unpadded step; the caller drops the dummy rows.
+so the real sequences' results are those of the unpadded step; the caller drops the dummy rows. The last dummy's
+tokens past its first are dead (more tokens than its one-token context: StepArgsView.live_end): attention, the
+TILE_MATMUL tiles wholly past them and the LM head skip them, so a padded tile step costs about its real tokens.
 """
 from __future__ import annotations
 
