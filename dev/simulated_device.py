@@ -22,8 +22,8 @@ from models.llama.step_batch import StepBatch
 
 # (padded tokens of a step, ms) on an H200, 1B shape: decode steps of 1/16/32/64/128 sequences, one 2 048-token prompt
 # (one machine, the build whose O tiles read attn_bf16: docs/results/2026-11-29_h200_tile-stream-probes.json, its
-# static-queue rows and batch sweep)
-STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.76), (16, 1.89), (32, 2.11), (64, 2.48), (128, 3.74),
+# static-queue rows and batch sweep; 32 sequences with x in 32-row boxes: 2026-11-29_h200_small-x-boxes-kv-depth-ab.json)
+STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.76), (16, 1.89), (32, 1.91), (64, 2.48), (128, 3.74),
                                                   (2048, 21.9))
 PADDED_OVER = 16  # steps of more tokens than one token group run padded (the 1B's)
 FAVOURED_TOKEN = 7
