@@ -25,8 +25,8 @@ class AttnReduce:
 
 
 def execute(i: AttnReduce, b: Buffers) -> None:
-    d, a = b.dims, b.args
-    q0, q1 = a.query_start[i.seq], a.live_end(i.seq)
+    d = b.dims
+    q0, q1 = seq_tokens(b, i.seq)
     n, G, hd, ns = q1 - q0, d.gqa, d.head_dim, i.num_splits
     o = b.get("o_part")[:ns, q0:q1, group_cols(d, i.kv_group)].view(ns, n, G, hd)
     lse = b.get("lse_part")[:ns, q0:q1, i.kv_group * G:(i.kv_group + 1) * G]  # [ns, n, G]
