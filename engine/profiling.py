@@ -25,7 +25,7 @@ from models.llama.weights import quantize_weights
 from engine.cuda.backend_options import parse_kernel_options
 from engine.cuda.profile import record_from_timing
 from engine.engine_config import DEFAULT_POLICY, EngineConfig
-from engine.instructions.layout import ModelDims
+from engine.instructions.layout import ModelDims, StepShape
 from engine.scheduler.compiler.split_params import SplitParams
 from engine.scheduler.compiler.step_builder_cache import BuildParams, StreamCache
 from engine.scheduler.compiler.target import DEFAULT_SIMULATED_SMS, TargetDevice
@@ -104,6 +104,12 @@ def _config(args: argparse.Namespace) -> tuple[str, LlamaConfig]:
 def _lengths_text(lengths: list[int]) -> int | str:
     """The meta's prompt_len: one length, or each sequence's (comma-separated) where they differ."""
     return lengths[0] if len(set(lengths)) == 1 else ",".join(map(str, lengths))
+
+
+def _stream_text(shape: StepShape) -> str:
+    """The counts of the stream a step ran in: its own, or a larger one it ran padded in (engine/cuda/
+    stream_hosting.py), as a server's step would."""
+    return f"{shape.num_tokens} tokens over {shape.num_seqs} sequences"
 
 
 def _options_text(options: dict[str, object]) -> str:
@@ -188,6 +194,6 @@ def collect_cuda_profile(args: argparse.Namespace, options: dict[str, object]) -
                                       "prompt_len": _lengths_text(prompts_lengths), "chunk": chunk,
                                       "steps": steps, "policy": policy, "num_sms": backend.num_sms,
                                       "kernel_options": _options_text(options), "gpu": torch.cuda.get_device_name(),
-                                      **_mixed_meta(args)}
+                                      **_mixed_meta(args), "stream": _stream_text(backend.last.compiled.shape)}
         records.append(record_from_timing(backend.last, int(backend.module.TIMING_MARK0), meta))
     return back_to_back(records)

@@ -74,6 +74,10 @@ def test_cuda_records_every_step(monkeypatch, rng):
     recorded: list[int] = []
     metas: list[dict] = []
 
+    class Launch(int):
+        """A launch's number, with the counts of the stream it ran in."""
+        compiled = types.SimpleNamespace(shape=profiling.StepShape(48, 6, 64))
+
     class FakeBackend:
         num_sms = 4
         module = types.SimpleNamespace(TIMING_MARK0=5)
@@ -88,7 +92,7 @@ def test_cuda_records_every_step(monkeypatch, rng):
             import torch
 
             self.launches += 1
-            self.last = self.launches if self.timing else None
+            self.last = Launch(self.launches) if self.timing else None
             return torch.zeros(1, dtype=torch.int64)
 
     def fake_timing(last, mark0, meta):
@@ -107,6 +111,7 @@ def test_cuda_records_every_step(monkeypatch, rng):
     assert recorded == [2, 3, 4, 5, 6]  # the first step ran twice (warm), then each of the 5 was recorded
     assert step_index(rec).max() == 4
     assert all(m["steps"] == 5 and "step" not in m for m in metas)  # the record is of all steps, not one
+    assert all(m["stream"] == "48 tokens over 6 sequences" for m in metas)  # the stream each step ran in
 
 
 def test_vm_profiles_a_prompt_chunk_then_decodes():
@@ -136,7 +141,8 @@ def test_cuda_chunk_step_takes_the_prompts_last_tokens(monkeypatch):
         module = types.SimpleNamespace(TIMING_MARK0=5)
 
         def __init__(self, *a, **kw) -> None:
-            self.timing, self.last = False, None
+            self.timing = False
+            self.last = types.SimpleNamespace(compiled=types.SimpleNamespace(shape=profiling.StepShape(48, 2, 64)))
 
         def prefill(self, prompt, table) -> None:
             prefilled.append(len(prompt))
