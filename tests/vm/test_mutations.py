@@ -133,6 +133,49 @@ def test_missing_tile_dependency_is_a_race(tile_setup, kind: TileKind, layer: in
         _run(vm, cs, words, num_sms=16)
 
 
+# A tiled step with a prompt chunk beside decodes: its attention spread as query units (query_units.py), its LM head as
+# tiles of each sequence's last token (the final norm's tiles gather them). (opcode, layer, kind or None, what it waits)
+MIXED_KINDS = [
+    (Opcode.ATTN_PARTIAL, 1, None),            # the first unit waits its group's QKV tiles
+    (Opcode.TILE_MATMUL, 1, TileKind.O),       # waits every attention unit of the layer
+    (Opcode.TILE_MATMUL, -1, TileKind.NORM),   # the final norm waits the last layer's DOWN tiles
+    (Opcode.TILE_MATMUL, -1, TileKind.LM_HEAD),  # waits the final norm's tiles
+]
+
+
+@pytest.fixture(scope="module")
+def mixed_tile_setup():  # noqa: ANN201
+    cfg = small_config(hidden=128, inter=192)
+    vm = VMBackend(random_weights(cfg, seed=7), 64, 8, num_sms=16, policy="dynamic", tile_min_tokens=2,
+                   tile_tokens=8, min_pages_per_split=64)
+    scen = Scenario(cfg, [13, 6, 24], 8, 64, seed=4)
+    batch, seqs = scen.batch([None, None, 12])
+    scen.feed(seqs, vm.forward(batch).argmax(-1).tolist())
+    batch, _ = scen.batch([1, 1, None])  # two decodes beside the third prompt's last 12 tokens
+    vm.forward(batch)
+    plan = vm.last_stream.stream.plan
+    assert plan.spread and plan.tiles is not None and plan.tiles.lm_rows
+    return vm, vm.last_stream
+
+
+@pytest.mark.parametrize("opcode,layer,kind", MIXED_KINDS,
+                         ids=[f"{o.name}-{k.name if k is not None else 'spread'}-L{l}" for o, l, k in MIXED_KINDS])
+def test_missing_dependency_of_a_mixed_tile_step_is_a_race(mixed_tile_setup, opcode: Opcode, layer: int,  # noqa: ANN001
+                                                          kind: TileKind | None) -> None:
+    vm, cs = mixed_tile_setup
+    words = cs.tensor.copy()
+    pick = (words[:, 0] == opcode) & (words[:, 2] == layer)
+    if kind is None:  # unit 0: always the first sequence's (a unit past the work would read nothing)
+        pick &= (words[:, W_OPERANDS + 6] == 0) & (words[:, W_OPERANDS + 8] == 1)
+    else:
+        pick &= words[:, W_OPERANDS] == kind
+    rows = np.nonzero(pick)[0]
+    assert rows.size
+    _loosen_wait(words, int(rows[0]), "drop")
+    with pytest.raises(RaceError, match="race on buffer"):
+        _run(vm, cs, words, num_sms=16)
+
+
 @pytest.mark.parametrize("stream,opcode,layer", ALL_KINDS[::2], ids=ALL_IDS[::2])
 def test_unreachable_target_is_a_deadlock(request, stream: str, opcode: Opcode, layer: int) -> None:  # noqa: ANN001
     vm, cs = request.getfixturevalue(stream)
