@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+import numpy as np
+
 MIN_TOKENS_PER_UNIT = 4  # a unit's fewest tokens (scheduler attention_cuts MIN_TOKENS_PER_QUERY_PART)
 
 T = TypeVar("T")
@@ -27,17 +29,18 @@ T = TypeVar("T")
 
 def unit_starts(query_start: Sequence[int], context_lens: Sequence[int], units: int) -> list[int]:
     """Where each sequence's units start (S + 1 values, the last one where the units with no work begin) when the
-    step's `units` units (>= S) are dealt out; `units` == S: one each (the identity)."""
+    step's `units` units (>= S) are dealt out; `units` == S: one each (the identity). Vectorised: the host writes it
+    with every step's args."""
     S = len(context_lens)
-    # live tokens only (StepArgsView.live_end): a padded step's last dummy has one
-    n = [min(int(query_start[s + 1]) - int(query_start[s]), int(context_lens[s])) for s in range(S)]
-    work = [(n[s] - 1) * int(context_lens[s]) for s in range(S)]
-    total, extra = sum(work), max(0, units - S)
-    starts = [0]
-    for s in range(S):
-        parts = 1 + (extra * work[s] // total if total > 0 else 0)
-        starts.append(starts[-1] + min(parts, max(1, n[s] // MIN_TOKENS_PER_UNIT)))
-    return starts
+    if units <= S:
+        return list(range(S + 1))
+    qs, ctx = np.asarray(query_start, dtype=np.int64), np.asarray(context_lens, dtype=np.int64)
+    n = np.minimum(np.diff(qs), ctx)  # live tokens only (StepArgsView.live_end): a padded step's last dummy has one
+    work = (n - 1) * ctx
+    total = int(work.sum())
+    parts = 1 + ((units - S) * work // total if total > 0 else 0)
+    parts = np.minimum(parts, np.maximum(1, n // MIN_TOKENS_PER_UNIT))
+    return [0, *np.cumsum(parts).tolist()]
 
 
 def unit_of(starts: Sequence[int], unit: int) -> tuple[int, int, int] | None:

@@ -59,10 +59,11 @@ def encode_step_args(batch: StepBatch, shape: StepShape, page_size: int,
     if bool((pages < 0).any()):
         t = int(torch.nonzero(pages < 0)[0, 0])
         raise StepArgsError(f"StepBatch: token {t} at position {int(pos[t])} has no page in its block table")
-    units = unit_starts(batch.query_start.tolist(), batch.context_lens.tolist(), query_units or shape.num_seqs)
+    units = (unit_starts(batch.query_start.tolist(), batch.context_lens.tolist(), query_units) if query_units
+             else range(shape.num_seqs + 1))
     values = {"token_ids": batch.token_ids, "positions": pos, "slot_mapping": pages * page_size + pos % page_size,
               "query_start": batch.query_start, "context_lens": batch.context_lens, "block_tables": tables,
-              "query_units": torch.tensor(units)}
+              "query_units": torch.tensor(list(units))}
     for s in (*_SECTIONS, "query_units"):
         v = values[s].reshape(-1).to(torch.int32)
         out[off[s]: off[s] + v.numel()] = v
