@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import numpy as np
 
-MIN_TOKENS_PER_UNIT = 4  # a unit's fewest tokens (scheduler attention_cuts MIN_TOKENS_PER_QUERY_PART)
+MIN_TOKENS_PER_UNIT = 4  # a unit's fewest tokens (also the scheduler's floor for query parts: attention_cuts.py)
 
 T = TypeVar("T")
 

@@ -91,6 +91,10 @@ class StepArgsView:
         and the LM head skip them, so a padded step costs its real tokens (and a token per dummy)."""
         return self.query_start[s] + min(self.query_start[s + 1] - self.query_start[s], self.context_lens[s])
 
+    def last_live_tokens(self, lo: int, hi: int) -> list[int]:
+        """The last live token of each of sequences [lo, hi): the rows the LM head reads."""
+        return [self.live_end(s) - 1 for s in range(lo, hi)]
+
     @staticmethod
     def decode(buf: torch.Tensor) -> StepArgsView:
         w = buf.to(torch.int64)

@@ -29,7 +29,7 @@ class LmHead:
 
 def execute(i: LmHead, b: Buffers) -> None:
     a = b.args
-    last = torch.tensor([a.live_end(s) - 1 for s in range(a.num_seqs)])
+    last = torch.tensor(a.last_live_tokens(0, a.num_seqs))
     x = rms(b.get("hidden")[last], b.w("final_norm"), b.dims.eps)
     logits = x @ b.matrix("lm_head", slice(i.v_begin, i.v_end)).T  # [S, block]
     b.get("logits")[:, i.v_begin: i.v_end] = logits
@@ -40,7 +40,7 @@ def execute(i: LmHead, b: Buffers) -> None:
 
 def accesses(i: LmHead, b: Buffers) -> list[Access]:
     a, S = b.args, b.args.num_seqs
-    last = runs(np.array([a.live_end(s) - 1 for s in range(S)]))
+    last = runs(np.array(a.last_live_tokens(0, S)))
     return [Access("hidden", "r", (box(last, (0, b.dims.hidden)),)),
             Access("logits", "w", (box((0, S), (i.v_begin, i.v_end)),)),
             Access("lm_part", "w", (box((0, S), (i.block, i.block + 1)),))]

@@ -86,7 +86,7 @@ def _norm_weight(i: TileMatmul, b: Buffers) -> torch.Tensor:
 
 def final_norm_rows(i: TileMatmul, b: Buffers) -> torch.Tensor:
     """The hidden rows a final-norm tile reads: the last live token of each of its sequences [tok_begin, tok_end)."""
-    return torch.tensor([b.args.live_end(s) - 1 for s in range(i.tok_begin, i.tok_end)], dtype=torch.int64)
+    return torch.tensor(b.args.last_live_tokens(i.tok_begin, i.tok_end), dtype=torch.int64)
 
 
 def dead(i: TileMatmul, b: Buffers) -> bool:

@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from engine.instructions.layout import ModelDims, StepShape
+from engine.instructions.query_units import MIN_TOKENS_PER_UNIT
 from engine.scheduler.compiler.partition import partition
 from engine.scheduler.compiler.target import TargetDevice
 
@@ -83,8 +84,8 @@ def attn_head_chunks(d: ModelDims, shape: StepShape, p: SplitParams, device: Tar
 
 
 # A query part gets at least this many tokens on average: below it the part's fixed costs (the queries' and keys'
-# first loads) outweigh the parallelism.
-MIN_TOKENS_PER_QUERY_PART = 4
+# first loads) outweigh the parallelism. The run-time dealing of spread units (query_units.py) keeps the same floor.
+MIN_TOKENS_PER_QUERY_PART = MIN_TOKENS_PER_UNIT
 
 
 def spread_units(d: ModelDims, shape: StepShape, p: SplitParams, device: TargetDevice) -> int:

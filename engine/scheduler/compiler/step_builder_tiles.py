@@ -121,15 +121,14 @@ def tile_plan(d: ModelDims, shape: StepShape, device: TargetDevice, waves: float
     if d.vocab % TILE_ROW_UNIT == 0 and (lm_head_mixed or shape.num_tokens == shape.num_seqs):
         lm_rows = _cut(0, d.vocab, math.ceil(d.vocab / TILE_MAX_ROWS), TILE_ROW_UNIT)
     # A norm reads its tokens' hidden rows once: a quarter of the SMs share it (each range a few tokens), so the
-    # tiles waiting for it start after one short hop.
-    norms = max(1, device.num_sms // 4)
-    if norm_max_tokens is not None:
-        norms = max(norms, math.ceil(shape.num_tokens / norm_max_tokens))
-    norm_tokens = _cut(0, shape.num_tokens, min(shape.num_tokens, norms), 1)
-    final_norms = max(1, device.num_sms // 4)
-    if norm_max_tokens is not None:
-        final_norms = max(final_norms, math.ceil(shape.num_seqs / norm_max_tokens))
-    final_norm_seqs = _cut(0, shape.num_seqs, min(shape.num_seqs, final_norms), 1)
+    # tiles waiting for it start after one short hop. The final norm's rows are the sequences' last tokens.
+    def norm_ranges(n: int) -> list[Range]:
+        norms = max(1, device.num_sms // 4)
+        if norm_max_tokens is not None:
+            norms = max(norms, math.ceil(n / norm_max_tokens))
+        return _cut(0, n, min(n, norms), 1)
+
+    norm_tokens, final_norm_seqs = norm_ranges(shape.num_tokens), norm_ranges(shape.num_seqs)
     return TilePlan(tuple(chunks), tuple(qkv), tuple(rows), tuple(o_k), tuple(gate_up), tuple(rows), tuple(down_k),
                     tuple(lm_rows), tuple(norm_tokens), tuple(chunked(shape.num_seqs)), tuple(final_norm_seqs),
                     weight_major)
