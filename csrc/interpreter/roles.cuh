@@ -58,7 +58,7 @@ __device__ void run_controller(const Globals& g, const Shared& sm) {
     const WeightStream ws = weight_stream(g, dst);
     if (lane == 0) {
       store_slot_stream(dst, ws);
-      if (tile_dead(g, dst)) dst[W_SLOT_NUM_PAGES] = 0;
+      skip_dead_tile(g, dst);
       derive_kv_stream(g, dst);  // after the stream words: a KV stream overrides the page count
     }
     __syncwarp();

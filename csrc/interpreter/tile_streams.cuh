@@ -120,15 +120,18 @@ __device__ __forceinline__ long long tile_first_row(const Globals& g, const int*
 
 __device__ __forceinline__ bool tile_stream(const int* w) { return w[W_OPCODE] == OP_TILE_MATMUL; }
 
-// A tile of a padded step's dead tokens only (StepArgs::live_end of the last sequence, where the padding's tokens
-// are): the controller streams it no pages and the op does nothing. Tiles over sequences (the LM head's, the final
-// norm's) always run.
-__device__ __forceinline__ bool tile_dead(const Globals& g, const int* w) {
-  if (w[W_OPCODE] != OP_TILE_MATMUL) return false;
-  const int kind = w[W_OPERANDS];
-  if (kind == TILE_LM_HEAD || (kind == TILE_NORM && w[W_OPERANDS + 7] == NORM_FINAL)) return false;
+// Controller, one lane, after store_slot_stream: a tile of a padded step's dead tokens only (StepArgs::live_end of
+// the last sequence, where the padding's tokens are) streams no pages and its slot names no tokens, which the op
+// reads as nothing to do (the step args are read once, here, off the consumers' path). Tiles over sequences (the LM
+// head's, the final norm's) always run.
+__device__ __forceinline__ void skip_dead_tile(const Globals& g, int* slot) {
+  if (slot[W_OPCODE] != OP_TILE_MATMUL) return;
+  const int kind = slot[W_OPERANDS];
+  if (kind == TILE_LM_HEAD || (kind == TILE_NORM && slot[W_OPERANDS + 7] == NORM_FINAL)) return;
   const StepArgs sa(g);
-  return w[W_OPERANDS + 5] >= sa.live_end(sa.num_seqs() - 1);
+  if (slot[W_OPERANDS + 5] < sa.live_end(sa.num_seqs() - 1)) return;
+  slot[W_SLOT_NUM_PAGES] = 0;
+  slot[W_OPERANDS + 6] = slot[W_OPERANDS + 5];  // tok_end = tok_begin: no tokens
 }
 
 // Loader lane: arm the page on `full` (publishing `position` as issued) and copy page p of w's rows: K step p, or of a

@@ -197,8 +197,8 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
 // host's mistake (engine/cuda/variant.py), recorded before any page is consumed.
 template <bool TALL>
 __device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm, const int* w) {
-  if (tile_dead(g, w)) return true;  // no pages were streamed for it (roles.cuh)
   const TileOperands t(w);
+  if (t.tokens == 0) return true;  // dead padding tokens only: no pages were streamed for it (skip_dead_tile)
   if (t.kind == TILE_NORM) return op_tile_norm(g, sm, w);
   if (t.tall()) {
     if constexpr (TALL) {
