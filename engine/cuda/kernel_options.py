@@ -93,6 +93,11 @@ DEFAULT_BATCH1_KERNEL = True
 # instead of the token groups' passes over pages held in the ring. Host-side: it changes the instruction streams
 # (SplitParams.tile_min_tokens), so the VM runs the same tiles.
 DEFAULT_TILE_MATMUL = True
+# ... from this many tokens on, or from one token group more where the group is smaller: a step of 9-16 sequences of
+# the 1B is one token group of 16, whose products bound it, and its tiles are faster (H200, same run, two rounds:
+# batch 16 1.663 / 1.657 against 1.910 / 1.900 ms per step); a step of 8 is an 8-row group, faster than tiles (1.343 /
+# 1.339 against 1.564 / 1.543).
+DEFAULT_TILE_MIN_TOKENS = 9
 # Tiles of a bf16 input take their K-step pages two at a time (csrc/interpreter/tile_matmul.cuh tile_takes_pairs): one
 # CTA barrier, one release round and one group of eight products per pair instead of per page; a page visit's fixed
 # work was as long as a narrow tile's products (~0.86 us a page whatever its bytes, 1B, H200, batch 64).

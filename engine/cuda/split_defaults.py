@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.cuda.fusion import fused_split_defaults
-from engine.cuda.kernel_options import KernelOptions
+from engine.cuda.kernel_options import DEFAULT_TILE_MIN_TOKENS, KernelOptions
 from engine.cuda.limits import InterpreterLimits
 from engine.instructions.layout import ModelDims
 from engine.scheduler.compiler.step_builder_tiles import tiles_fit
@@ -40,8 +40,8 @@ def fill_split_defaults(split_kw: dict[str, Any], limits: InterpreterLimits, dim
     if asked is not None and not 1 <= int(asked) <= group:
         raise ValueError(f"token_group {asked}: this model's matvecs take at most {group} rows of x at once")
     token_group = int(asked) if asked is not None else group
-    # Steps of more than one token group: their linear layers as tensor-core tiles (KernelOptions.tile_matmul), on
-    # bf16 weights (the tiles' boxes are bf16) where the model's widths take them
+    # Steps of more than one token group (or of DEFAULT_TILE_MIN_TOKENS): their linear layers as tensor-core tiles
+    # (KernelOptions.tile_matmul), on bf16 weights (the tiles' boxes are bf16) where the model's widths take them
     tiles = kernel.tile_matmul and not fp8 and tiles_fit(dims)
     max_tokens = limits.max_tokens(dims, mlp_slices, bf16_rows, kernel.mma_token_group, tiles)
     if max_tokens > token_group:  # steps of several token groups
@@ -57,7 +57,7 @@ def fill_split_defaults(split_kw: dict[str, Any], limits: InterpreterLimits, dim
     split_kw.setdefault("one_token_slice_unit", limits.mma_chunk)  # down pages on the tensor cores
     split_kw.setdefault("max_out_floats", limits.out_floats)
     if tiles:
-        split_kw.setdefault("tile_min_tokens", token_group + 1)
+        split_kw.setdefault("tile_min_tokens", min(token_group + 1, DEFAULT_TILE_MIN_TOKENS))
     # Batch-1 attention fused with its O-proj slice where one layer's W_o is small per SM and memory is fast
     # (engine/cuda/fusion.py, device_tuning.py); W_o's panel pages are bf16 boxes: an fp8 W_o streams as rows (and
     # batch-1 attention is not fused with it)

@@ -46,7 +46,7 @@ def test_the_1b_on_fast_memory() -> None:
     assert (step.token_group, step.bf16_rows, step.w_o_panels) == (16, True, True)
     assert step.max_tokens_per_step == _limits().max_tokens_per_step
     assert kw["token_group"] == 16 and kw["held_pages"] == 9 and kw["page_bytes"] == 16384
-    assert kw["tile_min_tokens"] == 17 and kw["lm_head_direct_max_seqs"] == 16
+    assert kw["tile_min_tokens"] == 9 and kw["lm_head_direct_max_seqs"] == 16
     assert kw["one_token_slice_unit"] == 128 and kw["max_out_floats"] == _limits().out_floats
     assert kw["fuse_o_proj"] is True and kw["fused_head_chunks"] == 4 and kw["fuse_max_tokens"] == 8
 
