@@ -228,4 +228,109 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   return all_ok;
 }
 
+// A packed tile's consumers (tile_pack: P K steps of at most TILE_PACK_ROWS rows per ring page; narrow, so its rows
+// are warpgroup 0's). Each page visit waits for its P stages and its page, then warpgroup wg multiplies the page's
+// K steps wg, wg + 2, ... (32 rows each: m64n32k16) into acc's first four column blocks; past the loop warpgroup 1's
+// sums are added into warpgroup 0's through shared x, so warpgroup 0 holds the tile's products as tile_products
+// leaves them (warpgroup 1 is inactive: the tile has no rows past 64). Stages are refilled as in tile_products, a
+// visit's P after the next visit's barrier (tile_pack makes sure 2 P are in flight).
+template <int P>
+__device__ __forceinline__ bool tile_products_packed(const Globals& g, const Shared& sm, const int* w,
+                                                     const TileOperands& t, float (&acc)[TILE_N_BLOCKS<false>][4]) {
+  static_assert((P == 2 || P == TILE_PACK_STEPS) && TILE_N_BLOCKS<false> >= 4, "two or four K steps per page");
+  constexpr int BOX = TILE_W_BOX_ROWS * TILE_K * 2;  // one K step of the page
+  const int tid = threadIdx.x, wg = tk::warp_id() / 4;
+  const TileShared ts(g, sm, t);
+  const int NK = t.k_steps, NP = NK / P;
+  const int keep_from = NP - min(g.defer_free_pages, NP);
+  if (tid == 0) {
+    for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
+    tk::fence_semaphore_init();
+    asm volatile("fence.proxy.async.global;" ::: "memory");      // as in tile_products
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int s = 0; s < ts.n_stages && s < NK; ++s) issue_tile_x(g, ts, t, s, s);
+    timing_mark(g, w, MARK_INPUT);
+    set_low_cap_from(sm, NO_LOW_CAP);
+  }
+#pragma unroll
+  for (int j = 0; j < TILE_N_BLOCKS<false>; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+  float(&acc4)[4][4] = *reinterpret_cast<float(*)[4][4]>(&acc[0][0]);
+  const uint32_t R = sm.ring_pages, pos0 = sm.ring_cursor[0];
+  uint32_t ring = sm.ring_cursor[1], round = sm.ring_cursor[2], prev_ring = 0;
+  bool ok = true;
+  int wait_s = 0, st[P] = {}, prev_st[P] = {};
+  uint32_t wait_parity = 0;
+  consumer_sync();  // the stage barriers' initialisation before anyone waits on them
+  for (int p = 0; p < NP; ++p) {
+#pragma unroll
+    for (int kk = 0; kk < P; ++kk) {
+      prev_st[kk] = st[kk];
+      st[kk] = wait_s;
+      if (ok) ok = wait_pipeline(g, ts.bars[wait_s], wait_parity, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+      if (++wait_s == ts.n_stages) {
+        wait_s = 0;
+        wait_parity ^= 1;
+      }
+    }
+    if (ok) ok = wait_page_issued(g, sm, pos0 + p, w);
+    if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, pos0 + p);
+    ok = consumer_all(ok);  // past it: the previous visit's products are done, its page and stages free
+    if (tid == 0 && ok) {
+      if (p == 0) timing_mark(g, w, MARK_FIRST_PAGE);
+      if (p == NP - 1) timing_mark(g, w, MARK_LAST_PAGE);
+      if (p >= 1) {
+        if (p - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
+#pragma unroll
+        for (int kk = 0; kk < P; ++kk)
+          if ((p - 1) * P + kk + ts.n_stages < NK) issue_tile_x(g, ts, t, (p - 1) * P + kk + ts.n_stages, prev_st[kk]);
+      }
+    }
+    const uint32_t page = tk::smem_addr(sm.page(ring));
+    tk::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i) {
+      const int kk = 2 * i + wg, s = wg ? st[2 * i + 1] : st[2 * i];
+      const uint64_t a = tk::wgmma_desc_sw128(ts.stages + s * ts.stage_bytes);
+      const uint64_t b = tk::wgmma_desc_sw128(page + kk * BOX);
+#pragma unroll
+      for (int k16 = 0; k16 < TILE_K / 16; ++k16) tk::wgmma_m64n32k16_bf16(acc4, a + 2 * k16, b + 2 * k16);
+    }
+    tk::wgmma_commit();
+    tk::wgmma_wait<0>();
+    prev_ring = ring;
+    if (++ring == R) {
+      ring = 0;
+      ++round;
+    }
+  }
+  const bool all_ok = consumer_all(ok);  // every product done: x's stages are free
+  if (tid == 0) {
+    if (NP - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
+    for (int s = 0; s < ts.n_stages; ++s) tk::inval_semaphore(ts.bars[s]);
+    sm.ring_cursor[0] = pos0 + NP;
+    sm.ring_cursor[1] = ring;
+    sm.ring_cursor[2] = round;
+    timing_mark(g, w, MARK_COMPUTED);
+  }
+  // Warpgroup 1's sums into warpgroup 0's (the same thread of the other warpgroup holds the same places).
+  const int lane128 = tid & 127;
+  if (wg == 1) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sm.x[(4 * j + e) * 128 + lane128] = acc4[j][e];
+  }
+  consumer_sync();
+  if (wg == 0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc4[j][e] += sm.x[(4 * j + e) * 128 + lane128];
+  }
+  consumer_sync();  // x is free again for the epilogue's staging
+  return all_ok;
+}
+
 }  // namespace mk::vm

@@ -51,12 +51,20 @@ inline constexpr int TILE_X_BOX_BYTES = TILE_TOKENS * 128;  // the activation ma
 // buffer), and their products are never read.
 inline constexpr int TILE_SMALL_TOKENS = 32;
 inline constexpr int TILE_X_SMALL_BOX_BYTES = TILE_SMALL_TOKENS * 128;
+// A narrow tile of at most TILE_PACK_ROWS rows (a QKV tile of a decode step: 32 rows of a KV group) packs
+// TILE_PACK_STEPS (or 2) K steps into each ring page (KernelOptions.tile_pack_k): page p holds K steps P p .. P p + P - 1
+// as boxes of TILE_W_BOX_ROWS rows, one after another. Why: such a tile filled a quarter of each 16 KB page, so the ring
+// kept a quarter of its bytes in flight, and each K step paid a page visit (its waits, barrier and products of 64 rows
+// for 32); 1B, H200, batch 32: a QKV tile's 32 K steps took 15 us, 0.47 us each.
+inline constexpr int TILE_PACK_ROWS = TILE_W_BOX_ROWS;
+inline constexpr int TILE_PACK_STEPS = PAGE_BYTES / (TILE_PACK_ROWS * TILE_K * 2);
 // Column blocks of 8 weight rows a thread's products hold: narrow, its warpgroup's 64 rows; wide, all 128.
 template <bool WIDE>
 inline constexpr int TILE_N_BLOCKS = WIDE ? 16 : 8;
 inline constexpr int TILE_NORM_VECS = 8;   // float4 of a row per consumer thread in a NORM tile: hidden <= 8192
 static_assert(TILE_WEIGHT_ROWS / TILE_W_BOX_ROWS * TILE_W_BOX_ROWS * TILE_K * 2 == PAGE_BYTES, "a page is one K step");
 static_assert(TILE_K * 2 == 128, "boxes of 128-byte rows (the 128-byte swizzle)");
+static_assert(TILE_PACK_STEPS == 4 && TILE_PACK_ROWS % 8 == 0, "a packed page: four K steps of 32 rows (1 KiB atoms)");
 static_assert(TILE_X_STAGES * 8 <= SCRATCH_FLOATS * 4 - 64, "the x stages' barriers sit in scratch");
 static_assert(NUM_CONSUMER_WARPS == 8 && TILE_WEIGHT_ROWS == 2 * 64 && TILE_TOKENS == 64 && TILE_WIDE_TOKENS == 128,
               "two warpgroups of 64 x 64 products (wgmma m64n64k16) or, wide, of 64 x 128 (m64n128k16)");
@@ -134,11 +142,36 @@ __device__ __forceinline__ void skip_dead_tile(const Globals& g, int* slot) {
   slot[W_OPERANDS + 6] = slot[W_OPERANDS + 5];  // tok_end = tok_begin: no tokens
 }
 
+// K steps per ring page of tile (rows, k_steps, tokens): TILE_PACK_STEPS where x holds twice that many stages, else 2
+// where it holds four, else 1 (not packed). A visit waits for its K steps' stages and refills the previous visit's,
+// so the stages in flight must cover two visits. Read by the loader (its page count, each page's boxes) and by the
+// consumers (their loop): both from the launch's ring size, so they agree.
+__device__ __forceinline__ int tile_pack(const Globals& g, int kind, int rows, int k_steps, int tokens) {
+  if (!g.tile_pack_k || kind == TILE_NORM || rows > TILE_PACK_ROWS || tokens > TILE_TOKENS) return 1;
+  const int stage = (g.tile_small_x && tokens <= TILE_SMALL_TOKENS) ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
+  const int stages = min(TILE_X_STAGES, x_floats(g.ring_pages) * 4 / stage);
+  if (stages >= 2 * TILE_PACK_STEPS && k_steps % TILE_PACK_STEPS == 0) return TILE_PACK_STEPS;
+  return stages >= 4 && k_steps % 2 == 0 ? 2 : 1;
+}
+__device__ __forceinline__ int tile_pack(const Globals& g, const TileOperands& t) {
+  return tile_pack(g, t.kind, t.rows, t.k_steps, t.tokens);
+}
+
 // Loader lane: arm the page on `full` (publishing `position` as issued) and copy page p of w's rows: K step p, or of a
-// tall tile K step p / 2, rows 128 (p % 2) on.
+// tall tile K step p / 2, rows 128 (p % 2) on, or of a packed one its K steps P p .. P p + P - 1 (tile_pack).
 __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring_issued, const int* w, int p,
                                                 uint8_t* dst, tk::semaphore& full, uint32_t position) {
   const TileOperands t(w);
+  if (const int P = tile_pack(g, t); P > 1) {  // K steps P p ..: one box each
+    tk::arrive_expect_tx(full, P * TILE_W_BOX_ROWS * TILE_K * 2);
+    tk::store_release_shared(ring_issued, position + 1);
+    const int row = (int)tile_first_row(g, w, t.kind) + t.row_begin;
+    MK_ROLLED
+    for (int kk = 0; kk < P; ++kk)
+      tk::tensor_load_2d<tk::cache_hint::evict_first>(dst + kk * TILE_W_BOX_ROWS * TILE_K * 2, g.tile_maps + t.kind,
+                                                      row, t.k_begin + (p * P + kk) * TILE_K, full);
+    return;
+  }
   const int step = t.tall() ? p >> 1 : p, r0 = t.tall() ? (p & 1) * TILE_WEIGHT_ROWS : 0;
   const int boxes = (min(TILE_WEIGHT_ROWS, t.rows - r0) + TILE_W_BOX_ROWS - 1) / TILE_W_BOX_ROWS;
   tk::arrive_expect_tx(full, boxes * TILE_W_BOX_ROWS * TILE_K * 2);

@@ -46,6 +46,20 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], uint64_t 
       : "l"(a), "l"(b));
 }
 
+// d (64 x 32 fp32) += A (64 x 16 bf16 at descriptor a) * B^T (32 x 16 bf16 at descriptor b), both K-major; the
+// same layout as above with 4 column blocks.
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[4][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(a), "l"(b));
+}
+
 // d (64 x 128 fp32) += A (64 x 16 bf16 at descriptor a) * B^T (128 x 16 bf16 at descriptor b), both K-major; the
 // same layout as above with 16 column blocks: d[j][e] is row 16 w + l / 4 + 8 (e / 2), column 8 j + 2 (l % 4) + e % 2.
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[16][4], uint64_t a, uint64_t b) {

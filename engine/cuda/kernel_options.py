@@ -107,6 +107,12 @@ DEFAULT_TILE_PAGE_PAIRS = True
 # decode step of up to 32 sequences runs a 12-page ring instead of 11 (batch 32 measured 2.246 / 2.193 / 2.106 ms at
 # 9 / 10 / 11 pages, H200).
 DEFAULT_TILE_SMALL_X = True
+# A narrow tile of at most 32 weight rows (a decode step's QKV tiles) packs four K steps into each ring page, or two
+# where x holds fewer than eight of its stages (csrc/interpreter/tile_streams.cuh tile_pack): more weight bytes in
+# flight per ring page (the loader caps pages, not bytes) and a page visit per two or four K steps, each warpgroup
+# multiplying half of them. 1B, H200, same run, two rounds: batch 16 1.624 / 1.636 against 1.708 / 1.689 ms per step,
+# batch 32 1.919 / 1.914 against 1.966 / 2.001, batch 64 2.630 / 2.555 against 2.648 / 2.598.
+DEFAULT_TILE_PACK_K = True
 # K / V tiles of the tensor-core prompt attention in shared memory for heads of up to 64 dims (2 or 4; wider heads
 # always 2): a tile's copy from L2 takes several times its products, so with two buffers (one tile ahead) the warps
 # waited for most of each tile (csrc/interpreter/attention_tiles.cuh).
@@ -146,6 +152,7 @@ class KernelOptions:
     tile_matmul: bool = DEFAULT_TILE_MATMUL  # host-side: the backend's SplitParams.tile_min_tokens
     tile_page_pairs: bool = DEFAULT_TILE_PAGE_PAIRS
     tile_small_x: bool = DEFAULT_TILE_SMALL_X  # also host-side: the ring a stream's x stages leave (limits.py)
+    tile_pack_k: bool = DEFAULT_TILE_PACK_K
     attn_kv_buffers: int = DEFAULT_ATTN_KV_BUFFERS
     tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
     tp_vocab_argmax: bool = DEFAULT_TP_VOCAB_ARGMAX  # host-side: a tensor-parallel rank's greedy streams
@@ -185,4 +192,5 @@ class KernelOptions:
                 "low_cap_inputs": int(self.low_cap_inputs), "attn_kv_ring": int(self.attn_kv_ring),
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
                 "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs),
-                "tile_small_x": int(self.tile_small_x), "attn_kv_buffers": self.attn_kv_buffers}
+                "tile_small_x": int(self.tile_small_x), "tile_pack_k": int(self.tile_pack_k),
+                "attn_kv_buffers": self.attn_kv_buffers}

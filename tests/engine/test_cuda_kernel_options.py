@@ -55,3 +55,11 @@ def test_the_tile_staging_options_reach_the_kernel() -> None:
     assert on["tile_small_x"] == 1 and on["attn_kv_buffers"] == 4
     off = KernelOptions(max_inflight_pages=3, chain_inflight_pages=1, tile_small_x=False, attn_kv_buffers=2)
     assert off.launch_fields()["tile_small_x"] == 0 and off.launch_fields()["attn_kv_buffers"] == 2
+
+
+def test_packed_tile_pages_are_a_knob_of_their_own() -> None:
+    """tile_pack_k (csrc/interpreter/tile_streams.cuh tile_pack): a launch field, set by its option alone."""
+    base = dict(max_inflight_pages=3, chain_inflight_pages=1)
+    assert KernelOptions(**base).launch_fields()["tile_pack_k"] == int(KernelOptions.tile_pack_k)
+    assert KernelOptions(**base, tile_pack_k=True).launch_fields()["tile_pack_k"] == 1
+    assert KernelOptions(**base, tile_pack_k=False).launch_fields()["tile_pack_k"] == 0

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.instructions.ops.tile_matmul import TileKind
 from engine.instructions.registry import OPCODES, Opcode
 from models.llama.config import LlamaConfig
 from models.llama.weights import load_weights
@@ -73,6 +74,28 @@ def test_wide_tiles_match_vm(pairs: bool, wide_rows: int) -> None:
         assert any(i.tok_end - i.tok_begin > 64 for i in tiles), f"step {step} ran no wide tile"
         if wide_rows == 256 and step < 2:
             assert any(i.row_end - i.row_begin > 128 for i in tiles), f"step {step} ran no tall tile"
+
+
+@pytest.mark.parametrize("max_ring_pages", [None, 9])
+def test_packed_tile_pages_match_vm(max_ring_pages: int | None) -> None:
+    """KernelOptions.tile_pack_k: a narrow tile of at most 32 rows (the decode steps' QKV tiles here: 12 of 32 rows per
+    KV group) packs four K steps into each ring page where x holds eight of its stages, two where it holds four
+    (tile_streams.cuh tile_pack): with each stream's own ring (20 sequences: two; 40: none) and a 9-page one (x for
+    eight 32-row and eight 64-row stages: four for both); a prompt step (wide tiles, never packed) between them."""
+    cfg = SHAPES["rows-2048"]
+    gpu_kw: dict[str, object] = {"mma_matvec": True, "tile_pack_k": True}
+    if max_ring_pages is not None:
+        gpu_kw["max_ring_pages"] = max_ring_pages
+    vm, gpu = pair(scaled_weights(cfg, seed=47), "dynamic", num_pages=256, gpu_kw=gpu_kw,
+                   token_group=16, held_pages=9, page_bytes=16384, tile_min_tokens=9)
+    scen = Scenario(cfg, [5] * 40, page_size=16, num_pages=256, seed=29)
+    plans: list[list[int | None]] = [[None] * 40, [1] * 40, [1] * 20 + [0] * 20, [1] * 12 + [0] * 28]
+    for step, plan in enumerate(plans):
+        steps_match_vm(vm, gpu, scen, [plan], f"packed tiles step {step}", lambda name: tolerance(name, True),
+                       check_kv=True, skip=("mid", "act"), also=("x_bf16", "attn_bf16", "act_bf16"))
+        tiles = [i for i in gpu.last.compiled.stream.instrs if OPCODES.code_of(i) == Opcode.TILE_MATMUL]
+        if step:
+            assert any(i.kind == TileKind.QKV and i.row_end - i.row_begin <= 32 for i in tiles), f"step {step}: no packing"
 
 
 def test_8b_widths_run_tile_steps_past_one_token_group() -> None:

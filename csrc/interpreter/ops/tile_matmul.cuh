@@ -151,8 +151,11 @@ __device__ __forceinline__ bool tile_matmul_narrow(const Globals& g, const Share
                                                    const TileOperands& t) {
   const TileLanes tl(tk::warp_id(), t);
   float acc[TILE_N_BLOCKS<false>][4];
-  const bool ok = tile_takes_pairs(g, sm, t) ? tile_products<false, true>(g, sm, w, t, tl, acc, acc)
-                                              : tile_products<false, false>(g, sm, w, t, tl, acc, acc);
+  const int pack = tile_pack(g, t);
+  const bool ok = pack == TILE_PACK_STEPS     ? tile_products_packed<TILE_PACK_STEPS>(g, sm, w, t, acc)
+                  : pack == 2                 ? tile_products_packed<2>(g, sm, w, t, acc)
+                  : tile_takes_pairs(g, sm, t) ? tile_products<false, true>(g, sm, w, t, tl, acc, acc)
+                                               : tile_products<false, false>(g, sm, w, t, tl, acc, acc);
   if (!ok) return false;
   if (t.kind == TILE_O || t.kind == TILE_DOWN) {
     if (tl.active) tile_add_residual(g, t, tl, acc);
@@ -213,8 +216,9 @@ __device__ __forceinline__ bool op_tile_matmul(const Globals& g, const Shared sm
 template <>
 struct Op<OP_TILE_MATMUL> : OpTraits {
   static constexpr bool in_variant(int v) { return v == VARIANT_GENERAL; }
-  // A tile's ring pages are its K steps, one page each (two where it is tall), copied as boxes (tile_streams.cuh
-  // issue_tile_page): these words count them (pages of one 16 KiB "row") and point at the tile's first weight.
+  // A tile's ring pages are its K steps, one page each (two where it is tall, a quarter or half where it is packed),
+  // copied as boxes (tile_streams.cuh issue_tile_page): these words count them (pages of one 16 KiB "row") and point
+  // at the tile's first weight.
   __device__ __forceinline__ static WeightStream weights(const Globals& g, const StreamInputs& in) {
     const int kind = in.a[0];
     const bf16* m = kind == TILE_QKV       ? g.w_qkv
@@ -223,9 +227,10 @@ struct Op<OP_TILE_MATMUL> : OpTraits {
                     : kind == TILE_DOWN    ? g.w_down
                                            : g.lm_head;
     const long long K = kind == TILE_O ? in.Q : kind == TILE_DOWN ? in.I : in.H;
-    const int halves = in.a[2] - in.a[1] > TILE_WEIGHT_ROWS ? 2 : 1;
+    const int halves = in.a[2] - in.a[1] > TILE_WEIGHT_ROWS ? 2 : 1, k_steps = (in.a[4] - in.a[3]) / TILE_K;
+    const int pack = tile_pack(g, kind, in.a[2] - in.a[1], k_steps, in.a[6] - in.a[5]);
     WeightStream s = matrix_rows(m, nullptr, max(in.layer, 0) * tile_layer_rows(g, kind) + in.a[1],
-                                 halves * (in.a[4] - in.a[3]) / TILE_K, in.a[3], PAGE_BYTES / 2, K);
+                                 halves * k_steps / pack, in.a[3], PAGE_BYTES / 2, K);
     s.row_stride = PAGE_BYTES / 2;
     return s;
   }
