@@ -135,6 +135,8 @@ class DeviceStream:
                      sa_header=self._header())
             if self.tile_maps is not None:
                 f["tile_maps"] = self.tile_maps.data_ptr()
+                if kernel.tile_inflight_pages is not None:
+                    f["max_inflight_pages"] = kernel.tile_inflight_pages
             self._base_fields = f
         f = dict(self._base_fields)
         f["epoch"] = self.epoch

@@ -25,6 +25,12 @@ DEFAULT_L2_BEYOND_RING_OPS: tuple[str, ...] = ("RMS_GATE_UP_SILU",)
 # ring in flight 1.007 ms/token, a cap of 3 0.973, 4 0.990, 6 1.005). The best cap grows with the memory
 # bandwidth, so None: the device's (device_tuning.py).
 DEFAULT_MAX_INFLIGHT_PAGES: int | None = None
+# ... in a stream with tiles (TILE_MATMUL; None: the cap above): no cap. Tiles stream whole K-step pages a few
+# microseconds long, not a batch-1 op's latency-bound chain, and measured faster without one each time (1B, H200, no cap
+# against 4, two rounds each: batch 16 / 32 / 64 1.606-1.624 / 1.873-1.937 / 2.493-2.518 against 1.634-1.656 /
+# 1.906-1.946 / 2.561-2.586 ms per step, the 2 048-token prefill 21.44-21.66 against 21.24-22.50 ms; on an earlier
+# build batch 32 / 64 2.076 / 2.424 against 2.150 / 2.513).
+DEFAULT_TILE_INFLIGHT_PAGES: int | None = 0
 # While the consumers run QKV / attention / O-proj the loader keeps a lower cap (the MLP's next pages): a cap
 # of 2 throughout is 1-2 % slower on the 1B and 8B shapes than the higher cap with this one. Its best value
 # also differs by device (2 on the H200, 1 on the H100), so None: the device's (device_tuning.py). 0: the same
@@ -134,6 +140,7 @@ class KernelOptions:
     l2_beyond_ring_kb: int = DEFAULT_L2_BEYOND_RING_KB
     l2_beyond_ring_ops: tuple[str, ...] = DEFAULT_L2_BEYOND_RING_OPS
     max_inflight_pages: int | None = DEFAULT_MAX_INFLIGHT_PAGES  # None: the device's (device_tuning.py)
+    tile_inflight_pages: int | None = DEFAULT_TILE_INFLIGHT_PAGES  # replaces it in streams with tiles (DeviceStream)
     chain_inflight_pages: int | None = DEFAULT_CHAIN_INFLIGHT_PAGES  # None: the device's (device_tuning.py)
     chain_cap_ahead: int = DEFAULT_CHAIN_CAP_AHEAD
     low_cap_inputs: bool = DEFAULT_LOW_CAP_INPUTS
@@ -161,7 +168,7 @@ class KernelOptions:
         for name in ("l2_prefetch_kb", "l2_beyond_ring_kb"):
             if not 0 <= getattr(self, name) <= 4096:
                 raise ValueError(f"{name} must be in [0, 4096], got {getattr(self, name)}")
-        for name in ("max_inflight_pages", "chain_inflight_pages", "chain_cap_ahead"):
+        for name in ("max_inflight_pages", "tile_inflight_pages", "chain_inflight_pages", "chain_cap_ahead"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.mma_token_group <= 64:
