@@ -81,6 +81,32 @@ __device__ __forceinline__ bool tile_takes_pairs(const Globals& g, const Shared&
   return tile_x_stages(sm, tile_stage_bytes(g, t)) >= 4;
 }
 
+// Thread 0, before a tile's page loop: its x stages' barriers, then the first stages' copies.
+__device__ __forceinline__ void tile_start_stages(const Globals& g, const Shared& sm, const TileShared& ts,
+                                                  const TileOperands& t, const int* w) {
+  for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
+  tk::fence_semaphore_init();
+  // The activations were written this step by other SMs' generic stores (ordered before this thread's acquire of
+  // the dependency counters); the copies below read them through the async proxy.
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // shared x was last written by generic stores
+  for (int s = 0; s < ts.n_stages && s < t.k_steps; ++s) issue_tile_x(g, ts, t, s, s);
+  // The input streams with the pages (no separate read to shield): the loader back to its streaming cap.
+  timing_mark(g, w, MARK_INPUT);
+  set_low_cap_from(sm, NO_LOW_CAP);
+}
+
+// Thread 0, after a tile's page loop and its last barrier (its pages freed): the stage barriers back to plain
+// memory, the ring cursor at position `next` (slot `ring` of `round`).
+__device__ __forceinline__ void tile_end_stages(const Globals& g, const Shared& sm, const TileShared& ts, const int* w,
+                                                uint32_t next, uint32_t ring, uint32_t round) {
+  for (int s = 0; s < ts.n_stages; ++s) tk::inval_semaphore(ts.bars[s]);  // scratch is plain memory again
+  sm.ring_cursor[0] = next;
+  sm.ring_cursor[1] = ring;
+  sm.ring_cursor[2] = round;
+  timing_mark(g, w, MARK_COMPUTED);
+}
+
 // The consumers' side of a tile: every page's products into acc (this thread's share, TileLanes). Each page waits
 // for its input stage and weight page, then one barrier (everyone's products of the previous page done: its page and
 // stage are freed and refilled; no wgmma group stays open across the loop's back edge: that makes ptxas serialise
@@ -102,18 +128,7 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   const TileShared ts(g, sm, t);
   const int NK = t.k_steps, NP = TALL ? 2 * NK : NK;  // K steps (x stages), ring pages
   const int keep_from = NP - min(g.defer_free_pages, NP);  // later pages: freed after the release
-  if (tid == 0) {
-    for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
-    tk::fence_semaphore_init();
-    // The activations were written this step by other SMs' generic stores (ordered before this thread's acquire of
-    // the dependency counters); the copies below read them through the async proxy.
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // shared x was last written by generic stores
-    for (int s = 0; s < ts.n_stages && s < NK; ++s) issue_tile_x(g, ts, t, s, s);
-    // The input streams with the pages (no separate read to shield): the loader back to its streaming cap.
-    timing_mark(g, w, MARK_INPUT);
-    set_low_cap_from(sm, NO_LOW_CAP);
-  }
+  if (tid == 0) tile_start_stages(g, sm, ts, t, w);
   // Zeroed here rather than by the first product's scale-d: accumulators a wgmma reads undefined make ptxas treat the
   // pipeline as open at this function's call and spill around it (C7510).
 #pragma unroll
@@ -219,11 +234,7 @@ __device__ __forceinline__ bool tile_products(const Globals& g, const Shared& sm
   if (tid == 0) {
     if (PAIRS && NP >= 2 && NP - 2 < keep_from) tk::arrive(sm.page_empty[pair_ring0]);
     if (NP - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
-    for (int s = 0; s < ts.n_stages; ++s) tk::inval_semaphore(ts.bars[s]);  // scratch is plain memory again
-    sm.ring_cursor[0] = pos0 + NP;
-    sm.ring_cursor[1] = ring;
-    sm.ring_cursor[2] = round;
-    timing_mark(g, w, MARK_COMPUTED);
+    tile_end_stages(g, sm, ts, w, pos0 + NP, ring, round);
   }
   return all_ok;
 }
@@ -243,15 +254,7 @@ __device__ __forceinline__ bool tile_products_packed(const Globals& g, const Sha
   const TileShared ts(g, sm, t);
   const int NK = t.k_steps, NP = NK / P;
   const int keep_from = NP - min(g.defer_free_pages, NP);
-  if (tid == 0) {
-    for (int s = 0; s < ts.n_stages; ++s) tk::init_semaphore(ts.bars[s], 1);
-    tk::fence_semaphore_init();
-    asm volatile("fence.proxy.async.global;" ::: "memory");      // as in tile_products
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    for (int s = 0; s < ts.n_stages && s < NK; ++s) issue_tile_x(g, ts, t, s, s);
-    timing_mark(g, w, MARK_INPUT);
-    set_low_cap_from(sm, NO_LOW_CAP);
-  }
+  if (tid == 0) tile_start_stages(g, sm, ts, t, w);
 #pragma unroll
   for (int j = 0; j < TILE_N_BLOCKS<false>; ++j)
 #pragma unroll
@@ -308,11 +311,7 @@ __device__ __forceinline__ bool tile_products_packed(const Globals& g, const Sha
   const bool all_ok = consumer_all(ok);  // every product done: x's stages are free
   if (tid == 0) {
     if (NP - 1 < keep_from) tk::arrive(sm.page_empty[prev_ring]);
-    for (int s = 0; s < ts.n_stages; ++s) tk::inval_semaphore(ts.bars[s]);
-    sm.ring_cursor[0] = pos0 + NP;
-    sm.ring_cursor[1] = ring;
-    sm.ring_cursor[2] = round;
-    timing_mark(g, w, MARK_COMPUTED);
+    tile_end_stages(g, sm, ts, w, pos0 + NP, ring, round);
   }
   // Warpgroup 1's sums into warpgroup 0's (the same thread of the other warpgroup holds the same places).
   const int lane128 = tid & 127;
