@@ -20,11 +20,11 @@ from engine.run_stops import RunStops
 from engine.sampling.run_sampler import RunSampler
 from models.llama.step_batch import StepBatch
 
-# (padded tokens of a step, ms) on an H200, 1B shape: decode steps of 1/16/32/64/128 sequences, one 2 048-token prompt
-# (one machine, the build whose O tiles read attn_bf16: docs/results/2026-11-29_h200_tile-stream-probes.json, its
-# static-queue rows and batch sweep; 32 sequences with x in 32-row boxes: 2026-11-29_h200_small-x-boxes-kv-depth-ab.json)
-STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.76), (16, 1.89), (32, 1.91), (64, 2.48), (128, 3.74),
-                                                  (2048, 21.9))
+# (padded tokens of a step, ms) on an H200, 1B shape: decode steps of 1/16/32/64 sequences (one run of the build with
+# packed QKV pages: docs/results/2026-11-29_h200_packed-tile-pages.json `final_defaults`), of 128 sequences and one
+# 2 048-token prompt (an earlier build: 2026-11-29_h200_tile-stream-probes.json, 2026-11-29_h200_packed-tile-pages.json)
+STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.78), (16, 1.65), (32, 1.89), (64, 2.57), (128, 3.74),
+                                                  (2048, 21.5))
 PADDED_OVER = 16  # steps of more tokens than one token group run padded (the 1B's)
 FAVOURED_TOKEN = 7
 
