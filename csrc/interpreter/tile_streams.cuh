@@ -97,6 +97,8 @@ struct TileOperands {
     const int m = kind == TILE_O ? TILE_MAP_X_ATTN_OUT : kind == TILE_DOWN ? TILE_MAP_X_ACT : TILE_MAP_X_BF16;
     return small(g) ? m + TILE_MAP_SMALL_OFFSET : m;
   }
+  // ... from its operand words alone (a weight stream's inputs: StreamInputs::a is the instruction's W_OPERANDS on).
+  __device__ __forceinline__ static TileOperands of_operands(const int* a) { return TileOperands(a - W_OPERANDS); }
   // Each warpgroup takes 64 of the tokens against all rows.
   __device__ __forceinline__ bool wide() const { return tokens > TILE_TOKENS; }
   // A narrow tile whose x stages are boxes of TILE_SMALL_TOKENS rows (KernelOptions.tile_small_x).
@@ -142,19 +144,33 @@ __device__ __forceinline__ void skip_dead_tile(const Globals& g, int* slot) {
   slot[W_OPERANDS + 6] = slot[W_OPERANDS + 5];  // tok_end = tok_begin: no tokens
 }
 
-// K steps per ring page of tile (rows, k_steps, tokens): TILE_PACK_STEPS where x holds twice that many stages, else 2
-// where it holds four, else 1 (not packed). A visit waits for its K steps' stages and refills the previous visit's,
-// so the stages in flight must cover two visits. Read by the loader (its page count, each page's boxes) and by the
-// consumers (their loop): both from the launch's ring size, so they agree.
-__device__ __forceinline__ int tile_pack(const Globals& g, int kind, int rows, int k_steps, int tokens) {
-  if (!g.tile_pack_k || kind == TILE_NORM || rows > TILE_PACK_ROWS || tokens > TILE_TOKENS) return 1;
-  const int stage = (g.tile_small_x && tokens <= TILE_SMALL_TOKENS) ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
-  const int stages = min(TILE_X_STAGES, x_floats(g.ring_pages) * 4 / stage);
-  if (stages >= 2 * TILE_PACK_STEPS && k_steps % TILE_PACK_STEPS == 0) return TILE_PACK_STEPS;
-  return stages >= 4 && k_steps % 2 == 0 ? 2 : 1;
+// An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile, and of
+// TILE_SMALL_TOKENS rows in a small one.
+__device__ __forceinline__ int tile_x_box_bytes(const Globals& g, const TileOperands& t) {
+  return t.small(g) ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
 }
+__device__ __forceinline__ int tile_stage_bytes(const Globals& g, const TileOperands& t) {
+  return (t.wide() ? 2 : 1) * tile_x_box_bytes(g, t);
+}
+
+// K steps of x in flight: as many stages of `stage_bytes` as `x_floats` floats of x hold, at most TILE_X_STAGES, at
+// least one.
+__device__ __forceinline__ int tile_x_stages(int x_floats, int stage_bytes) {
+  return max(1, min(TILE_X_STAGES, x_floats * 4 / stage_bytes));
+}
+__device__ __forceinline__ int tile_x_stages(const Shared& sm, int stage_bytes) {
+  return tile_x_stages(sm.x_floats, stage_bytes);
+}
+
+// K steps per ring page of tile t: TILE_PACK_STEPS where x holds twice that many of its stages, else 2 where it holds
+// four, else 1 (not packed). A visit waits for its K steps' stages and refills the previous visit's, so the stages in
+// flight must cover two visits. Read by the loader (its page count, each page's boxes) and by the consumers (their
+// loop, TileShared's stages): both from the launch's ring size and the same stage rule, so they agree.
 __device__ __forceinline__ int tile_pack(const Globals& g, const TileOperands& t) {
-  return tile_pack(g, t.kind, t.rows, t.k_steps, t.tokens);
+  if (!g.tile_pack_k || t.kind == TILE_NORM || t.rows > TILE_PACK_ROWS || t.wide()) return 1;
+  const int stages = tile_x_stages(x_floats(g.ring_pages), tile_stage_bytes(g, t));
+  if (stages >= 2 * TILE_PACK_STEPS && t.k_steps % TILE_PACK_STEPS == 0) return TILE_PACK_STEPS;
+  return stages >= 4 && t.k_steps % 2 == 0 ? 2 : 1;
 }
 
 // Loader lane: arm the page on `full` (publishing `position` as issued) and copy page p of w's rows: K step p, or of a
@@ -181,20 +197,6 @@ __device__ __forceinline__ void issue_tile_page(const Globals& g, uint32_t* ring
   for (int b = 0; b < boxes; ++b)
     tk::tensor_load_2d<tk::cache_hint::evict_first>(dst + b * TILE_W_BOX_ROWS * TILE_K * 2, g.tile_maps + t.kind,
                                                     row + b * TILE_W_BOX_ROWS, t.k_begin + step * TILE_K, full);
-}
-
-// An input's stage: a box of TILE_TOKENS rows of 128 bytes, one per warpgroup's tokens in a wide tile, and of
-// TILE_SMALL_TOKENS rows in a small one.
-__device__ __forceinline__ int tile_x_box_bytes(const Globals& g, const TileOperands& t) {
-  return t.small(g) ? TILE_X_SMALL_BOX_BYTES : TILE_X_BOX_BYTES;
-}
-__device__ __forceinline__ int tile_stage_bytes(const Globals& g, const TileOperands& t) {
-  return (t.wide() ? 2 : 1) * tile_x_box_bytes(g, t);
-}
-
-// K steps of x in flight: as many stages of `stage_bytes` as x holds, at most TILE_X_STAGES, at least one.
-__device__ __forceinline__ int tile_x_stages(const Shared& sm, int stage_bytes) {
-  return max(1, min(TILE_X_STAGES, sm.x_floats * 4 / stage_bytes));
 }
 
 // Shared x during a tile: the stages are its input's K steps, TILE_TOKENS rows of 128 bytes each (16-byte chunk c of

@@ -227,10 +227,9 @@ struct Op<OP_TILE_MATMUL> : OpTraits {
                     : kind == TILE_DOWN    ? g.w_down
                                            : g.lm_head;
     const long long K = kind == TILE_O ? in.Q : kind == TILE_DOWN ? in.I : in.H;
-    const int halves = in.a[2] - in.a[1] > TILE_WEIGHT_ROWS ? 2 : 1, k_steps = (in.a[4] - in.a[3]) / TILE_K;
-    const int pack = tile_pack(g, kind, in.a[2] - in.a[1], k_steps, in.a[6] - in.a[5]);
+    const TileOperands t = TileOperands::of_operands(in.a);
     WeightStream s = matrix_rows(m, nullptr, max(in.layer, 0) * tile_layer_rows(g, kind) + in.a[1],
-                                 halves * k_steps / pack, in.a[3], PAGE_BYTES / 2, K);
+                                 (t.tall() ? 2 : 1) * t.k_steps / tile_pack(g, t), in.a[3], PAGE_BYTES / 2, K);
     s.row_stride = PAGE_BYTES / 2;
     return s;
   }
