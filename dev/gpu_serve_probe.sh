@@ -3,7 +3,7 @@
 # over $VARIANTS (default: the defaults against --no-engine-process) at LEVELS "32 128", one round, each level with
 # dev/serve_probe.py's line (CPU per token, the GPU's idle share in runs, the engine's seconds per kind of step).
 # Everything lands in $OUT/w and is packed into $OUT/all.tgz every 15 s, so a run cut by its time limit still returns
-# what it had. Carry .whl/ (scripts/fetch_server_wheels.sh).
+# what it had. Carry .whl/ (scripts/fetch_server_wheels.sh). TESTS_TIMEOUT_S bounds the tests (150 s).
 #   VARIANTS="base= nohead=--kernel-option=pad_headroom=0" TESTS="tests/gpu/test_megakernel_engine.py" \
 #     bash dev/gpu_serve_probe.sh
 set -uo pipefail
@@ -15,7 +15,7 @@ INIT=$!  # waited for by pid: a bare `wait` would also wait for the packer loop,
 python3 -m engine.cuda_build > "$OUT/build.log" 2>&1; echo "build rc=$? t=$(( $(date +%s) - START ))" | tee -a "$OUT/steps.log"
 if [ -n "${TESTS:-}" ]; then
   # shellcheck disable=SC2086  # a list of test paths
-  timeout 150 python3 -m pytest -q -x $TESTS > "$OUT/gpu_tests.log" 2>&1
+  timeout "${TESTS_TIMEOUT_S:-150}" python3 -m pytest -q -x $TESTS > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests rc=$? t=$(( $(date +%s) - START )) $(tail -1 "$OUT/gpu_tests.log")" | tee -a "$OUT/steps.log"
 fi
 wait $INIT
