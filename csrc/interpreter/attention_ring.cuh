@@ -23,6 +23,11 @@ namespace mk::vm {
 // warp without a ring page when there is one. emit as in attend (attention_global.cuh). False: a page wait
 // failed. A fused op's weight pages follow its KV pages; the stream's last Globals::defer_free_pages
 // positions stay held either way.
+// A stream of at most one ring page per warp (a short context) folds by (KV page, head) instead
+// (Globals::attn_head_units): a warp's fold is one head after another, so with ring pages a warp each the
+// 9-16 KV pages of a 129-256-token context left three warps idle and five folding two pages of every head;
+// the pairs spread over all eight, every page is held until the last warp's fold (all fit the ring at once:
+// MIN_RING_PAGES > NUM_CONSUMER_WARPS) and freed after the barrier that ends the folds.
 // Not inlined (like consume_pages, `sm` by value): inlined into the opcode switch its registers raised
 // the whole kernel's spills from 32 to 88 bytes.
 template <int DPL, typename Emit>
@@ -46,7 +51,9 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   MK_ROLLED
   for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
     q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
-  const int new_warp = n_pages % NUM_CONSUMER_WARPS;
+  const bool by_head = g.attn_head_units && NH > 1 && n_pages <= NUM_CONSUMER_WARPS;
+  const int n_kv = w[W_SLOT_KV_PAGES], units = by_head ? n_kv * NH : n_pages;
+  const int new_warp = units % NUM_CONSUMER_WARPS;  // the first warp with the fewest pages or pairs
   float nk[1][DPL], nv[1][DPL];
   bool new_valid[1] = {false};
   if (warp == new_warp && new_key >= 0) {
@@ -62,7 +69,24 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
 
   RingWalk walk(sm, warp);  // ring pages p = warp, warp + 8, ... (state.cuh)
   bool ok = true;
-  for (int p = warp; p < n_pages; p += NUM_CONSUMER_WARPS) {
+  if (by_head) {
+    for (int u = warp; u < units; u += NUM_CONSUMER_WARPS) {
+      const int i = u / NH, h = u - i * NH, p = i / kvpp;  // KV page i (ring page p), head h
+      uint32_t ring, round;
+      walk.page(p, ring, round);
+      if (ok) ok = wait_page_issued(g, sm, walk.pos0 + p, w);
+      if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, walk.pos0 + p);
+      ok = __all_sync(tk::FULL_MASK, ok);
+      if (ok) {
+        const uint32_t kbase = tk::smem_addr(sm.page(ring)) + (i - p * kvpp) * 2 * chunk;
+        const int row_end = min(ps, ring_end - (key0 + i * ps));
+        for (int k0 = 0; k0 < row_end; k0 += PASS_KEYS<DPL>)
+          fold_pass<DPL>(merge + warp * stride_w + h * (hd + 2), q_addr + h * hd * 4, 1, scale,
+                         kbase + k0 * hd * 2, kbase + chunk + k0 * hd * 2, min(PASS_KEYS<DPL>, row_end - k0));
+      }
+    }
+  }
+  for (int p = warp; !by_head && p < n_pages; p += NUM_CONSUMER_WARPS) {
     const uint32_t n = walk.pos0 + p, ring = walk.ring;
     if (ok) ok = wait_page_issued(g, sm, n, w);
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
@@ -88,6 +112,12 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);
   const bool all_ok = consumer_all(ok);  // also orders every warp's merge slot before the merge
   if (threadIdx.x == 0) {
+    if (by_head && all_ok)  // every warp's folds are behind the barrier
+      for (int p = 0; p < min(n_pages, keep_from); ++p) {
+        uint32_t ring, round;
+        walk.page(p, ring, round);
+        tk::arrive(sm.page_empty[ring]);
+      }
     walk.finish(sm, n_pages);
     timing_mark(g, w, MARK_COMPUTED);
   }

@@ -114,6 +114,7 @@ struct Globals {
   int tile_small_x;          // 1: narrow tiles of <= TILE_SMALL_TOKENS tokens stage x in small boxes (tile_streams.cuh)
   int tile_pack_k;           // 1: narrow tiles of <= TILE_PACK_ROWS rows pack several K steps per page (tile_streams.cuh)
   int attn_kv_buffers;       // K / V tile buffers of the tensor-core attention for heads up to 64 dims: 2 or 4
+  int attn_head_units;       // 1: ring attention of at most a page a warp folds by (KV page, head) (attention_ring.cuh)
   int chain_inflight_pages;  // the cap while the consumers run QKV / attention / O-proj (0: max_inflight_pages)
   int chain_cap_ahead;       // ... for the pages of instructions this many or more past the running one (state.cuh)
   int embed_next;            // with advance_history: the next step has no EMBED, ARGMAX_REDUCE writes its hidden

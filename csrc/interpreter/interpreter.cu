@@ -166,7 +166,7 @@ Globals globals_from_dict(const py::dict& d) {
   MK_INT(l2_beyond_ring_bytes); MK_INT(l2_beyond_ring_ops); MK_INT(max_inflight_pages); MK_INT(ring_pages);
   MK_INT(attn_kv_ring); MK_INT(defer_free_pages); MK_INT(chain_inflight_pages); MK_INT(chain_cap_ahead);
   MK_INT(low_cap_inputs); MK_INT(mma_matvec); MK_INT(mma_x_rows); MK_INT(token_group); MK_INT(lm_head_direct); MK_INT(attn_tiles); MK_INT(tile_page_pairs); MK_INT(embed_next); MK_INT(num_counters);
-  MK_INT(tile_small_x); MK_INT(tile_pack_k); MK_INT(attn_kv_buffers);
+  MK_INT(tile_small_x); MK_INT(tile_pack_k); MK_INT(attn_kv_buffers); MK_INT(attn_head_units);
 #undef MK_INT
   const auto header = scalar_field<std::vector<int>>(d, "sa_header");
   if (header.size() != static_cast<size_t>(mk::vm::SA_HEADER_WORDS))

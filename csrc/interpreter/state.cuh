@@ -281,6 +281,15 @@ struct RingWalk {
     ring += NUM_CONSUMER_WARPS;
     wrap();
   }
+  // The ring slot and round of the instruction's page p (p < R: a short stream, every page held at once).
+  __device__ __forceinline__ void page(uint32_t p, uint32_t& at, uint32_t& at_round) const {
+    at = ring0 + p;
+    at_round = round0;
+    if (at >= R) {
+      at -= R;
+      ++at_round;
+    }
+  }
   __device__ __forceinline__ void finish(const Shared& sm, int n_pages) const {
     uint32_t next_ring = ring0 + n_pages, next_round = round0;
     while (next_ring >= R) {  // n_pages / R steps: one or none except for the LM head's large blocks

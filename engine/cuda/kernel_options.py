@@ -123,6 +123,10 @@ DEFAULT_TILE_PACK_K = True
 # always 2): a tile's copy from L2 takes several times its products, so with two buffers (one tile ahead) the warps
 # waited for most of each tile (csrc/interpreter/attention_tiles.cuh).
 DEFAULT_ATTN_KV_BUFFERS = 4
+# Decode attention over at most one ring page per consumer warp (a context of up to a few hundred tokens) folds by
+# (KV page, head) pairs spread over every warp instead of by ring page, each warp one head after another
+# (csrc/interpreter/attention_ring.cuh): a 129-256-token context's 9-16 KV pages left three warps idle.
+DEFAULT_ATTN_HEAD_UNITS = True
 ATTN_KV_BUFFER_CHOICES = (2, 4)
 # Tensor parallelism: steps of at most this many tokens (decode) all-reduce by pushing tagged 8-byte words straight into
 # every rank's receive slots (csrc/interpreter/ops/tp_allreduce.cuh, the push path: no fence, no remote load on the
@@ -161,6 +165,7 @@ class KernelOptions:
     tile_small_x: bool = DEFAULT_TILE_SMALL_X  # also host-side: the ring a stream's x stages leave (limits.py)
     tile_pack_k: bool = DEFAULT_TILE_PACK_K
     attn_kv_buffers: int = DEFAULT_ATTN_KV_BUFFERS
+    attn_head_units: bool = DEFAULT_ATTN_HEAD_UNITS
     tp_ll_tokens: int = DEFAULT_TP_LL_TOKENS  # tensor parallelism only (engine/cuda/tp_peers.py sizes its slots)
     tp_vocab_argmax: bool = DEFAULT_TP_VOCAB_ARGMAX  # host-side: a tensor-parallel rank's greedy streams
 
@@ -200,4 +205,4 @@ class KernelOptions:
                 "defer_free_pages": self.defer_free_pages, "mma_matvec": int(self.mma_matvec), "attn_tiles": int(self.attn_tiles), "pdl": int(self.pdl),
                 "lm_head_direct": int(self.lm_head_direct), "tile_page_pairs": int(self.tile_page_pairs),
                 "tile_small_x": int(self.tile_small_x), "tile_pack_k": int(self.tile_pack_k),
-                "attn_kv_buffers": self.attn_kv_buffers}
+                "attn_kv_buffers": self.attn_kv_buffers, "attn_head_units": int(self.attn_head_units)}

@@ -63,3 +63,10 @@ def test_packed_tile_pages_are_a_knob_of_their_own() -> None:
     assert KernelOptions(**base).launch_fields()["tile_pack_k"] == int(KernelOptions.tile_pack_k)
     assert KernelOptions(**base, tile_pack_k=True).launch_fields()["tile_pack_k"] == 1
     assert KernelOptions(**base, tile_pack_k=False).launch_fields()["tile_pack_k"] == 0
+
+
+def test_attention_head_units_are_a_knob_of_their_own() -> None:
+    """attn_head_units (csrc/interpreter/attention_ring.cuh): a launch field, on by default, set by its option alone."""
+    base = dict(max_inflight_pages=3, chain_inflight_pages=1)
+    assert KernelOptions(**base).launch_fields()["attn_head_units"] == 1
+    assert KernelOptions(**base, attn_head_units=False).launch_fields()["attn_head_units"] == 0

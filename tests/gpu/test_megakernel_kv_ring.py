@@ -33,16 +33,21 @@ def test_long_context_decode_matches_vm(kv_ring: bool, splits: int | None, defer
 
 
 # The ring path folds keys a pass at a time (32 / (head_dim / 32) keys: csrc/interpreter/attention_pass.cuh):
-# page sizes below, equal to and above a pass, with several KV pages per ring page and GQA groups of 2-8.
-@pytest.mark.parametrize("cfg,page_size", [(small(256, 4, 2, 64, 512, 1, 300), 32),
-                                           (small(256, 8, 1, 32, 512, 1, 256), 8),
-                                           (small(512, 8, 2, 128, 1024, 1, 1000), 8),
-                                           (small(512, 8, 1, 64, 1024, 1, 300), 16),
-                                           (small(512, 4, 1, 128, 1024, 1, 300), 16)],
-                         ids=["hd64-ps32", "hd32-ps8", "hd128-ps8", "hd64-g8-ps16", "hd128-g4-ps16"])
-def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int) -> None:  # noqa: ANN001
-    vm, gpu = pair(random_weights(cfg, seed=5), "lpt", num_pages=64, page_size=page_size)
+# page sizes below, equal to and above a pass, with several KV pages per ring page and GQA groups of 2-8. These
+# contexts take at most a ring page per warp, so they fold by (KV page, head) (attn_head_units); the last case
+# folds by ring page, as longer contexts do.
+@pytest.mark.parametrize("cfg,page_size,head_units", [(small(256, 4, 2, 64, 512, 1, 300), 32, True),
+                                                      (small(256, 8, 1, 32, 512, 1, 256), 8, True),
+                                                      (small(512, 8, 2, 128, 1024, 1, 1000), 8, True),
+                                                      (small(512, 8, 1, 64, 1024, 1, 300), 16, True),
+                                                      (small(512, 4, 1, 128, 1024, 1, 300), 16, True),
+                                                      (small(512, 8, 1, 64, 1024, 1, 300), 16, False)],
+                         ids=["hd64-ps32", "hd32-ps8", "hd128-ps8", "hd64-g8-ps16", "hd128-g4-ps16",
+                              "hd64-g8-ps16-by-ring-page"])
+def test_ring_decode_other_page_sizes_matches_vm(cfg, page_size: int, head_units: bool) -> None:  # noqa: ANN001
+    vm, gpu = pair(random_weights(cfg, seed=5), "lpt", num_pages=64, page_size=page_size,
+                   gpu_kw={"attn_head_units": head_units})
     scen = Scenario(cfg, [70, 3], page_size=page_size, num_pages=64, seed=9)
     chunk = gpu.max_tokens_per_step
     plans: list[list[int | None]] = [[chunk, 0]] * -(-70 // chunk) + [[0, 3]] + [[1, 1]] * 4
-    steps_match_vm(vm, gpu, scen, plans, f"page_size={page_size}")
+    steps_match_vm(vm, gpu, scen, plans, f"page_size={page_size} head_units={head_units}")

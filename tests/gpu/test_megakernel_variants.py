@@ -76,7 +76,7 @@ def test_wrong_variant_is_an_error_naming_the_instruction() -> None:
     vm.forward(batch)
     # the fused variant has no ATTN_PARTIAL path
     _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_FUSED,
-                                        r"outside the batch-1 kernel variant.*ATTN_PARTIAL")
+                                        r"outside its kernel variant.*ATTN_PARTIAL")
 
 
 def test_rows_off_the_tensor_cores_in_a_batch1_variant_are_an_error() -> None:
@@ -87,7 +87,7 @@ def test_rows_off_the_tensor_cores_in_a_batch1_variant_are_an_error() -> None:
     batch, _ = scen.batch([1])
     vm.forward(batch)
     _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_SPLIT,
-                                        r"outside the batch-1 kernel variant.*RMS_QKV_ROPE_APPEND")
+                                        r"outside its kernel variant.*RMS_QKV_ROPE_APPEND")
 
 
 def test_a_batch1_variant_on_a_prefill_step_is_an_error() -> None:
@@ -99,4 +99,4 @@ def test_a_batch1_variant_on_a_prefill_step_is_an_error() -> None:
     vm.forward(batch)
     gpu.greedy(batch)
     assert gpu.last is not None and gpu.last.variant == VARIANT_GENERAL
-    _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_SPLIT, r"outside the batch-1 kernel variant")
+    _forced_variant_fails_then_recovers(vm, gpu, batch, VARIANT_BATCH1_SPLIT, r"outside its kernel variant")
