@@ -71,7 +71,7 @@ def main() -> None:
                     "each step's time from its padded shape and runs of decode steps queued ahead of the host "
                     "(dev/simulated_device.py, the H200's 1B)")
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--max-num-seqs", type=int, default=0, help="the engine's seats (default: 64, or --clients if more)")
+    ap.add_argument("--max-num-seqs", type=int, default=0, help="the engine's seats (default: the engine's, or --clients if more)")
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
@@ -81,7 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         init_random_checkpoint("tiny", tmp, seed=0, dtype="float32", progress=False)
-        seats = args.max_num_seqs or max(64, args.clients)
+        seats = args.max_num_seqs or max(EngineConfig.max_num_seqs, args.clients)
         kwargs = {"backend": "torch", "device": "cpu", "max_num_seqs": seats, "progress": False}
         if args.step_ms == 0:  # the cuda backend's scheduler budget (room for its padding's dummy sequences)
             kwargs["max_num_batched_tokens"] = padded_budget(EngineConfig.max_num_batched_tokens, seats)

@@ -26,6 +26,7 @@ import torch
 
 from engine.backends.base import Backend
 from engine.cuda.step_padding import bucket_up, dummy_step, host_ladder, pad_batch
+from engine.engine_config import EngineConfig
 from engine.cuda.stream_hosting import DEFAULT_COMPILE_AFTER, DEFAULT_MAX_GROWTH, StreamHosting, may_host
 from engine.instructions.layout import ModelDims, StepShape
 from engine.llm_engine import LLMEngine
@@ -184,7 +185,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--capacity", type=int, default=96, help="streams the LRU cache keeps (the cuda backend's)")
     ap.add_argument("--num-sms", type=int, default=132)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
     ap.add_argument("--stagger", type=int, default=0, help="a client's next request waits 0..N engine steps")
     ap.add_argument("--no-hosting", action="store_true", help="compile every new shape (no stream hosting)")
     ap.add_argument("--compile-after", type=int, default=DEFAULT_COMPILE_AFTER)
