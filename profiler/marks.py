@@ -12,7 +12,8 @@ op's exec time (dependencies met -> signal) the time goes. Per opcode, mean µs 
 - `loader lead`: dependencies met - the loader issued the last page (> 0: the ring had every page
                  requested before the op could start);
 - `page cyc`:   SM clock cycles (clock64) of the last page's dot products alone (batch-1 tensor-core
-                 pages only); `last page` also holds its timing marks and release, ≈ 0.3 µs more.
+                 pages only); `last page` also holds its timing marks and release, ≈ 0.3 µs more. Decode
+                 attention over ring pages: warp 0's cycles inside its folds (the rest of `weights` waits).
 An interval whose two marks were not both reached is left out of its mean. ATTN_O_PROJ uses the matvec
 marks with `input` ending when its attention output is ready, so `input` is its whole attention.
 """

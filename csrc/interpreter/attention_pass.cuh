@@ -41,16 +41,17 @@ __device__ __forceinline__ void fold_pass(float* slot, uint32_t q_addr, int NH, 
 #pragma unroll 1
   for (int h = 0; h < NH; ++h) {
     float* st = slot + h * (HD + 2);
-    float dot = 0.f;
+    float part[4];  // a chain per chunk: four chains of 8 products instead of one of 32
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       float kf[8];
       bf16x8_to_float(kraw[j], kf);
       const uint32_t qa = q_addr + (h * HD + chunk[j] * 8) * 4;
       const float4 q0 = tk::load_shared_f4(qa), q1 = tk::load_shared_f4(qa + 16);
-      dot = fmaf(q0.x, kf[0], fmaf(q0.y, kf[1], fmaf(q0.z, kf[2], fmaf(q0.w, kf[3], dot))));
-      dot = fmaf(q1.x, kf[4], fmaf(q1.y, kf[5], fmaf(q1.z, kf[6], fmaf(q1.w, kf[7], dot))));
+      part[j] = fmaf(q0.x, kf[0], fmaf(q0.y, kf[1], fmaf(q0.z, kf[2], q0.w * kf[3])));
+      part[j] = fmaf(q1.x, kf[4], fmaf(q1.y, kf[5], fmaf(q1.z, kf[6], fmaf(q1.w, kf[7], part[j]))));
     }
+    float dot = (part[0] + part[1]) + (part[2] + part[3]);
 #pragma unroll
     for (int off = 1; off < DPL; off <<= 1) dot += __shfl_xor_sync(tk::FULL_MASK, dot, off);  // the key's lanes
     const float s = valid ? dot * scale : -INFINITY;
@@ -59,11 +60,13 @@ __device__ __forceinline__ void fold_pass(float* slot, uint32_t q_addr, int NH, 
     for (int off = DPL; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(tk::FULL_MASK, mx, off));
     const float m_old = st[HD], l_old = st[HD + 1], m_new = fmaxf(m_old, mx);
     if (m_new == -INFINITY) continue;  // no valid key yet (uniform per warp)
-    const float p = valid ? expf(s - m_new) : 0.f;
+    // __expf: ex2.approx on the scaled argument (a few ulp), where expf's exact range reduction is a dozen
+    // dependent instructions on every head's chain; its -inf gives 0 as expf's does.
+    const float p = valid ? __expf(s - m_new) : 0.f;
     float sum = p;  // over the lanes with this lane's `part`: every key once
 #pragma unroll
     for (int off = DPL; off < 32; off <<= 1) sum += __shfl_xor_sync(tk::FULL_MASK, sum, off);
-    const float alpha = expf(m_old - m_new);
+    const float alpha = __expf(m_old - m_new);
     float o[DPL];
 #pragma unroll
     for (int d = 0; d < DPL; ++d) o[d] = st[lane * DPL + d] * alpha;

@@ -27,7 +27,8 @@ namespace mk::vm {
 // (Globals::attn_head_units): a warp's fold is one head after another, so with ring pages a warp each the
 // 9-16 KV pages of a 129-256-token context left three warps idle and five folding two pages of every head;
 // the pairs spread over all eight, every page is held until the last warp's fold (all fit the ring at once:
-// MIN_RING_PAGES > NUM_CONSUMER_WARPS) and freed after the barrier that ends the folds.
+// MIN_RING_PAGES > NUM_CONSUMER_WARPS) and freed after the barrier that ends the folds. Where the pages
+// already fill the warps evenly (a multiple of 8 KV pages) each warp keeps its page, waiting for no other.
 // Not inlined (like consume_pages, `sm` by value): inlined into the opcode switch its registers raised
 // the whole kernel's spills from 32 to 88 bytes.
 template <int DPL, typename Emit>
@@ -51,8 +52,12 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
   MK_ROLLED
   for (int i = threadIdx.x; i < NH * hd; i += CONSUMER_THREADS)
     q_sh[i] = load_cg(g.q + (long long)t * g.n_heads * hd + head0 * hd + i);
-  const bool by_head = g.attn_head_units && NH > 1 && n_pages <= NUM_CONSUMER_WARPS;
-  const int n_kv = w[W_SLOT_KV_PAGES], units = by_head ? n_kv * NH : n_pages;
+  // By pairs where that shortens the busiest warp's folds: ring pages of kvpp KV pages, a warp each, give it
+  // kvpp * NH of them; the pairs spread, ceil(n_kv * NH / 8).
+  const int n_kv = w[W_SLOT_KV_PAGES];
+  const bool by_head = g.attn_head_units && NH > 1 && n_pages <= NUM_CONSUMER_WARPS &&
+                       (n_kv * NH + NUM_CONSUMER_WARPS - 1) / NUM_CONSUMER_WARPS < kvpp * NH;
+  const int units = by_head ? n_kv * NH : n_pages;
   const int new_warp = units % NUM_CONSUMER_WARPS;  // the first warp with the fewest pages or pairs
   float nk[1][DPL], nv[1][DPL];
   bool new_valid[1] = {false};
@@ -69,6 +74,9 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
 
   RingWalk walk(sm, warp);  // ring pages p = warp, warp + 8, ... (state.cuh)
   bool ok = true;
+  // Warp 0's cycles inside its folds, for a profile (MARK_LAST_PAGE_CYCLES): the rest of its keys' interval waits.
+  const bool timed = g.timing != nullptr;
+  long long fold_cycles = 0;
   if (by_head) {
     for (int u = warp; u < units; u += NUM_CONSUMER_WARPS) {
       const int i = u / NH, h = u - i * NH, p = i / kvpp;  // KV page i (ring page p), head h
@@ -78,11 +86,13 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
       if (ok) ok = wait_pipeline(g, sm.page_full[ring], round & 1, w, SITE_CONSUMER_PAGE_FULL, walk.pos0 + p);
       ok = __all_sync(tk::FULL_MASK, ok);
       if (ok) {
+        const long long c0 = timed ? clock64() : 0;
         const uint32_t kbase = tk::smem_addr(sm.page(ring)) + (i - p * kvpp) * 2 * chunk;
         const int row_end = min(ps, ring_end - (key0 + i * ps));
         for (int k0 = 0; k0 < row_end; k0 += PASS_KEYS<DPL>)
           fold_pass<DPL>(merge + warp * stride_w + h * (hd + 2), q_addr + h * hd * 4, 1, scale,
                          kbase + k0 * hd * 2, kbase + chunk + k0 * hd * 2, min(PASS_KEYS<DPL>, row_end - k0));
+        if (timed) fold_cycles += clock64() - c0;
       }
     }
   }
@@ -92,6 +102,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
     if (ok) ok = wait_pipeline(g, sm.page_full[ring], walk.round & 1, w, SITE_CONSUMER_PAGE_FULL, n);
     ok = __all_sync(tk::FULL_MASK, ok);  // the warp's shuffles below need every lane
     if (ok) {
+      const long long c0 = timed ? clock64() : 0;
       const uint32_t page = tk::smem_addr(sm.page(ring));
       const int first_key = key0 + p * kvpp * ps;
       const int n_kv = min(kvpp, (ring_end - first_key + ps - 1) / ps);
@@ -102,6 +113,7 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
           fold_pass<DPL>(merge + warp * stride_w, q_addr, NH, scale, kbase + k0 * hd * 2, kbase + chunk + k0 * hd * 2,
                          min(PASS_KEYS<DPL>, row_end - k0));
       }
+      if (timed) fold_cycles += clock64() - c0;
     }
     __syncwarp();
     if (lane == 0 && p < keep_from) tk::arrive(sm.page_empty[ring]);  // else held (consumer.cuh)
@@ -109,7 +121,10 @@ __device__ __noinline__ bool attend_ring(const Globals& g, const Shared sm, cons
     walk.next();
   }
   if (ok && new_valid[0]) fold_keys<DPL, 1>(merge + warp * stride_w, q_sh, NH, hd, scale, nk, nv, new_valid);
-  if (threadIdx.x == 0) timing_mark(g, w, MARK_LAST_PAGE);
+  if (threadIdx.x == 0) {
+    timing_mark(g, w, MARK_LAST_PAGE);
+    if (w[W_OPCODE] == OP_ATTN_PARTIAL) timing_value(g, w, MARK_LAST_PAGE_CYCLES, fold_cycles);  // ATTN_O_PROJ's are its W_o pages
+  }
   const bool all_ok = consumer_all(ok);  // also orders every warp's merge slot before the merge
   if (threadIdx.x == 0) {
     if (by_head && all_ok)  // every warp's folds are behind the barrier

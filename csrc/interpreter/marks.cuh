@@ -13,6 +13,7 @@
 //              MARK_LOADER     the loader issued the instruction's last page
 // Attention:   MARK_INPUT      queries and block table in shared memory
 //              MARK_LAST_PAGE  warp 0 finished its keys
+//              MARK_LAST_PAGE_CYCLES  (ring pages) warp 0's SM cycles inside its folds, its waits left out
 //              MARK_COMPUTED   every warp finished its keys (the merge and the output follow)
 // ATTN_O_PROJ: the matvec marks, with MARK_INPUT when its attention output is in x (so the "input"
 //              interval is the whole attention, and the rest reads like an O-proj)
