@@ -20,10 +20,11 @@ from engine.run_stops import RunStops
 from engine.sampling.run_sampler import RunSampler
 from models.llama.step_batch import StepBatch
 
-# (padded tokens of a step, ms) on an H200, 1B shape: decode steps of 1/16/32/64 sequences (one run of the build with
-# packed QKV pages: docs/results/2026-11-29_h200_packed-tile-pages.json `final_defaults`), of 128 sequences and one
-# 2 048-token prompt (an earlier build: 2026-11-29_h200_tile-stream-probes.json, 2026-11-29_h200_packed-tile-pages.json)
-STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.78), (16, 1.65), (32, 1.89), (64, 2.57), (128, 3.74),
+# (padded tokens of a step, ms) on an H200, 1B shape: decode steps of 1/16/32/64 sequences (one run of the build whose
+# decode attention folds by (KV page, head): docs/results/2026-11-29_h200_attention-head-units-serve-seats.json
+# `faster_fold_and_head_units_rule`), of 128 sequences and one 2 048-token prompt (earlier builds:
+# 2026-11-29_h200_tile-stream-probes.json, 2026-11-29_h200_packed-tile-pages.json)
+STEP_MS_H200_1B: tuple[tuple[int, float], ...] = ((1, 0.78), (16, 1.61), (32, 1.88), (64, 2.50), (128, 3.74),
                                                   (2048, 21.5))
 PADDED_OVER = 16  # steps of more tokens than one token group run padded (the 1B's)
 FAVOURED_TOKEN = 7
