@@ -34,6 +34,7 @@ KNOBS: dict[str, str] = {
     "MEGAKERNEL_FOLD_ADVANCE": "fold_advance",  # on-device loops: ARGMAX_REDUCE feeds the id back
     "MEGAKERNEL_FOLD_EMBED": "fold_embed",  # ... and writes its embedding (the stream has no EMBED)
     "MEGAKERNEL_BATCH1_KERNEL": "batch1_kernel",  # batch-1 decode on the kernel variant with its paths only
+    "MEGAKERNEL_TIMEOUT_NS": "timeout_ns",  # the watchdog's base limit (racecheck slows a step past the default)
 }
 
 

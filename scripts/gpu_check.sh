@@ -31,11 +31,13 @@ for part in $parts; do
               run sanitize-fused env MEGAKERNEL_FUSE_O_PROJ=1 MEGAKERNEL_FUSED_HEAD_CHUNKS=2 \
                 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step ;;
     sanitize-tiles) # steps of many tokens as TILE_MATMUL tiles: memcheck, then shared-memory races. racecheck reports
-              # hazards on the interpreter's handoffs ordered by mbarriers (TMA pages) and acquire/release flags in shared
-              # memory (the controller's instruction slots, the ring's low cap, the KV stream), an ordering its report
-              # does not credit, while the step's results match; not triaged one by one yet: memcheck is the gate.
+              # hazards on the interpreter's handoffs ordered by mbarriers and acquire/release flags, which it does not
+              # model (the instruction slots, the issued-pages word, the low cap); dev/racecheck_triage.py sorts them
+              # and fails on any other. Under racecheck a step runs far past the watchdog's default: a longer one here.
               run sanitize-tiles compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m dev.sanitize_step --tiles
-              run racecheck-tiles compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m dev.sanitize_step --tiles ;;
+              run racecheck-tiles-step env MEGAKERNEL_TIMEOUT_NS=100000000000 compute-sanitizer --tool racecheck \
+                --print-limit 1000 --log-file "$OUT/racecheck_tiles.txt" $PY -m dev.sanitize_step --tiles
+              run racecheck-tiles $PY -m dev.racecheck_triage "$OUT/racecheck_tiles.txt" ;;
     bench) run bench $PY -m engine.cli bench --compile-mode default --json "$OUT/bench.json" ;;
     bench-fast) run bench-fast $PY -m engine.cli bench --skip eager,compile --json "$OUT/bench_fast.json" ;;
     bench-batch) for b in ${BATCHES:-8 32}; do  # the product path with N requests at once vs batched PyTorch
