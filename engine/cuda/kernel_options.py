@@ -124,8 +124,9 @@ DEFAULT_TILE_PACK_K = True
 # waited for most of each tile (csrc/interpreter/attention_tiles.cuh).
 DEFAULT_ATTN_KV_BUFFERS = 4
 # Decode attention over at most one ring page per consumer warp (a context of up to a few hundred tokens) folds by
-# (KV page, head) pairs spread over every warp instead of by ring page, each warp one head after another
-# (csrc/interpreter/attention_ring.cuh): a 129-256-token context's 9-16 KV pages left three warps idle.
+# (KV page, head) pairs spread over every warp instead of by ring page, each warp one head after another, where that
+# shortens the busiest warp's folds (csrc/interpreter/attention_ring.cuh): a 129-256-token context's 9-16 KV pages left
+# three warps idle. H200, 1B, two rounds: batch 16 / 32 / 64 2-4 % faster; a third round alike (docs/PERFORMANCE.md).
 DEFAULT_ATTN_HEAD_UNITS = True
 ATTN_KV_BUFFER_CHOICES = (2, 4)
 # Tensor parallelism: steps of at most this many tokens (decode) all-reduce by pushing tagged 8-byte words straight into
